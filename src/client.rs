@@ -1,0 +1,206 @@
+//! The client: parsed options, the topology, monitoring. Cheap to clone.
+
+use crate::csot::{LegacyTimeouts, OpTimeout};
+use crate::database::Database;
+use crate::error::{Error, Result};
+use crate::executor::{self, Context};
+use crate::monitoring::CommandEvent;
+use crate::operation::{Operation, RunCommand};
+use crate::sdam::selection::{Criteria, ReadMode};
+use crate::sdam::{address_of, TopologyDescription};
+use crate::session::Session;
+use crate::topology::{Topology, TopologySettings};
+use crate::uri::{self, HostAddress};
+use bson::{rawdoc, RawDocumentBuf};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Settings given in code; they override the URI.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    pub timeout_ms: Option<u64>,
+    pub monitor_commands: bool,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) topology: RefCell<Topology>,
+    pub(crate) legacy: LegacyTimeouts,
+    pub(crate) timeout_ms: Option<u64>,
+    events: RefCell<Option<Vec<CommandEvent>>>,
+    next_op_id: Cell<i64>,
+}
+
+impl ClientInner {
+    pub(crate) fn monitoring(&self) -> bool {
+        self.events.borrow().is_some()
+    }
+
+    pub(crate) fn record(&self, event: impl FnOnce() -> CommandEvent) {
+        if let Some(events) = self.events.borrow_mut().as_mut() {
+            events.push(event());
+        }
+    }
+
+    pub(crate) fn next_operation_id(&self) -> i64 {
+        let id = self.next_op_id.get();
+        self.next_op_id.set(id + 1);
+        id
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Rc<ClientInner>,
+}
+
+impl Client {
+    pub fn connect(uri: &str) -> Result<Client> {
+        Client::with_options(uri, ClientOptions::default())
+    }
+
+    /// Parses and validates the URI; no I/O happens until the first operation.
+    pub fn with_options(uri: &str, options: ClientOptions) -> Result<Client> {
+        let cs = uri::parse(uri)?;
+        if cs.srv {
+            return Err(Error::not_implemented("mongodb+srv (DNS SRV lookup)"));
+        }
+        if cs.tls_enabled() {
+            return Err(Error::not_implemented("TLS"));
+        }
+        if cs.credential.is_some() {
+            return Err(Error::not_implemented("authentication"));
+        }
+        if cs.options.load_balanced == Some(true) {
+            return Err(Error::not_implemented("load-balanced mode"));
+        }
+        let mut seeds = Vec::new();
+        for host in &cs.hosts {
+            if let HostAddress::Unix { path } = host {
+                return Err(Error::invalid_argument(format!(
+                    "unix domain socket {path}: WASI 0.2 sockets offer TCP only"
+                )));
+            }
+            let address = address_of(host);
+            if !seeds.contains(&address) {
+                seeds.push(address);
+            }
+        }
+        let o = &cs.options;
+        let app_name = o.app_name.as_deref();
+        let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
+        let settings = TopologySettings {
+            seeds,
+            direct: o.direct_connection == Some(true),
+            replica_set: o.replica_set.clone(),
+            local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
+            metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+            max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
+        };
+        let defaults = LegacyTimeouts::default();
+        let legacy = LegacyTimeouts {
+            server_selection_ms: o
+                .server_selection_timeout_ms
+                .unwrap_or(defaults.server_selection_ms),
+            connect_ms: o.connect_timeout_ms.unwrap_or(defaults.connect_ms),
+            socket_ms: o.socket_timeout_ms.unwrap_or(defaults.socket_ms),
+        };
+        Ok(Client {
+            inner: Rc::new(ClientInner {
+                topology: RefCell::new(Topology::new(settings)),
+                legacy,
+                timeout_ms: options.timeout_ms.or(o.timeout_ms),
+                events: RefCell::new(options.monitor_commands.then(Vec::new)),
+                next_op_id: Cell::new(1),
+            }),
+        })
+    }
+
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.inner.timeout_ms
+    }
+
+    /// A database handle; `timeout_ms` `None` inherits the client's.
+    pub fn database(&self, name: &str, timeout_ms: Option<u64>) -> Database {
+        Database::new(self.clone(), name, timeout_ms.or(self.inner.timeout_ms))
+    }
+
+    pub fn start_session(&self, default_timeout_ms: Option<u64>) -> Session {
+        Session::new(default_timeout_ms)
+    }
+
+    /// Drains the recorded command events (empty unless monitoring is on).
+    pub fn take_command_events(&self) -> Vec<CommandEvent> {
+        self.inner
+            .events
+            .borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    pub fn topology_description(&self) -> TopologyDescription {
+        self.inner.topology.borrow().description.clone()
+    }
+
+    /// Closes every pooled connection.
+    pub fn close(&self) {
+        self.inner.topology.borrow_mut().close();
+    }
+
+    /// Starts the operation's clock now and runs it.
+    pub(crate) fn execute<O: Operation>(
+        &self,
+        op: &mut O,
+        timeout_ms: Option<u64>,
+        session: Option<&Session>,
+    ) -> Result<O::Output> {
+        let timeout = self.start_timeout(timeout_ms);
+        self.execute_within(op, &timeout, session, None)
+    }
+
+    pub(crate) fn start_timeout(&self, timeout_ms: Option<u64>) -> OpTimeout {
+        OpTimeout::start(crate::runtime::now(), timeout_ms, self.inner.legacy)
+    }
+
+    /// Runs `op` under an already-started budget (several commands of one
+    /// operation, or a cursor's getMore), optionally pinned to a server.
+    pub(crate) fn execute_within<O: Operation>(
+        &self,
+        op: &mut O,
+        timeout: &OpTimeout,
+        session: Option<&Session>,
+        pinned: Option<&str>,
+    ) -> Result<O::Output> {
+        let ctx = Context {
+            timeout: *timeout,
+            session,
+            pinned,
+        };
+        executor::execute(&self.inner, op, &ctx)
+    }
+
+    pub fn list_database_names(&self, timeout_ms: Option<u64>) -> Result<Vec<String>> {
+        let mut op = RunCommand {
+            db: "admin".into(),
+            command: rawdoc! { "listDatabases": 1, "nameOnly": true },
+            criteria: Criteria::Read(ReadMode::Primary),
+        };
+        let reply = self.execute(&mut op, timeout_ms.or(self.inner.timeout_ms), None)?;
+        list_names(&reply, "databases")
+    }
+}
+
+/// `name` of each document in `reply[field]`.
+pub(crate) fn list_names(reply: &RawDocumentBuf, field: &str) -> Result<Vec<String>> {
+    let arr = reply
+        .get_array(field)
+        .map_err(|_| Error::protocol(format!("reply has no {field} array")))?;
+    let mut out = Vec::new();
+    for item in arr {
+        if let Some(name) = item?.as_document().and_then(|d| d.get_str("name").ok()) {
+            out.push(name.to_string());
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,122 @@
+use super::exports::mongo_wasi::driver::client::{
+    self as wit_client, ClientOptions, GuestClient, Session, SessionOptions,
+};
+use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions};
+use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
+use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
+use super::exports::mongo_wasi::driver::types::{CommandEvent, CommandEventKind};
+use super::session::SessionRes;
+use super::{doc, not_implemented, to_wit, wrap, Component, WitResult};
+use crate::monitoring::EventKind;
+use crate::Client;
+
+pub struct ClientRes(pub Client);
+
+impl wit_client::Guest for Component {
+    type Client = ClientRes;
+}
+
+impl GuestClient for ClientRes {
+    fn connect(uri: String, options: ClientOptions) -> WitResult<wit_client::Client> {
+        let opts = crate::ClientOptions {
+            timeout_ms: options.timeout_ms,
+            monitor_commands: options.monitor_commands,
+        };
+        let client = wrap(Client::with_options(&uri, opts))?;
+        Ok(wit_client::Client::new(ClientRes(client)))
+    }
+
+    fn database(&self, name: String, options: CollectionOptions) -> Database {
+        Database::new(super::database::DatabaseRes(
+            self.0.database(&name, options.timeout_ms),
+        ))
+    }
+
+    fn start_session(&self, options: SessionOptions) -> WitResult<Session> {
+        if options.snapshot == Some(true) {
+            return not_implemented("snapshot sessions");
+        }
+        Ok(Session::new(SessionRes(
+            self.0.start_session(options.default_timeout_ms),
+        )))
+    }
+
+    fn list_databases(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<Vec<Vec<u8>>> {
+        let filter = doc(filter)?;
+        let db = self.0.database("admin", None);
+        let mut cmd = bson::rawdoc! { "listDatabases": 1, "filter": filter };
+        wrap(crate::operation::merge_extra(
+            &mut cmd,
+            super::opt_doc(options.extra)?.as_deref(),
+        ))?;
+        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+        let run = crate::RunCommandOptions {
+            timeout_ms: options.timeout_ms,
+            session,
+            read_preference: None,
+        };
+        let reply = wrap(db.run_command(cmd, &run))?;
+        let list = wrap(
+            reply
+                .get_array("databases")
+                .map_err(|_| crate::Error::protocol("listDatabases reply has no databases")),
+        )?;
+        let mut out = Vec::new();
+        for item in list {
+            let d = wrap(item.map_err(crate::Error::from))?;
+            if let Some(d) = d.as_document() {
+                out.push(d.as_bytes().to_vec());
+            }
+        }
+        Ok(out)
+    }
+
+    fn list_database_names(
+        &self,
+        filter: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<String>> {
+        let dbs = self.list_databases(filter, options)?;
+        Ok(dbs
+            .into_iter()
+            .filter_map(|b| {
+                bson::RawDocument::from_bytes(&b)
+                    .ok()
+                    .and_then(|d| d.get_str("name").ok().map(str::to_string))
+            })
+            .collect())
+    }
+
+    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        not_implemented("change streams")
+    }
+
+    fn take_command_events(&self) -> Vec<CommandEvent> {
+        self.0
+            .take_command_events()
+            .into_iter()
+            .map(|e| CommandEvent {
+                kind: match e.kind {
+                    EventKind::Started => CommandEventKind::Started,
+                    EventKind::Succeeded => CommandEventKind::Succeeded,
+                    EventKind::Failed => CommandEventKind::Failed,
+                },
+                command_name: e.command_name,
+                database_name: e.database_name,
+                request_id: e.request_id,
+                operation_id: e.operation_id,
+                connection_id: e.connection_id,
+                server_connection_id: e.server_connection_id,
+                server_address: e.server_address,
+                duration_micros: e.duration.map(|d| d.as_micros() as u64),
+                command: e.command.map(|d| d.into_bytes()),
+                reply: e.reply.map(|d| d.into_bytes()),
+                failure: e.failure.map(to_wit),
+            })
+            .collect()
+    }
+
+    fn close(&self) {
+        self.0.close()
+    }
+}

@@ -1,0 +1,315 @@
+use super::exports::mongo_wasi::driver::collection::{
+    self as wit_collection, AggregateOptions, FindOptions, GuestCollection, OpOptions, UpdateSpec,
+};
+use super::exports::mongo_wasi::driver::cursor::{
+    self as wit_cursor, Cursor as WitCursor, GuestCursor, TimeoutMode,
+};
+use super::exports::mongo_wasi::driver::types::{
+    Batch, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
+};
+use super::session::SessionRes;
+use super::{doc, docs, not_implemented, opt_doc, wrap, Component, WitResult};
+use crate::{Collection, Cursor};
+use std::cell::RefCell;
+
+pub struct CollectionRes(pub Collection);
+pub struct CursorRes(RefCell<Cursor>);
+
+impl CursorRes {
+    pub fn wit(cursor: Cursor) -> WitCursor {
+        WitCursor::new(CursorRes(RefCell::new(cursor)))
+    }
+}
+
+impl wit_collection::Guest for Component {
+    type Collection = CollectionRes;
+}
+
+impl wit_cursor::Guest for Component {
+    type Cursor = CursorRes;
+}
+
+fn mode(m: Option<TimeoutMode>) -> Option<crate::TimeoutMode> {
+    m.map(|m| match m {
+        TimeoutMode::CursorLifetime => crate::TimeoutMode::CursorLifetime,
+        TimeoutMode::Iteration => crate::TimeoutMode::Iteration,
+    })
+}
+
+/// The Rust options of a WIT op-options record.
+pub fn op_options<'a>(o: &OpOptions<'a>) -> WitResult<crate::OpOptions<'a>> {
+    Ok(crate::OpOptions {
+        timeout_ms: o.timeout_ms,
+        session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+        extra: opt_doc(o.extra.clone())?,
+    })
+}
+
+/// The op-options part, batch size and timeout mode of an aggregate-options record.
+pub fn aggregate_parts<'a>(
+    o: &AggregateOptions<'a>,
+) -> WitResult<(
+    crate::OpOptions<'a>,
+    Option<u32>,
+    Option<crate::TimeoutMode>,
+)> {
+    let opts = crate::OpOptions {
+        timeout_ms: o.timeout_ms,
+        session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+        extra: opt_doc(o.extra.clone())?,
+    };
+    Ok((opts, o.batch_size, mode(o.timeout_mode)))
+}
+
+fn update_spec(u: UpdateSpec) -> WitResult<crate::UpdateSpec> {
+    Ok(match u {
+        UpdateSpec::Document(d) => crate::UpdateSpec::Document(doc(d)?),
+        UpdateSpec::Pipeline(p) => crate::UpdateSpec::Pipeline(docs(p)?),
+    })
+}
+
+fn update_result(r: crate::UpdateResult) -> UpdateResult {
+    UpdateResult {
+        matched_count: r.matched,
+        modified_count: r.modified,
+        upserted_id: r.upserted_id.map(|d| d.into_bytes()),
+    }
+}
+
+impl GuestCollection for CollectionRes {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+
+    fn namespace(&self) -> String {
+        self.0.namespace()
+    }
+
+    fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
+        let id = wrap(self.0.insert_one(&doc(document)?, &op_options(&options)?))?;
+        Ok(InsertOneResult {
+            inserted_id: id.into_bytes(),
+        })
+    }
+
+    fn insert_many(
+        &self,
+        documents: Vec<Vec<u8>>,
+        options: OpOptions<'_>,
+    ) -> WitResult<InsertManyResult> {
+        let ids = wrap(
+            self.0
+                .insert_many(&docs(documents)?, &op_options(&options)?),
+        )?;
+        Ok(InsertManyResult {
+            inserted_ids: ids.into_bytes(),
+        })
+    }
+
+    fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {
+        let opts = crate::FindOptions {
+            timeout_ms: options.timeout_ms,
+            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+            sort: opt_doc(options.sort)?,
+            projection: opt_doc(options.projection)?,
+            skip: options.skip,
+            limit: options.limit,
+            batch_size: options.batch_size,
+            timeout_mode: mode(options.timeout_mode),
+            extra: opt_doc(options.extra)?,
+        };
+        Ok(CursorRes::wit(wrap(self.0.find(doc(filter)?, &opts))?))
+    }
+
+    fn find_one(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<Option<Vec<u8>>> {
+        let opts = crate::FindOptions {
+            timeout_ms: options.timeout_ms,
+            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+            sort: opt_doc(options.sort)?,
+            projection: opt_doc(options.projection)?,
+            skip: options.skip,
+            limit: None,
+            batch_size: None,
+            timeout_mode: None,
+            extra: opt_doc(options.extra)?,
+        };
+        Ok(wrap(self.0.find_one(doc(filter)?, &opts))?.map(|d| d.into_bytes()))
+    }
+
+    fn update_one(
+        &self,
+        filter: Vec<u8>,
+        update: UpdateSpec,
+        options: OpOptions<'_>,
+    ) -> WitResult<UpdateResult> {
+        let r = self
+            .0
+            .update_one(doc(filter)?, update_spec(update)?, &op_options(&options)?);
+        wrap(r).map(update_result)
+    }
+
+    fn update_many(
+        &self,
+        filter: Vec<u8>,
+        update: UpdateSpec,
+        options: OpOptions<'_>,
+    ) -> WitResult<UpdateResult> {
+        let r = self
+            .0
+            .update_many(doc(filter)?, update_spec(update)?, &op_options(&options)?);
+        wrap(r).map(update_result)
+    }
+
+    fn replace_one(
+        &self,
+        filter: Vec<u8>,
+        replacement: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<UpdateResult> {
+        let r = self
+            .0
+            .replace_one(doc(filter)?, doc(replacement)?, &op_options(&options)?);
+        wrap(r).map(update_result)
+    }
+
+    fn delete_one(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
+        let n = wrap(self.0.delete_one(doc(filter)?, &op_options(&options)?))?;
+        Ok(DeleteResult { deleted_count: n })
+    }
+
+    fn delete_many(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
+        let n = wrap(self.0.delete_many(doc(filter)?, &op_options(&options)?))?;
+        Ok(DeleteResult { deleted_count: n })
+    }
+
+    fn find_one_and_delete(&self, _: Vec<u8>, _: OpOptions<'_>) -> WitResult<Option<Vec<u8>>> {
+        not_implemented("find-one-and-delete")
+    }
+
+    fn find_one_and_update(
+        &self,
+        _: Vec<u8>,
+        _: UpdateSpec,
+        _: OpOptions<'_>,
+    ) -> WitResult<Option<Vec<u8>>> {
+        not_implemented("find-one-and-update")
+    }
+
+    fn find_one_and_replace(
+        &self,
+        _: Vec<u8>,
+        _: Vec<u8>,
+        _: OpOptions<'_>,
+    ) -> WitResult<Option<Vec<u8>>> {
+        not_implemented("find-one-and-replace")
+    }
+
+    fn aggregate(
+        &self,
+        pipeline: Vec<Vec<u8>>,
+        options: AggregateOptions<'_>,
+    ) -> WitResult<WitCursor> {
+        let (opts, batch_size, mode) = aggregate_parts(&options)?;
+        Ok(CursorRes::wit(wrap(self.0.aggregate(
+            &docs(pipeline)?,
+            batch_size,
+            &opts,
+            mode,
+        ))?))
+    }
+
+    fn count_documents(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
+        wrap(self.0.count_documents(doc(filter)?, &op_options(&options)?))
+    }
+
+    fn estimated_document_count(&self, options: OpOptions<'_>) -> WitResult<i64> {
+        wrap(self.0.estimated_document_count(&op_options(&options)?))
+    }
+
+    fn distinct(
+        &self,
+        field_name: String,
+        filter: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<u8>> {
+        let values = wrap(
+            self.0
+                .distinct(&field_name, doc(filter)?, &op_options(&options)?),
+        )?;
+        Ok(values.into_bytes())
+    }
+
+    fn bulk_write(&self, _: Vec<Vec<u8>>, _: OpOptions<'_>) -> WitResult<Vec<u8>> {
+        not_implemented("bulk-write")
+    }
+
+    fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
+        let model = bson::rawdoc! { "key": doc(keys)? };
+        let names = wrap(self.0.create_indexes(&[model], &op_options(&options)?))?;
+        Ok(names.into_iter().next().unwrap_or_default())
+    }
+
+    fn create_indexes(
+        &self,
+        models: Vec<Vec<u8>>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<String>> {
+        wrap(
+            self.0
+                .create_indexes(&docs(models)?, &op_options(&options)?),
+        )
+    }
+
+    fn list_indexes(&self, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        Ok(CursorRes::wit(wrap(
+            self.0.list_indexes(batch_size, &opts),
+        )?))
+    }
+
+    fn drop_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
+        wrap(self.0.drop_index(&name, &op_options(&options)?))
+    }
+
+    fn drop_indexes(&self, options: OpOptions<'_>) -> WitResult<()> {
+        wrap(self.0.drop_index("*", &op_options(&options)?))
+    }
+
+    fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
+        wrap(self.0.drop(&op_options(&options)?))
+    }
+
+    fn rename(&self, _: String, _: OpOptions<'_>) -> WitResult<()> {
+        not_implemented("rename")
+    }
+
+    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        not_implemented("change streams")
+    }
+}
+
+impl GuestCursor for CursorRes {
+    fn next_batch(&self) -> WitResult<Batch> {
+        let batch = wrap(self.0.borrow_mut().next_batch())?;
+        Ok(Batch {
+            documents: batch
+                .documents
+                .into_iter()
+                .map(|d| d.into_bytes())
+                .collect(),
+            exhausted: batch.exhausted,
+        })
+    }
+
+    fn id(&self) -> i64 {
+        self.0.borrow().id()
+    }
+
+    fn resume_token(&self) -> Option<Vec<u8>> {
+        self.0.borrow().resume_token().map(|d| d.into_bytes())
+    }
+
+    fn close(&self) -> WitResult<()> {
+        wrap(self.0.borrow_mut().close())
+    }
+}

@@ -1,0 +1,156 @@
+use super::collection::{aggregate_parts, CollectionRes, CursorRes};
+use super::exports::mongo_wasi::driver::collection::{AggregateOptions, Collection, OpOptions};
+use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
+use super::exports::mongo_wasi::driver::database::{
+    self as wit_database, BucketOptions, CollectionOptions, GuestDatabase, RunCommandOptions,
+};
+use super::exports::mongo_wasi::driver::gridfs::Bucket;
+use super::gridfs::BucketRes;
+use super::session::SessionRes;
+use super::{doc, docs, not_implemented, opt_doc, wrap, Component, WitResult};
+use crate::sdam::selection::ReadMode;
+use crate::Database;
+use bson::rawdoc;
+
+pub struct DatabaseRes(pub Database);
+
+impl wit_database::Guest for Component {
+    type Database = DatabaseRes;
+}
+
+fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadMode>> {
+    let Some(pref) = opt_doc(pref)? else {
+        return Ok(None);
+    };
+    let mode = pref.get_str("mode").unwrap_or("primary");
+    let mode = ReadMode::parse(mode).ok_or_else(|| {
+        super::to_wit(crate::Error::invalid_argument(format!(
+            "unknown read preference mode {mode}"
+        )))
+    })?;
+    Ok(Some(mode))
+}
+
+impl GuestDatabase for DatabaseRes {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+
+    fn collection(&self, name: String, options: CollectionOptions) -> Collection {
+        Collection::new(CollectionRes(self.0.collection(&name, options.timeout_ms)))
+    }
+
+    fn gridfs_bucket(&self, _: BucketOptions) -> Bucket {
+        Bucket::new(BucketRes)
+    }
+
+    fn run_command(&self, command: Vec<u8>, options: RunCommandOptions<'_>) -> WitResult<Vec<u8>> {
+        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+        let run = crate::RunCommandOptions {
+            timeout_ms: options.timeout_ms,
+            session,
+            read_preference: read_mode(options.read_preference)?,
+        };
+        Ok(wrap(self.0.run_command(doc(command)?, &run))?.into_bytes())
+    }
+
+    fn run_cursor_command(
+        &self,
+        command: Vec<u8>,
+        options: AggregateOptions<'_>,
+    ) -> WitResult<WitCursor> {
+        let (o, batch_size, mode) = aggregate_parts(&options)?;
+        let cursor = wrap(self.0.run_cursor_command(
+            doc(command)?,
+            o.timeout_ms,
+            mode,
+            batch_size,
+            o.session,
+        ))?;
+        Ok(CursorRes::wit(cursor))
+    }
+
+    fn list_collections(
+        &self,
+        filter: Vec<u8>,
+        options: AggregateOptions<'_>,
+    ) -> WitResult<WitCursor> {
+        let (o, batch_size, mode) = aggregate_parts(&options)?;
+        let mut cursor_opts = bson::RawDocumentBuf::new();
+        if let Some(b) = batch_size {
+            cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
+        }
+        let mut cmd =
+            rawdoc! { "listCollections": 1, "filter": doc(filter)?, "cursor": cursor_opts };
+        wrap(crate::operation::merge_extra(&mut cmd, o.extra.as_deref()))?;
+        let cursor =
+            wrap(
+                self.0
+                    .run_cursor_command(cmd, o.timeout_ms, mode, batch_size, o.session),
+            )?;
+        Ok(CursorRes::wit(cursor))
+    }
+
+    fn list_collection_names(
+        &self,
+        filter: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<String>> {
+        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+        wrap(
+            self.0
+                .list_collection_names(doc(filter)?, options.timeout_ms, session),
+        )
+    }
+
+    fn create_collection(&self, name: String, options: OpOptions<'_>) -> WitResult<Collection> {
+        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+        let mut cmd = rawdoc! { "create": name.as_str() };
+        wrap(crate::operation::merge_extra(
+            &mut cmd,
+            opt_doc(options.extra)?.as_deref(),
+        ))?;
+        let run = crate::RunCommandOptions {
+            timeout_ms: options.timeout_ms,
+            session,
+            read_preference: None,
+        };
+        wrap(self.0.run_command(cmd, &run))?;
+        Ok(Collection::new(CollectionRes(
+            self.0.collection(&name, None),
+        )))
+    }
+
+    fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
+        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+        wrap(self.0.drop(options.timeout_ms, session))
+    }
+
+    fn aggregate(
+        &self,
+        pipeline: Vec<Vec<u8>>,
+        options: AggregateOptions<'_>,
+    ) -> WitResult<WitCursor> {
+        let (o, batch_size, mode) = aggregate_parts(&options)?;
+        let mut cursor_opts = bson::RawDocumentBuf::new();
+        if let Some(b) = batch_size {
+            cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
+        }
+        let mut arr = bson::RawArrayBuf::new();
+        for d in docs(pipeline)? {
+            arr.push(d);
+        }
+        let mut cmd = rawdoc! { "aggregate": 1, "pipeline": arr, "cursor": cursor_opts };
+        wrap(crate::operation::merge_extra(&mut cmd, o.extra.as_deref()))?;
+        let cursor =
+            wrap(
+                self.0
+                    .run_cursor_command(cmd, o.timeout_ms, mode, batch_size, o.session),
+            )?;
+        Ok(CursorRes::wit(cursor))
+    }
+
+    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        not_implemented("change streams")
+    }
+}

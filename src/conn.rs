@@ -1,0 +1,256 @@
+//! One connection to one server: establishment with the handshake, and
+//! command round trips. One buffer per connection, reused; one write per
+//! message. Any I/O failure (a timeout included) breaks the connection so
+//! the pool drops it: a half-read reply must never be read as the next one.
+
+use crate::deadline::Deadline;
+use crate::error::{Error, ErrorKind, Result};
+use crate::handshake::{self, HelloReply};
+use crate::runtime::{self, TcpStream};
+use crate::wire::{self, Message};
+use bson::{RawDocument, RawDocumentBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
+
+pub fn next_request_id() -> i32 {
+    NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+pub struct Connection {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Driver-side id, unique per client.
+    pub id: u64,
+    /// The pool generation it was created in (cleared pools drop older ones).
+    pub generation: u64,
+    pub address: String,
+    pub hello: HelloReply,
+    broken: bool,
+}
+
+/// What establishing a connection measured.
+pub struct Established {
+    pub conn: Connection,
+    pub rtt: Duration,
+}
+
+impl Connection {
+    /// Connects and runs the handshake, all within `deadline`.
+    pub fn establish(
+        address: &str,
+        host: &str,
+        port: u16,
+        metadata: &RawDocument,
+        id: u64,
+        generation: u64,
+        deadline: Deadline,
+    ) -> Result<Established> {
+        let stream = TcpStream::connect(host, port, deadline)?;
+        let mut conn = Connection {
+            stream,
+            buf: Vec::with_capacity(16 * 1024),
+            id,
+            generation,
+            address: address.to_string(),
+            hello: HelloReply::default(),
+            broken: false,
+        };
+        let started = runtime::now();
+        let reply = match conn.hello(metadata, false, deadline) {
+            Err(e) if e.kind == ErrorKind::Server && handshake::wants_legacy_fallback(&e) => {
+                conn.hello(metadata, true, deadline)
+            }
+            other => other,
+        }
+        .map_err(|e| in_handshake(e, address))?;
+        let rtt = runtime::now().since(started);
+        conn.hello = HelloReply::parse(&reply)?;
+        conn.hello.check_wire_version(address)?;
+        Ok(Established { conn, rtt })
+    }
+
+    fn hello(
+        &mut self,
+        metadata: &RawDocument,
+        legacy: bool,
+        deadline: Deadline,
+    ) -> Result<RawDocumentBuf> {
+        let cmd = handshake::hello_command(metadata, legacy);
+        let request_id = next_request_id();
+        self.buf.clear();
+        if legacy {
+            wire::encode_op_query(&mut self.buf, request_id, "admin", &cmd);
+        } else {
+            wire::encode_op_msg(
+                &mut self.buf,
+                request_id,
+                0,
+                &cmd,
+                &[],
+                wire::DEFAULT_MAX_MESSAGE_SIZE,
+            )?;
+        }
+        self.flush_buf(deadline)?;
+        let reply = self.receive(request_id, deadline)?;
+        check_ok(&reply)?;
+        Ok(reply)
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    pub fn max_message_size(&self) -> usize {
+        self.hello.max_message_size_bytes
+    }
+
+    /// Sends one OP_MSG in one write.
+    pub fn send(
+        &mut self,
+        request_id: i32,
+        body: &RawDocument,
+        sequences: &[(&str, &[RawDocumentBuf])],
+        deadline: Deadline,
+    ) -> Result<()> {
+        let max = self.max_message_size();
+        self.buf.clear();
+        wire::encode_op_msg(&mut self.buf, request_id, 0, body, sequences, max)?;
+        self.flush_buf(deadline)
+    }
+
+    fn flush_buf(&mut self, deadline: Deadline) -> Result<()> {
+        let r = self.stream.write_all(&self.buf, deadline);
+        self.fail_on_err(r)
+    }
+
+    /// Reads one reply; the reads for it share `deadline`.
+    pub fn receive(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        let r = self.receive_inner(request_id, deadline);
+        self.fail_on_err(r)
+    }
+
+    fn receive_inner(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        self.buf.clear();
+        self.stream.read_to_len(&mut self.buf, 4, deadline)?;
+        let prefix = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
+        let len = wire::frame_length(prefix, self.max_message_size())?;
+        self.stream.read_to_len(&mut self.buf, len, deadline)?;
+        let (header, message) = wire::decode(&self.buf[..len])?;
+        if header.response_to != request_id {
+            return Err(Error::protocol(format!(
+                "reply answers request {} but {request_id} was sent",
+                header.response_to
+            )));
+        }
+        match message {
+            Message::Msg(msg) if msg.more_to_come() => Err(Error::protocol(
+                "unexpected moreToCome reply (exhaust cursors are not used)",
+            )),
+            Message::Msg(msg) => Ok(msg.body),
+            Message::Reply(mut reply) => reply
+                .documents
+                .pop()
+                .ok_or_else(|| Error::protocol("empty OP_REPLY")),
+        }
+    }
+
+    fn fail_on_err<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+}
+
+fn in_handshake(e: Error, address: &str) -> Error {
+    if e.is_timeout() {
+        let cause = e.message.clone();
+        Error::timeout(&format!("connection handshake with {address}")).with_cause(cause)
+    } else {
+        e
+    }
+}
+
+/// Turns an ok:0 reply into a server error carrying code, codeName, labels.
+pub fn check_ok(reply: &RawDocument) -> Result<()> {
+    let ok = match reply.get("ok").ok().flatten() {
+        Some(bson::RawBsonRef::Double(v)) => v == 1.0,
+        Some(bson::RawBsonRef::Int32(v)) => v == 1,
+        Some(bson::RawBsonRef::Int64(v)) => v == 1,
+        Some(bson::RawBsonRef::Boolean(v)) => v,
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(server_error(
+        reply,
+        reply.get_str("errmsg").unwrap_or("command failed"),
+        Some(reply.to_owned()),
+    ))
+}
+
+/// A server error from an error document (a reply, a writeError, a writeConcernError).
+pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentBuf>) -> Error {
+    let mut e = Error::new(ErrorKind::Server, message);
+    e.code = doc.get_i32("code").ok();
+    e.code_name = doc.get_str("codeName").ok().map(str::to_string);
+    if let Ok(labels) = doc.get_array("errorLabels") {
+        e.labels = labels
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+    }
+    if e.code == Some(50) {
+        // The server's own limit (maxTimeMS) expired: a timeout to the caller.
+        e.kind = ErrorKind::Timeout;
+        e.cause = Some(message.to_string());
+        e.message = "operation timed out on the server (MaxTimeMSExpired)".into();
+    }
+    e.reply = reply;
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn ok_variants() {
+        assert!(check_ok(&rawdoc! { "ok": 1.0 }).is_ok());
+        assert!(check_ok(&rawdoc! { "ok": 1 }).is_ok());
+        assert!(check_ok(&rawdoc! { "ok": 0 }).is_err());
+        assert!(
+            check_ok(&rawdoc! {}).is_err(),
+            "a reply without ok is a failure"
+        );
+    }
+
+    #[test]
+    fn server_error_carries_code_name_and_labels() {
+        let e = check_ok(&rawdoc! {
+            "ok": 0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary",
+            "errorLabels": ["RetryableWriteError"],
+        })
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Server);
+        assert_eq!(e.code, Some(10107));
+        assert_eq!(e.code_name.as_deref(), Some("NotWritablePrimary"));
+        assert!(e.has_label("RetryableWriteError"));
+        assert_eq!(e.message, "not primary");
+        assert!(e.reply.is_some());
+    }
+
+    #[test]
+    fn max_time_expired_is_a_timeout() {
+        let e =
+            check_ok(&rawdoc! { "ok": 0, "errmsg": "operation exceeded time limit", "code": 50 })
+                .unwrap_err();
+        assert!(e.is_timeout());
+        assert_eq!(e.code, Some(50));
+    }
+}

@@ -1,0 +1,214 @@
+//! Client Side Operations Timeout, sans I/O: from one operation's settings
+//! to the deadline of each blocking section and the `maxTimeMS` sent.
+//!
+//! With `timeoutMS` set (CSOT mode) one deadline bounds everything: server
+//! selection (capped by serverSelectionTimeoutMS), connection establishment
+//! (capped by connectTimeoutMS), every write and read, and the server's own
+//! `maxTimeMS`. Without it the legacy per-section timeouts apply.
+
+use crate::deadline::{Deadline, Instant};
+use crate::error::{Error, ErrorKind, Result};
+use std::time::Duration;
+
+/// The legacy timeouts of a client (URI options), in milliseconds; 0 = none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyTimeouts {
+    pub server_selection_ms: u64,
+    pub connect_ms: u64,
+    pub socket_ms: u64,
+}
+
+impl Default for LegacyTimeouts {
+    fn default() -> Self {
+        // The URI options spec's defaults.
+        LegacyTimeouts {
+            server_selection_ms: 30_000,
+            connect_ms: 10_000,
+            socket_ms: 0,
+        }
+    }
+}
+
+/// The time budget of one operation, fixed when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTimeout {
+    /// `Some` in CSOT mode (timeoutMS set; `Deadline::Infinite` for timeoutMS=0).
+    pub csot: Option<Deadline>,
+    pub legacy: LegacyTimeouts,
+}
+
+impl OpTimeout {
+    /// `timeout_ms` is the resolved timeoutMS (operation, else collection,
+    /// database, client): `None` when set nowhere.
+    pub fn start(now: Instant, timeout_ms: Option<u64>, legacy: LegacyTimeouts) -> OpTimeout {
+        OpTimeout {
+            csot: timeout_ms.map(|ms| Deadline::from_ms(now, Some(ms))),
+            legacy,
+        }
+    }
+
+    /// The whole operation's deadline (infinite in legacy mode).
+    pub fn deadline(&self) -> Deadline {
+        self.csot.unwrap_or(Deadline::Infinite)
+    }
+
+    pub fn selection_deadline(&self, now: Instant) -> Deadline {
+        self.deadline()
+            .cap_ms(now, Some(self.legacy.server_selection_ms))
+    }
+
+    pub fn connect_deadline(&self, now: Instant) -> Deadline {
+        self.deadline().cap_ms(now, Some(self.legacy.connect_ms))
+    }
+
+    /// Every socket read and write of one round trip shares this deadline.
+    pub fn io_deadline(&self, now: Instant) -> Deadline {
+        match self.csot {
+            Some(deadline) => deadline,
+            None => Deadline::from_ms(now, Some(self.legacy.socket_ms)),
+        }
+    }
+
+    /// Whether an expired selection deadline is the operation's (a timeout
+    /// error) or serverSelectionTimeoutMS's (a server selection error).
+    pub fn selection_error(&self, now: Instant, message: String) -> Error {
+        match self.csot {
+            Some(Deadline::At(at)) if now >= at => {
+                Error::timeout("server selection").with_cause(message)
+            }
+            _ => Error::new(ErrorKind::ServerSelection, message),
+        }
+    }
+
+    /// The `maxTimeMS` to send: what is left minus the server's minimum RTT.
+    /// Fails without sending when nothing would be left (CSOT spec).
+    pub fn max_time_ms(&self, now: Instant, min_rtt: Duration) -> Result<Option<u64>> {
+        let Some(Deadline::At(at)) = self.csot else {
+            return Ok(None);
+        };
+        let remaining = at.since(now);
+        match remaining.checked_sub(min_rtt) {
+            Some(left) if left.as_millis() > 0 => Ok(Some(left.as_millis() as u64)),
+            _ => Err(Error::timeout("command preparation").with_cause(format!(
+                "{} ms left of timeoutMS is not more than the server's minimum round trip time of {} ms",
+                remaining.as_millis(),
+                min_rtt.as_millis()
+            ))),
+        }
+    }
+}
+
+/// The deadline for best-effort cleanup with no operation of its own
+/// (killCursors from a dropped cursor): the client's timeoutMS when set,
+/// else this bound, so a drop never blocks indefinitely.
+pub const CLEANUP_TIMEOUT_MS: u64 = 1_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Instant = Instant(1_000_000_000);
+    fn at(ms: u64) -> Instant {
+        T0.saturating_add(Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn legacy_mode_uses_per_section_timeouts() {
+        let t = OpTimeout::start(T0, None, LegacyTimeouts::default());
+        assert_eq!(t.deadline(), Deadline::Infinite);
+        assert_eq!(t.selection_deadline(T0), Deadline::At(at(30_000)));
+        assert_eq!(t.connect_deadline(T0), Deadline::At(at(10_000)));
+        assert_eq!(
+            t.io_deadline(T0),
+            Deadline::Infinite,
+            "socketTimeoutMS 0 = no limit"
+        );
+        assert_eq!(t.max_time_ms(T0, Duration::ZERO).unwrap(), None);
+        let t = OpTimeout::start(
+            T0,
+            None,
+            LegacyTimeouts {
+                socket_ms: 250,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            t.io_deadline(at(5)),
+            Deadline::At(at(255)),
+            "per round trip"
+        );
+    }
+
+    #[test]
+    fn csot_caps_every_section_by_one_deadline() {
+        let t = OpTimeout::start(T0, Some(100), LegacyTimeouts::default());
+        assert_eq!(t.selection_deadline(T0), Deadline::At(at(100)));
+        assert_eq!(t.connect_deadline(T0), Deadline::At(at(100)));
+        assert_eq!(t.io_deadline(at(50)), Deadline::At(at(100)));
+        let short_sst = LegacyTimeouts {
+            server_selection_ms: 20,
+            ..Default::default()
+        };
+        let t = OpTimeout::start(T0, Some(100), short_sst);
+        assert_eq!(t.selection_deadline(T0), Deadline::At(at(20)));
+    }
+
+    #[test]
+    fn timeout_zero_is_csot_without_limit() {
+        let t = OpTimeout::start(
+            T0,
+            Some(0),
+            LegacyTimeouts {
+                socket_ms: 5,
+                ..Default::default()
+            },
+        );
+        assert_eq!(t.csot, Some(Deadline::Infinite));
+        assert_eq!(
+            t.io_deadline(T0),
+            Deadline::Infinite,
+            "socketTimeoutMS is ignored under CSOT"
+        );
+        assert_eq!(t.max_time_ms(T0, Duration::from_millis(3)).unwrap(), None);
+    }
+
+    #[test]
+    fn max_time_ms_subtracts_min_rtt_and_refuses_when_none_left() {
+        let t = OpTimeout::start(T0, Some(100), LegacyTimeouts::default());
+        assert_eq!(
+            t.max_time_ms(at(30), Duration::from_millis(10)).unwrap(),
+            Some(60)
+        );
+        let err = t
+            .max_time_ms(at(95), Duration::from_millis(10))
+            .unwrap_err();
+        assert!(err.is_timeout());
+        assert!(err.cause.unwrap().contains("round trip"));
+        assert!(t.max_time_ms(at(200), Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn selection_error_kind_depends_on_which_limit_expired() {
+        let t = OpTimeout::start(
+            T0,
+            Some(100),
+            LegacyTimeouts {
+                server_selection_ms: 20,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            t.selection_error(at(25), "x".into()).kind,
+            ErrorKind::ServerSelection
+        );
+        assert_eq!(
+            t.selection_error(at(100), "x".into()).kind,
+            ErrorKind::Timeout
+        );
+        let legacy = OpTimeout::start(T0, None, LegacyTimeouts::default());
+        assert_eq!(
+            legacy.selection_error(at(30_000), "x".into()).kind,
+            ErrorKind::ServerSelection
+        );
+    }
+}

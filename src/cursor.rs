@@ -1,0 +1,153 @@
+//! A server cursor. It hands over whole batches; getMore goes to the server
+//! that owns the cursor, under the cursor's CSOT timeout mode.
+
+use crate::client::Client;
+use crate::csot::{OpTimeout, CLEANUP_TIMEOUT_MS};
+use crate::error::{Error, Result};
+use crate::operation::{CursorReply, GetMore, KillCursors};
+use crate::session::Session;
+use bson::RawDocumentBuf;
+
+/// CSOT: does timeoutMS bound the cursor's whole life, or each batch?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeoutMode {
+    #[default]
+    CursorLifetime,
+    Iteration,
+}
+
+pub struct Batch {
+    pub documents: Vec<RawDocumentBuf>,
+    /// The server has no more (the cursor id is 0).
+    pub exhausted: bool,
+}
+
+pub struct Cursor {
+    client: Client,
+    db: String,
+    coll: String,
+    id: i64,
+    address: String,
+    pending: Vec<RawDocumentBuf>,
+    batch_size: Option<u32>,
+    mode: TimeoutMode,
+    timeout_ms: Option<u64>,
+    /// The budget started by the command that opened the cursor.
+    lifetime: OpTimeout,
+    session: Option<Session>,
+    resume_token: Option<RawDocumentBuf>,
+}
+
+impl Cursor {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        client: Client,
+        db: &str,
+        reply: CursorReply,
+        batch_size: Option<u32>,
+        mode: Option<TimeoutMode>,
+        timeout_ms: Option<u64>,
+        lifetime: OpTimeout,
+        session: Option<Session>,
+    ) -> Result<Cursor> {
+        let coll = match reply.ns.split_once('.') {
+            Some((_, coll)) => coll.to_string(),
+            None if reply.id == 0 => String::new(),
+            None => {
+                return Err(Error::protocol(format!(
+                    "cursor namespace {:?} has no collection",
+                    reply.ns
+                )))
+            }
+        };
+        if mode == Some(TimeoutMode::Iteration) && timeout_ms.is_none() {
+            return Err(Error::invalid_argument("timeoutMode requires timeoutMS"));
+        }
+        Ok(Cursor {
+            client,
+            db: db.to_string(),
+            coll,
+            id: reply.id,
+            address: reply.address,
+            pending: reply.batch,
+            batch_size,
+            mode: mode.unwrap_or_default(),
+            timeout_ms,
+            lifetime,
+            session,
+            resume_token: reply.post_batch_resume_token,
+        })
+    }
+
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn resume_token(&self) -> Option<RawDocumentBuf> {
+        self.resume_token.clone()
+    }
+
+    /// The buffered batch, else the next non-empty one from the server.
+    pub fn next_batch(&mut self) -> Result<Batch> {
+        if self.pending.is_empty() && self.id != 0 {
+            let budget = match self.mode {
+                TimeoutMode::CursorLifetime => self.lifetime,
+                TimeoutMode::Iteration => self.client.start_timeout(self.timeout_ms),
+            };
+            while self.pending.is_empty() && self.id != 0 {
+                let mut op = GetMore {
+                    db: self.db.clone(),
+                    coll: self.coll.clone(),
+                    id: self.id,
+                    batch_size: self.batch_size,
+                };
+                let reply = self
+                    .client
+                    .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+                    .inspect_err(|e| {
+                        // A network error loses the cursor with its connection.
+                        if e.kind == crate::ErrorKind::Network {
+                            self.id = 0;
+                        }
+                    })?;
+                self.id = reply.id;
+                self.pending = reply.batch;
+                if reply.post_batch_resume_token.is_some() {
+                    self.resume_token = reply.post_batch_resume_token;
+                }
+            }
+        }
+        Ok(Batch {
+            documents: std::mem::take(&mut self.pending),
+            exhausted: self.id == 0,
+        })
+    }
+
+    /// Kills the server cursor if it is still open.
+    pub fn close(&mut self) -> Result<()> {
+        self.pending.clear();
+        if self.id == 0 {
+            return Ok(());
+        }
+        let mut op = KillCursors {
+            db: self.db.clone(),
+            coll: self.coll.clone(),
+            ids: vec![self.id],
+        };
+        self.id = 0;
+        // A fresh budget: the cursor's own may be spent, and cleanup must still be bounded.
+        let budget = self.client.start_timeout(Some(
+            self.timeout_ms
+                .filter(|t| *t > 0)
+                .unwrap_or(CLEANUP_TIMEOUT_MS),
+        ));
+        self.client
+            .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+    }
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,124 @@
+use crate::client::{list_names, Client};
+use crate::collection::Collection;
+use crate::cursor::{Cursor, TimeoutMode};
+use crate::error::Result;
+use crate::operation::{CursorCommand, RunCommand};
+use crate::sdam::selection::{Criteria, ReadMode};
+use crate::session::Session;
+use bson::{rawdoc, RawDocumentBuf};
+
+#[derive(Clone)]
+pub struct Database {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    /// Already resolved against the client's.
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// Options for a command the caller writes by hand.
+#[derive(Default, Clone)]
+pub struct RunCommandOptions<'a> {
+    pub timeout_ms: Option<u64>,
+    pub session: Option<&'a Session>,
+    pub read_preference: Option<ReadMode>,
+}
+
+impl Database {
+    pub(crate) fn new(client: Client, name: &str, timeout_ms: Option<u64>) -> Database {
+        Database {
+            client,
+            name: name.to_string(),
+            timeout_ms,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.timeout_ms
+    }
+
+    /// A collection handle; `timeout_ms` `None` inherits the database's.
+    pub fn collection(&self, name: &str, timeout_ms: Option<u64>) -> Collection {
+        Collection::new(self.clone(), name, timeout_ms.or(self.timeout_ms))
+    }
+
+    /// Runs `command` as given; returns the reply (an ok:0 reply is an error).
+    pub fn run_command(
+        &self,
+        command: RawDocumentBuf,
+        options: &RunCommandOptions,
+    ) -> Result<RawDocumentBuf> {
+        let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
+        let mut op = RunCommand {
+            db: self.name.clone(),
+            command,
+            criteria,
+        };
+        let timeout = options.timeout_ms.or(self.timeout_ms);
+        self.client.execute(&mut op, timeout, options.session)
+    }
+
+    /// Runs a command whose reply is a cursor and returns that cursor.
+    pub fn run_cursor_command(
+        &self,
+        command: RawDocumentBuf,
+        timeout_ms: Option<u64>,
+        mode: Option<TimeoutMode>,
+        batch_size: Option<u32>,
+        session: Option<&Session>,
+    ) -> Result<Cursor> {
+        let timeout_ms = timeout_ms.or(self.timeout_ms);
+        let budget = self.client.start_timeout(timeout_ms);
+        let criteria = Criteria::Read(ReadMode::Primary);
+        let mut op = CursorCommand(RunCommand {
+            db: self.name.clone(),
+            command,
+            criteria,
+        });
+        let parsed = self
+            .client
+            .execute_within(&mut op, &budget, session, None)?;
+        Cursor::new(
+            self.client.clone(),
+            &self.name,
+            parsed,
+            batch_size,
+            mode,
+            timeout_ms,
+            budget,
+            session.cloned(),
+        )
+    }
+
+    pub fn list_collection_names(
+        &self,
+        filter: RawDocumentBuf,
+        timeout_ms: Option<u64>,
+        session: Option<&Session>,
+    ) -> Result<Vec<String>> {
+        let opts = RunCommandOptions {
+            timeout_ms,
+            session,
+            read_preference: None,
+        };
+        let cmd = rawdoc! { "listCollections": 1, "filter": filter, "nameOnly": true };
+        let reply = self.run_command(cmd, &opts)?;
+        let cursor = reply
+            .get_document("cursor")
+            .map_err(|_| crate::Error::protocol("listCollections reply has no cursor"))?;
+        list_names(&cursor.to_owned(), "firstBatch")
+    }
+
+    pub fn drop(&self, timeout_ms: Option<u64>, session: Option<&Session>) -> Result<()> {
+        let opts = RunCommandOptions {
+            timeout_ms,
+            session,
+            read_preference: None,
+        };
+        self.run_command(rawdoc! { "dropDatabase": 1 }, &opts)
+            .map(|_| ())
+    }
+}

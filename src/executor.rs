@@ -1,0 +1,154 @@
+//! The executor: one place that runs every operation. It selects a server,
+//! checks out a connection, adds `$db`/`lsid`/`maxTimeMS`, does the round
+//! trip under the operation's deadline, records monitoring events and
+//! returns the connection to its pool.
+
+use crate::client::ClientInner;
+use crate::conn::{check_ok, next_request_id};
+use crate::csot::OpTimeout;
+use crate::error::{ErrorKind, Result};
+use crate::monitoring::{is_sensitive, CommandEvent, EventKind};
+use crate::operation::Operation;
+use crate::runtime;
+use crate::session::Session;
+use bson::cstr;
+use bson::RawDocumentBuf;
+
+/// Per-call context: the operation's time budget, its session, and (for
+/// getMore/killCursors) the server it must go to.
+pub struct Context<'a> {
+    pub timeout: OpTimeout,
+    pub session: Option<&'a Session>,
+    pub pinned: Option<&'a str>,
+}
+
+pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+    let mut topology = client.topology.borrow_mut();
+    let address = match ctx.pinned {
+        Some(a) => a.to_string(),
+        None => topology.select(op.criteria(), &ctx.timeout)?,
+    };
+    let mut conn = topology.checkout(&address, &ctx.timeout)?;
+    let min_rtt = topology.min_rtt(&address);
+    // Pools are not shared with anything else while the round trip runs.
+    drop(topology);
+
+    let cmd = op.build(&conn.hello)?;
+    let mut body = cmd.body;
+    body.append(cstr!("$db"), cmd.db.as_str());
+    if let Some(session) = ctx.session {
+        session.apply_to(&mut body)?;
+    }
+    if op.sends_max_time() {
+        if let Some(ms) = ctx.timeout.max_time_ms(runtime::now(), min_rtt)? {
+            body.append(cstr!("maxTimeMS"), ms as i64);
+        }
+    }
+    let sequences: Vec<(&str, &[RawDocumentBuf])> = cmd
+        .sequences
+        .iter()
+        .map(|(id, docs)| (id.as_str(), docs.as_slice()))
+        .collect();
+
+    let sensitive = is_sensitive(&cmd.name, &body);
+    let op_id = client.next_operation_id();
+    let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
+    let event = |kind,
+                 request_id,
+                 duration,
+                 command: Option<RawDocumentBuf>,
+                 reply: Option<RawDocumentBuf>,
+                 failure| {
+        client.record(|| CommandEvent {
+            kind,
+            command_name: cmd.name.clone(),
+            database_name: cmd.db.clone(),
+            request_id,
+            operation_id: op_id,
+            connection_id,
+            server_connection_id,
+            server_address: address.clone(),
+            duration,
+            command: command.map(|c| if sensitive { RawDocumentBuf::new() } else { c }),
+            reply: reply.map(|r| if sensitive { RawDocumentBuf::new() } else { r }),
+            failure,
+        })
+    };
+
+    let request_id = next_request_id();
+    if client.monitoring() {
+        let shown = with_sequences(&body, &cmd.sequences);
+        event(
+            EventKind::Started,
+            request_id,
+            None,
+            Some(shown),
+            None,
+            None,
+        );
+    }
+    let started = runtime::now();
+    let deadline = ctx.timeout.io_deadline(started);
+    let result = conn
+        .send(request_id, &body, &sequences, deadline)
+        .and_then(|()| conn.receive(request_id, deadline));
+    let elapsed = runtime::now().since(started);
+
+    let mut topology = client.topology.borrow_mut();
+    let failed = |e: &crate::Error, reply: Option<RawDocumentBuf>| {
+        if client.monitoring() {
+            event(
+                EventKind::Failed,
+                request_id,
+                Some(elapsed),
+                None,
+                reply,
+                Some(e.clone()),
+            );
+        }
+    };
+    match result {
+        Ok(reply) => {
+            topology.checkin(conn);
+            drop(topology);
+            if let Err(e) = check_ok(&reply) {
+                failed(&e, Some(reply));
+                return Err(e);
+            }
+            if client.monitoring() {
+                event(
+                    EventKind::Succeeded,
+                    request_id,
+                    Some(elapsed),
+                    None,
+                    Some(reply.clone()),
+                    None,
+                );
+            }
+            op.handle_reply(reply, &address)
+        }
+        Err(e) => {
+            if e.kind == ErrorKind::Network || e.kind == ErrorKind::Protocol {
+                topology.mark_unknown(&address, &e);
+            }
+            // A timed-out or failed socket is dropped with `conn` here.
+            failed(&e, None);
+            Err(e)
+        }
+    }
+}
+
+fn with_sequences(
+    body: &RawDocumentBuf,
+    sequences: &[(&'static bson::raw::CStr, Vec<RawDocumentBuf>)],
+) -> RawDocumentBuf {
+    let mut out = body.clone();
+    for (id, docs) in sequences {
+        let mut arr = bson::RawArrayBuf::new();
+        for d in docs {
+            arr.push(d.clone());
+        }
+        out.append(*id, arr);
+    }
+    out
+}

@@ -1,0 +1,280 @@
+//! Connection handshake (MongoDB Handshake spec), sans I/O: the `hello`
+//! command with client metadata, and what the reply tells the driver.
+
+use crate::error::{Error, Result};
+use bson::cstr;
+use bson::{rawdoc, RawDocument, RawDocumentBuf};
+
+pub const DRIVER_NAME: &str = "mongo-wasi";
+pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// MongoDB 4.2 .. 8.x.
+pub const MIN_WIRE_VERSION: i32 = 8;
+pub const MAX_WIRE_VERSION: i32 = 25;
+/// The spec caps client metadata at 512 bytes.
+const MAX_METADATA_LEN: usize = 512;
+
+/// The `client` document. `platform_extra` is the host's own description
+/// (e.g. "wasmtime 48"), which the guest cannot discover by itself.
+pub fn client_metadata(app_name: Option<&str>, platform_extra: Option<&str>) -> RawDocumentBuf {
+    let platform = match platform_extra {
+        Some(extra) => format!("WASI 0.2 (wasm32-wasip2); {extra}"),
+        None => "WASI 0.2 (wasm32-wasip2)".to_string(),
+    };
+    let mut doc = rawdoc! {
+        "driver": { "name": DRIVER_NAME, "version": DRIVER_VERSION },
+        "os": { "type": "wasi", "architecture": "wasm32" },
+        "platform": platform,
+    };
+    if let Some(name) = app_name {
+        doc.append(cstr!("application"), rawdoc! { "name": name });
+    }
+    if doc.as_bytes().len() > MAX_METADATA_LEN {
+        // Drop the optional platform detail first, as the spec allows.
+        let mut short = rawdoc! {
+            "driver": { "name": DRIVER_NAME, "version": DRIVER_VERSION },
+            "os": { "type": "wasi" },
+        };
+        if let Some(name) = app_name {
+            short.append(cstr!("application"), rawdoc! { "name": name });
+        }
+        return short;
+    }
+    doc
+}
+
+/// The OP_MSG `hello` (or, for the legacy fallback, `isMaster` over OP_QUERY).
+pub fn hello_command(metadata: &RawDocument, legacy: bool) -> RawDocumentBuf {
+    let mut cmd = RawDocumentBuf::new();
+    cmd.append(
+        if legacy {
+            cstr!("isMaster")
+        } else {
+            cstr!("hello")
+        },
+        1,
+    );
+    cmd.append(cstr!("helloOk"), true);
+    cmd.append(cstr!("client"), metadata.to_owned());
+    if !legacy {
+        cmd.append(cstr!("$db"), "admin");
+    }
+    cmd
+}
+
+/// Whether a failed `hello` means "try legacy isMaster" rather than a real error.
+pub fn wants_legacy_fallback(err: &Error) -> bool {
+    matches!(err.code, Some(59)) || err.message.contains("no such command")
+}
+
+/// What a hello/isMaster reply says about the server.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HelloReply {
+    pub is_writable_primary: bool,
+    pub secondary: bool,
+    pub arbiter_only: bool,
+    pub hidden: bool,
+    pub is_mongos: bool,
+    pub set_name: Option<String>,
+    pub set_version: Option<i64>,
+    pub election_id: Option<bson::oid::ObjectId>,
+    pub primary: Option<String>,
+    pub me: Option<String>,
+    pub hosts: Vec<String>,
+    pub passives: Vec<String>,
+    pub arbiters: Vec<String>,
+    pub min_wire_version: i32,
+    pub max_wire_version: i32,
+    pub max_bson_object_size: usize,
+    pub max_message_size_bytes: usize,
+    pub max_write_batch_size: usize,
+    pub logical_session_timeout_minutes: Option<i64>,
+    pub connection_id: Option<i64>,
+    pub hello_ok: bool,
+}
+
+impl HelloReply {
+    pub fn parse(doc: &RawDocument) -> Result<HelloReply> {
+        let int = |k: &str| -> Option<i64> {
+            match doc.get(k).ok().flatten()? {
+                bson::RawBsonRef::Int32(v) => Some(v as i64),
+                bson::RawBsonRef::Int64(v) => Some(v),
+                bson::RawBsonRef::Double(v) => Some(v as i64),
+                _ => None,
+            }
+        };
+        let flag = |k: &str| doc.get_bool(k).unwrap_or(false);
+        let string = |k: &str| doc.get_str(k).ok().map(str::to_string);
+        let strings = |k: &str| -> Vec<String> {
+            doc.get_array(k)
+                .map(|a| {
+                    a.into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let size = |k: &str, default: usize| {
+            int(k)
+                .and_then(|v| usize::try_from(v).ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(default)
+        };
+        Ok(HelloReply {
+            is_writable_primary: flag("isWritablePrimary") || flag("ismaster"),
+            secondary: flag("secondary"),
+            arbiter_only: flag("arbiterOnly"),
+            hidden: flag("hidden"),
+            is_mongos: doc.get_str("msg").ok() == Some("isdbgrid"),
+            set_name: string("setName"),
+            set_version: int("setVersion"),
+            election_id: doc.get_object_id("electionId").ok(),
+            primary: string("primary"),
+            me: string("me"),
+            hosts: strings("hosts"),
+            passives: strings("passives"),
+            arbiters: strings("arbiters"),
+            min_wire_version: int("minWireVersion").unwrap_or(0) as i32,
+            max_wire_version: int("maxWireVersion").unwrap_or(0) as i32,
+            max_bson_object_size: size("maxBsonObjectSize", 16 * 1024 * 1024),
+            max_message_size_bytes: size(
+                "maxMessageSizeBytes",
+                crate::wire::DEFAULT_MAX_MESSAGE_SIZE,
+            ),
+            max_write_batch_size: size("maxWriteBatchSize", 100_000),
+            logical_session_timeout_minutes: int("logicalSessionTimeoutMinutes"),
+            connection_id: int("connectionId"),
+            hello_ok: flag("helloOk"),
+        })
+    }
+
+    /// The wire version check of the handshake and SDAM specs.
+    pub fn check_wire_version(&self, address: &str) -> Result<()> {
+        if self.min_wire_version > MAX_WIRE_VERSION {
+            return Err(Error::new(
+                crate::ErrorKind::ServerSelection,
+                format!(
+                    "server at {address} requires wire version {}, but this driver supports up to {MAX_WIRE_VERSION}",
+                    self.min_wire_version
+                ),
+            ));
+        }
+        if self.max_wire_version < MIN_WIRE_VERSION {
+            return Err(Error::new(
+                crate::ErrorKind::ServerSelection,
+                format!(
+                    "server at {address} reports max wire version {}, but this driver requires at least {MIN_WIRE_VERSION} (MongoDB 4.2)",
+                    self.max_wire_version
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_names_driver_os_and_app() {
+        let md = client_metadata(Some("notes"), Some("wasmtime 48"));
+        let driver = md.get_document("driver").unwrap();
+        assert_eq!(driver.get_str("name").unwrap(), "mongo-wasi");
+        assert_eq!(
+            md.get_document("os").unwrap().get_str("type").unwrap(),
+            "wasi"
+        );
+        assert!(md.get_str("platform").unwrap().contains("wasmtime 48"));
+        assert_eq!(
+            md.get_document("application")
+                .unwrap()
+                .get_str("name")
+                .unwrap(),
+            "notes"
+        );
+    }
+
+    #[test]
+    fn oversized_metadata_is_trimmed() {
+        let md = client_metadata(Some("a"), Some(&"x".repeat(600)));
+        assert!(md.as_bytes().len() <= MAX_METADATA_LEN);
+        assert!(md.get_str("platform").is_err());
+    }
+
+    #[test]
+    fn hello_and_legacy_shapes() {
+        let md = client_metadata(None, None);
+        let hello = hello_command(&md, false);
+        assert_eq!(hello.iter().next().unwrap().unwrap().0, "hello");
+        assert_eq!(hello.get_str("$db").unwrap(), "admin");
+        assert!(hello.get_bool("helloOk").unwrap());
+        let legacy = hello_command(&md, true);
+        assert_eq!(legacy.iter().next().unwrap().unwrap().0, "isMaster");
+        assert!(legacy.get("$db").unwrap().is_none());
+    }
+
+    #[test]
+    fn parses_a_standalone_reply() {
+        let reply = rawdoc! {
+            "isWritablePrimary": true, "maxWireVersion": 25, "minWireVersion": 17,
+            "maxBsonObjectSize": 16777216, "maxMessageSizeBytes": 48000000,
+            "maxWriteBatchSize": 100000, "logicalSessionTimeoutMinutes": 30,
+            "connectionId": 4, "ok": 1,
+        };
+        let h = HelloReply::parse(&reply).unwrap();
+        assert!(h.is_writable_primary);
+        assert_eq!((h.min_wire_version, h.max_wire_version), (17, 25));
+        assert_eq!(h.connection_id, Some(4));
+        assert_eq!(h.max_message_size_bytes, 48_000_000);
+        h.check_wire_version("x").unwrap();
+    }
+
+    #[test]
+    fn parses_a_replica_set_member_and_legacy_field() {
+        let reply = rawdoc! {
+            "ismaster": true, "setName": "rs0", "hosts": ["a:1", "b:2"], "primary": "a:1",
+            "me": "a:1", "setVersion": 3, "maxWireVersion": 21, "minWireVersion": 0, "ok": 1,
+        };
+        let h = HelloReply::parse(&reply).unwrap();
+        assert!(h.is_writable_primary);
+        assert_eq!(h.set_name.as_deref(), Some("rs0"));
+        assert_eq!(h.hosts, vec!["a:1", "b:2"]);
+        assert_eq!(h.set_version, Some(3));
+        assert_eq!(
+            h.max_bson_object_size,
+            16 * 1024 * 1024,
+            "default when absent"
+        );
+    }
+
+    #[test]
+    fn wire_version_out_of_range_is_an_error() {
+        let too_old = HelloReply {
+            max_wire_version: 7,
+            ..Default::default()
+        };
+        assert!(too_old
+            .check_wire_version("h:1")
+            .unwrap_err()
+            .message
+            .contains("4.2"));
+        let too_new = HelloReply {
+            min_wire_version: 99,
+            max_wire_version: 99,
+            ..Default::default()
+        };
+        assert!(too_new.check_wire_version("h:1").is_err());
+    }
+
+    #[test]
+    fn legacy_fallback_only_for_unknown_command() {
+        let mut e = Error::new(crate::ErrorKind::Server, "no such command: 'hello'");
+        assert!(wants_legacy_fallback(&e));
+        e.message = "boom".into();
+        e.code = Some(59);
+        assert!(wants_legacy_fallback(&e));
+        e.code = Some(8);
+        assert!(!wants_legacy_fallback(&e));
+    }
+}

@@ -1,0 +1,40 @@
+//! mongo-wasi: a MongoDB driver for wasm32-wasip2 with one deadline per operation (CSOT).
+//!
+//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `sdam`, `csot`, `deadline`,
+//! `monitoring`) that unit-tests natively; one transport layer over WASI 0.2 (`runtime`);
+//! the `executor` that applies selection, checkout and the deadline to every `operation`;
+//! the public Rust API (`Client`, `Database`, `Collection`, `Cursor`, `Session`); and,
+//! behind the `component` feature, the WIT export glue.
+
+pub mod csot;
+pub mod deadline;
+pub mod error;
+pub mod handshake;
+pub mod monitoring;
+pub mod sdam;
+pub mod uri;
+pub mod wire;
+
+mod client;
+mod collection;
+mod conn;
+mod cursor;
+mod database;
+mod executor;
+pub(crate) mod operation;
+pub mod runtime;
+mod session;
+mod topology;
+
+// Export names such as `mongo-wasi:driver/client@0.1.0` only link into a
+// wasm component; a native cdylib's linker rejects them.
+#[cfg(all(feature = "component", target_arch = "wasm32"))]
+mod component;
+
+pub use client::{Client, ClientOptions};
+pub use collection::{Collection, FindOptions, OpOptions, UpdateResult, UpdateSpec};
+pub use cursor::{Batch, Cursor, TimeoutMode};
+pub use database::{Database, RunCommandOptions};
+pub use deadline::Deadline;
+pub use error::{Error, ErrorKind, Result};
+pub use session::Session;

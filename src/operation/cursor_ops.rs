@@ -1,0 +1,257 @@
+//! Commands that open or drive a server cursor.
+
+use super::{documents_of, Command, Operation};
+use crate::error::{Error, Result};
+use crate::handshake::HelloReply;
+use crate::sdam::selection::{Criteria, ReadMode};
+use bson::cstr;
+use bson::{RawDocument, RawDocumentBuf};
+
+/// What a cursor-returning reply holds.
+#[derive(Debug)]
+pub struct CursorReply {
+    pub id: i64,
+    pub ns: String,
+    pub batch: Vec<RawDocumentBuf>,
+    pub post_batch_resume_token: Option<RawDocumentBuf>,
+    /// The server that owns the cursor: getMore must go there.
+    pub address: String,
+}
+
+impl CursorReply {
+    pub fn parse(reply: &RawDocument, address: &str) -> Result<CursorReply> {
+        let cursor = reply
+            .get_document("cursor")
+            .map_err(|_| Error::protocol("reply has no cursor document"))?;
+        let id = cursor
+            .get_i64("id")
+            .map_err(|_| Error::protocol("cursor has no int64 id"))?;
+        let batch = match (
+            cursor.get_array("firstBatch"),
+            cursor.get_array("nextBatch"),
+        ) {
+            (Ok(b), _) | (_, Ok(b)) => documents_of(b)?,
+            _ => return Err(Error::protocol("cursor has no batch")),
+        };
+        Ok(CursorReply {
+            id,
+            ns: cursor.get_str("ns").unwrap_or_default().to_string(),
+            batch,
+            post_batch_resume_token: cursor
+                .get_document("postBatchResumeToken")
+                .ok()
+                .map(|d| d.to_owned()),
+            address: address.to_string(),
+        })
+    }
+}
+
+/// `find`, with the CRUD spec's options; anything else rides in `extra`.
+pub struct Find {
+    pub db: String,
+    pub coll: String,
+    pub filter: RawDocumentBuf,
+    pub sort: Option<RawDocumentBuf>,
+    pub projection: Option<RawDocumentBuf>,
+    pub skip: Option<i64>,
+    pub limit: Option<i64>,
+    pub batch_size: Option<u32>,
+    pub extra: Option<RawDocumentBuf>,
+}
+
+impl Operation for Find {
+    type Output = CursorReply;
+
+    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+        let mut body = RawDocumentBuf::new();
+        body.append(cstr!("find"), self.coll.as_str());
+        body.append(cstr!("filter"), self.filter.clone());
+        if let Some(sort) = &self.sort {
+            body.append(cstr!("sort"), sort.clone());
+        }
+        if let Some(p) = &self.projection {
+            body.append(cstr!("projection"), p.clone());
+        }
+        if let Some(skip) = self.skip.filter(|s| *s != 0) {
+            body.append(cstr!("skip"), skip);
+        }
+        match self.limit {
+            // A negative limit means one batch of that size, then close (CRUD spec).
+            Some(l) if l < 0 => {
+                body.append(cstr!("limit"), -l);
+                body.append(cstr!("singleBatch"), true);
+            }
+            Some(l) if l > 0 => body.append(cstr!("limit"), l),
+            _ => {}
+        }
+        if let Some(b) = self.batch_size {
+            // batchSize equal to limit would leave an open cursor with nothing in it.
+            let b = match self.limit {
+                Some(l) if l > 0 && l == i64::from(b) => b + 1,
+                _ => b,
+            };
+            body.append(cstr!("batchSize"), i64::from(b));
+        }
+        super::merge_extra(&mut body, self.extra.as_deref())?;
+        Ok(Command {
+            name: "find".into(),
+            db: self.db.clone(),
+            body,
+            sequences: Vec::new(),
+        })
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<CursorReply> {
+        CursorReply::parse(&reply, address)
+    }
+
+    fn criteria(&self) -> Criteria {
+        Criteria::Read(ReadMode::Primary)
+    }
+}
+
+pub struct GetMore {
+    pub db: String,
+    pub coll: String,
+    pub id: i64,
+    pub batch_size: Option<u32>,
+}
+
+impl Operation for GetMore {
+    type Output = CursorReply;
+
+    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+        let mut body = RawDocumentBuf::new();
+        body.append(cstr!("getMore"), self.id);
+        body.append(cstr!("collection"), self.coll.as_str());
+        if let Some(b) = self.batch_size {
+            body.append(cstr!("batchSize"), i64::from(b));
+        }
+        Ok(Command {
+            name: "getMore".into(),
+            db: self.db.clone(),
+            body,
+            sequences: Vec::new(),
+        })
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<CursorReply> {
+        CursorReply::parse(&reply, address)
+    }
+
+    fn criteria(&self) -> Criteria {
+        Criteria::Read(ReadMode::Primary)
+    }
+
+    fn sends_max_time(&self) -> bool {
+        // CSOT: getMore on a non-tailable cursor carries no maxTimeMS.
+        false
+    }
+}
+
+pub struct KillCursors {
+    pub db: String,
+    pub coll: String,
+    pub ids: Vec<i64>,
+}
+
+impl Operation for KillCursors {
+    type Output = ();
+
+    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+        let mut body = RawDocumentBuf::new();
+        body.append(cstr!("killCursors"), self.coll.as_str());
+        let mut ids = bson::RawArrayBuf::new();
+        for id in &self.ids {
+            ids.push(*id);
+        }
+        body.append(cstr!("cursors"), ids);
+        Ok(Command {
+            name: "killCursors".into(),
+            db: self.db.clone(),
+            body,
+            sequences: Vec::new(),
+        })
+    }
+
+    fn handle_reply(&mut self, _: RawDocumentBuf, _: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn sends_max_time(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    fn find() -> Find {
+        Find {
+            db: "d".into(),
+            coll: "c".into(),
+            filter: rawdoc! { "x": 1 },
+            sort: None,
+            projection: None,
+            skip: None,
+            limit: None,
+            batch_size: None,
+            extra: None,
+        }
+    }
+
+    #[test]
+    fn find_builds_options() {
+        let mut f = Find {
+            sort: Some(rawdoc! { "a": 1 }),
+            skip: Some(2),
+            limit: Some(5),
+            batch_size: Some(3),
+            ..find()
+        };
+        let cmd = f.build(&HelloReply::default()).unwrap();
+        assert_eq!(
+            cmd.body,
+            rawdoc! { "find": "c", "filter": { "x": 1 }, "sort": { "a": 1 }, "skip": 2i64, "limit": 5i64, "batchSize": 3i64 }
+        );
+    }
+
+    #[test]
+    fn negative_limit_is_a_single_batch() {
+        let mut f = Find {
+            limit: Some(-3),
+            ..find()
+        };
+        let body = f.build(&HelloReply::default()).unwrap().body;
+        assert_eq!(body.get_i64("limit").unwrap(), 3);
+        assert!(body.get_bool("singleBatch").unwrap());
+    }
+
+    #[test]
+    fn cursor_reply_parses_first_and_next_batch() {
+        let r =
+            rawdoc! { "cursor": { "id": 5i64, "ns": "d.c", "firstBatch": [{ "a": 1 }] }, "ok": 1 };
+        let c = CursorReply::parse(&r, "h:1").unwrap();
+        assert_eq!((c.id, c.ns.as_str(), c.batch.len()), (5, "d.c", 1));
+        let r = rawdoc! { "cursor": { "id": 0i64, "nextBatch": [] }, "ok": 1 };
+        assert_eq!(CursorReply::parse(&r, "h:1").unwrap().id, 0);
+        assert!(CursorReply::parse(&rawdoc! { "ok": 1 }, "h:1").is_err());
+        assert!(
+            CursorReply::parse(&rawdoc! { "cursor": { "id": 1 } }, "h:1").is_err(),
+            "int32 id"
+        );
+    }
+
+    #[test]
+    fn kill_cursors_lists_ids() {
+        let mut k = KillCursors {
+            db: "d".into(),
+            coll: "c".into(),
+            ids: vec![9],
+        };
+        let body = k.build(&HelloReply::default()).unwrap().body;
+        assert_eq!(body, rawdoc! { "killCursors": "c", "cursors": [9i64] });
+    }
+}

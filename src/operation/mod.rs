@@ -1,0 +1,127 @@
+//! Each command is a small type implementing [`Operation`]; the executor
+//! applies selection, checkout, the deadline and monitoring to all of them.
+
+mod cursor_ops;
+pub mod insert;
+mod run_command;
+
+pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
+pub use insert::Insert;
+pub use run_command::{CursorCommand, RunCommand};
+
+use crate::error::{Error, Result};
+use crate::handshake::HelloReply;
+use crate::sdam::selection::Criteria;
+use bson::{RawArray, RawDocument, RawDocumentBuf};
+
+#[derive(Debug)]
+/// A command ready to send (without `$db`, `lsid`, `maxTimeMS`: the executor adds those).
+pub struct Command {
+    pub name: String,
+    pub db: String,
+    pub body: RawDocumentBuf,
+    /// OP_MSG kind-1 sections, e.g. ("documents", [...]).
+    pub sequences: Vec<(&'static bson::raw::CStr, Vec<RawDocumentBuf>)>,
+}
+
+pub trait Operation {
+    type Output;
+
+    /// Builds the command for a connection to a server described by `hello`.
+    fn build(&mut self, hello: &HelloReply) -> Result<Command>;
+
+    /// Interprets an ok:1 reply from `address`.
+    fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<Self::Output>;
+
+    fn criteria(&self) -> Criteria {
+        Criteria::Write
+    }
+
+    /// Whether CSOT's `maxTimeMS` goes on this command (not on getMore,
+    /// killCursors, or commands the caller already limited).
+    fn sends_max_time(&self) -> bool {
+        true
+    }
+}
+
+/// Appends every field of `extra` that `body` does not already have.
+pub fn merge_extra(body: &mut RawDocumentBuf, extra: Option<&RawDocument>) -> Result<()> {
+    let Some(extra) = extra else { return Ok(()) };
+    for item in extra {
+        let (key, value) = item?;
+        if body.get(key)?.is_none() {
+            body.append(key, value);
+        }
+    }
+    Ok(())
+}
+
+/// Copies each document of a raw array (a batch) out of a reply.
+pub fn documents_of(array: &RawArray) -> Result<Vec<RawDocumentBuf>> {
+    array
+        .into_iter()
+        .map(|v| {
+            v?.as_document()
+                .map(|d| d.to_owned())
+                .ok_or_else(|| Error::protocol("batch holds a non-document"))
+        })
+        .collect()
+}
+
+/// `writeErrors` / `writeConcernError` in an ok:1 write reply become a server error.
+pub fn check_write_errors(reply: &RawDocument) -> Result<()> {
+    if let Ok(errors) = reply.get_array("writeErrors") {
+        if let Some(first) = errors.into_iter().next() {
+            let first = first?
+                .as_document()
+                .ok_or_else(|| Error::protocol("bad writeErrors"))?;
+            let msg = first.get_str("errmsg").unwrap_or("write error");
+            let mut e = crate::conn::server_error(first, msg, Some(reply.to_owned()));
+            e.message = format!("write error: {}", e.message);
+            return Err(e);
+        }
+    }
+    if let Ok(wce) = reply.get_document("writeConcernError") {
+        let msg = wce.get_str("errmsg").unwrap_or("write concern error");
+        let mut e = crate::conn::server_error(wce, msg, Some(reply.to_owned()));
+        if let Ok(labels) = reply.get_array("errorLabels") {
+            for l in labels.into_iter().flatten().filter_map(|v| v.as_str()) {
+                e.add_label(l);
+            }
+        }
+        e.message = format!("write concern error: {}", e.message);
+        return Err(e);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn merge_extra_keeps_existing_fields() {
+        let mut body = rawdoc! { "find": "c", "limit": 1 };
+        merge_extra(&mut body, Some(&rawdoc! { "limit": 5, "comment": "x" })).unwrap();
+        assert_eq!(body, rawdoc! { "find": "c", "limit": 1, "comment": "x" });
+    }
+
+    #[test]
+    fn write_errors_become_server_errors() {
+        let reply = rawdoc! { "ok": 1, "n": 0, "writeErrors": [{ "index": 0, "code": 11000, "errmsg": "dup" }] };
+        let e = check_write_errors(&reply).unwrap_err();
+        assert_eq!(e.code, Some(11000));
+        let reply = rawdoc! { "ok": 1, "n": 1, "writeConcernError": { "code": 64, "errmsg": "wc" }, "errorLabels": ["RetryableWriteError"] };
+        let e = check_write_errors(&reply).unwrap_err();
+        assert_eq!(e.code, Some(64));
+        assert!(e.has_label("RetryableWriteError"));
+        assert!(check_write_errors(&rawdoc! { "ok": 1, "n": 1 }).is_ok());
+    }
+
+    #[test]
+    fn documents_of_rejects_non_documents() {
+        let doc = rawdoc! { "a": [{ "x": 1 }, 2] };
+        assert!(documents_of(doc.get_array("a").unwrap()).is_err());
+    }
+}

@@ -1,0 +1,69 @@
+use super::{Command, Operation};
+use crate::error::{Error, Result};
+use crate::handshake::HelloReply;
+use crate::sdam::selection::Criteria;
+use bson::RawDocumentBuf;
+
+/// The user's command, sent as given (plus what the executor adds).
+pub struct RunCommand {
+    pub db: String,
+    pub command: RawDocumentBuf,
+    pub criteria: Criteria,
+}
+
+impl Operation for RunCommand {
+    type Output = RawDocumentBuf;
+
+    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+        let name = match self.command.iter().next() {
+            Some(Ok((key, _))) => key.to_string(),
+            _ => {
+                return Err(Error::invalid_argument(
+                    "run-command needs a non-empty command document",
+                ))
+            }
+        };
+        Ok(Command {
+            name,
+            db: self.db.clone(),
+            body: self.command.clone(),
+            sequences: Vec::new(),
+        })
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<RawDocumentBuf> {
+        Ok(reply)
+    }
+
+    fn criteria(&self) -> Criteria {
+        self.criteria
+    }
+
+    fn sends_max_time(&self) -> bool {
+        // A caller's own maxTimeMS wins over the derived one.
+        self.command.get("maxTimeMS").ok().flatten().is_none()
+    }
+}
+
+/// A user command whose reply is a cursor (aggregate, listCollections...).
+pub struct CursorCommand(pub RunCommand);
+
+impl Operation for CursorCommand {
+    type Output = super::CursorReply;
+
+    fn build(&mut self, hello: &HelloReply) -> Result<Command> {
+        self.0.build(hello)
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<super::CursorReply> {
+        super::CursorReply::parse(&reply, address)
+    }
+
+    fn criteria(&self) -> Criteria {
+        self.0.criteria
+    }
+
+    fn sends_max_time(&self) -> bool {
+        self.0.sends_max_time()
+    }
+}

@@ -1,0 +1,235 @@
+//! The live topology: SDAM descriptions, RTT per server and a connection
+//! pool per server. Single-threaded (the SDAM spec's single-threaded mode):
+//! servers are checked when selection finds nothing suitable, and the
+//! handshake's connection goes straight into the pool.
+
+use crate::conn::{Connection, Established};
+use crate::csot::OpTimeout;
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::runtime;
+use crate::sdam::rtt::RttStats;
+use crate::sdam::selection::{self, Criteria};
+use crate::sdam::{ServerType, TopologyDescription};
+use bson::RawDocumentBuf;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
+
+pub struct TopologySettings {
+    pub seeds: Vec<String>,
+    pub direct: bool,
+    pub replica_set: Option<String>,
+    pub local_threshold: Duration,
+    pub metadata: RawDocumentBuf,
+    pub max_pool_size: usize,
+}
+
+#[derive(Default)]
+struct ServerState {
+    rtt: RttStats,
+    idle: Vec<Connection>,
+    generation: u64,
+    last_check: Option<crate::deadline::Instant>,
+}
+
+pub struct Topology {
+    settings: TopologySettings,
+    pub description: TopologyDescription,
+    servers: HashMap<String, ServerState>,
+    next_conn_id: u64,
+    rng: u64,
+}
+
+impl Topology {
+    pub fn new(settings: TopologySettings) -> Topology {
+        let description = TopologyDescription::new(
+            &settings.seeds,
+            settings.direct,
+            settings.replica_set.clone(),
+        );
+        let rng = runtime::now().0 | 1;
+        Topology {
+            settings,
+            description,
+            servers: HashMap::new(),
+            next_conn_id: 1,
+            rng,
+        }
+    }
+
+    /// Selects a server for `criteria`, checking servers as needed, within
+    /// the operation's selection deadline.
+    pub fn select(&mut self, criteria: Criteria, timeout: &OpTimeout) -> Result<String> {
+        let deadline = timeout.selection_deadline(runtime::now());
+        loop {
+            let found: Vec<String> =
+                selection::suitable(&self.description, criteria, self.settings.local_threshold)
+                    .into_iter()
+                    .map(|s| s.address.clone())
+                    .collect();
+            if !found.is_empty() {
+                let pick = self.next_random() as usize % found.len();
+                return Ok(found[pick].clone());
+            }
+            let now = runtime::now();
+            if deadline.is_expired(now) {
+                return Err(timeout.selection_error(now, self.selection_failure(criteria)));
+            }
+            if !self.check_unknown_servers(timeout, deadline)? {
+                // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
+                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
+            }
+        }
+    }
+
+    /// Checks each server not known yet (or whose last check failed) that
+    /// was not checked within minHeartbeatFrequencyMS. Returns whether it checked any.
+    fn check_unknown_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<bool> {
+        let now = runtime::now();
+        let due: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .filter(|s| s.kind == ServerType::Unknown)
+            .filter(|s| {
+                let last = self.servers.get(&s.address).and_then(|st| st.last_check);
+                last.is_none_or(|t| now.since(t) >= MIN_HEARTBEAT)
+            })
+            .map(|s| s.address.clone())
+            .collect();
+        for address in &due {
+            let connect = timeout.connect_deadline(runtime::now()).min(deadline);
+            match self.establish(address, connect) {
+                Ok(conn) => self.checkin(conn),
+                Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
+                    // The selection budget ran out mid-check.
+                    let now = runtime::now();
+                    self.description.update(address, Err(e.to_string()));
+                    return Err(timeout.selection_error(
+                        now,
+                        format!("{}: {e}", self.selection_failure(Criteria::Write)),
+                    ));
+                }
+                Err(e) => self.description.update(address, Err(e.to_string())),
+            }
+        }
+        Ok(!due.is_empty())
+    }
+
+    /// A connection to `address`: an idle one, or a new one.
+    pub fn checkout(&mut self, address: &str, timeout: &OpTimeout) -> Result<Connection> {
+        let generation = self.state(address).generation;
+        while let Some(conn) = self.state(address).idle.pop() {
+            if conn.generation == generation && !conn.is_broken() {
+                return Ok(conn);
+            }
+        }
+        let deadline = timeout.connect_deadline(runtime::now());
+        self.establish(address, deadline).inspect_err(|e| {
+            if !e.is_timeout() {
+                self.mark_unknown(address, e);
+            }
+        })
+    }
+
+    fn establish(&mut self, address: &str, deadline: Deadline) -> Result<Connection> {
+        let (host, port) = split_address(address)?;
+        let id = self.next_conn_id;
+        self.next_conn_id += 1;
+        let generation = self.state(address).generation;
+        let state = self.state(address);
+        state.last_check = Some(runtime::now());
+        let Established { conn, rtt } = Connection::establish(
+            address,
+            &host,
+            port,
+            &self.settings.metadata,
+            id,
+            generation,
+            deadline,
+        )?;
+        let state = self.state(address);
+        state.rtt.add(rtt);
+        let average = state.rtt.average();
+        self.description
+            .update(address, Ok((conn.hello.clone(), average)));
+        Ok(conn)
+    }
+
+    pub fn checkin(&mut self, conn: Connection) {
+        let max = self.settings.max_pool_size;
+        let state = self.state(&conn.address);
+        if !conn.is_broken()
+            && conn.generation == state.generation
+            && (max == 0 || state.idle.len() < max)
+        {
+            state.idle.push(conn);
+        }
+    }
+
+    /// A network error (not a timeout) marks the server unknown and clears its pool.
+    pub fn mark_unknown(&mut self, address: &str, err: &Error) {
+        let state = self.state(address);
+        state.generation += 1;
+        state.idle.clear();
+        self.description.update(address, Err(err.to_string()));
+    }
+
+    pub fn min_rtt(&mut self, address: &str) -> Duration {
+        self.state(address).rtt.min()
+    }
+
+    pub fn close(&mut self) {
+        for state in self.servers.values_mut() {
+            state.generation += 1;
+            state.idle.clear();
+        }
+    }
+
+    fn state(&mut self, address: &str) -> &mut ServerState {
+        self.servers.entry(address.to_string()).or_default()
+    }
+
+    fn selection_failure(&self, criteria: Criteria) -> String {
+        let servers: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .map(|s| match &s.error {
+                Some(e) => format!("{} ({:?}: {e})", s.address, s.kind),
+                None => format!("{} ({:?})", s.address, s.kind),
+            })
+            .collect();
+        format!(
+            "no server suitable for {criteria:?} in {:?} topology [{}]",
+            self.description.kind,
+            servers.join(", ")
+        )
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift: enough to spread load across the latency window.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+}
+
+fn split_address(address: &str) -> Result<(String, u16)> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| Error::invalid_argument(format!("address {address} has no port")))?;
+    let port = port
+        .parse()
+        .map_err(|_| Error::invalid_argument(format!("address {address} has a bad port")))?;
+    Ok((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+    ))
+}
