@@ -62,6 +62,11 @@ impl Client {
     /// Parses and validates the URI; no I/O happens until the first operation.
     pub fn with_options(uri: &str, options: ClientOptions) -> Result<Client> {
         let cs = uri::parse(uri)?;
+        if let Some(first) = cs.invalid_values.first() {
+            return Err(Error::invalid_argument(format!(
+                "invalid connection string: {first}"
+            )));
+        }
         if cs.srv {
             return Err(Error::not_implemented("mongodb+srv (DNS SRV lookup)"));
         }

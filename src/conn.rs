@@ -54,7 +54,11 @@ impl Connection {
             id,
             generation,
             address: address.to_string(),
-            hello: HelloReply::default(),
+            // Until the server says otherwise, the protocol's default limits apply.
+            hello: HelloReply {
+                max_message_size_bytes: wire::DEFAULT_MAX_MESSAGE_SIZE,
+                ..Default::default()
+            },
             broken: false,
         };
         let started = runtime::now();
@@ -210,7 +214,7 @@ pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentB
         e.cause = Some(message.to_string());
         e.message = "operation timed out on the server (MaxTimeMSExpired)".into();
     }
-    e.reply = reply;
+    e.reply = reply.map(Box::new);
     e
 }
 

@@ -24,7 +24,8 @@ pub struct Error {
     pub message: String,
     /// The underlying cause (the CSOT spec requires a timeout to carry it).
     pub cause: Option<String>,
-    pub reply: Option<RawDocumentBuf>,
+    /// Boxed: rarely set, and it keeps `Result<T>` small on the hot path.
+    pub reply: Option<Box<RawDocumentBuf>>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

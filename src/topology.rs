@@ -78,7 +78,7 @@ impl Topology {
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
-            if !self.check_unknown_servers(timeout, deadline)? {
+            if !self.check_unknown_servers(criteria, timeout, deadline)? {
                 // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
                 runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
             }
@@ -87,7 +87,12 @@ impl Topology {
 
     /// Checks each server not known yet (or whose last check failed) that
     /// was not checked within minHeartbeatFrequencyMS. Returns whether it checked any.
-    fn check_unknown_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<bool> {
+    fn check_unknown_servers(
+        &mut self,
+        criteria: Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<bool> {
         let now = runtime::now();
         let due: Vec<String> = self
             .description
@@ -105,13 +110,15 @@ impl Topology {
             match self.establish(address, connect) {
                 Ok(conn) => self.checkin(conn),
                 Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
-                    // The selection budget ran out mid-check.
+                    // The selection budget ran out mid-check. Under CSOT the
+                    // operation's own deadline expired: report the section
+                    // that was waiting (e.g. the handshake), not selection.
                     let now = runtime::now();
                     self.description.update(address, Err(e.to_string()));
-                    return Err(timeout.selection_error(
-                        now,
-                        format!("{}: {e}", self.selection_failure(Criteria::Write)),
-                    ));
+                    return Err(match timeout.csot {
+                        Some(op) if op.is_expired(now) => e,
+                        _ => timeout.selection_error(now, self.selection_failure(criteria)),
+                    });
                 }
                 Err(e) => self.description.update(address, Err(e.to_string())),
             }

@@ -37,7 +37,7 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         labels: e.labels,
         message: e.message,
         cause: e.cause,
-        reply: e.reply.map(RawDocumentBuf::into_bytes),
+        reply: e.reply.map(|r| r.into_bytes()),
     }
 }
 

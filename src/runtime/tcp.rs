@@ -96,7 +96,7 @@ impl TcpStream {
     ) -> Result<()> {
         let pollable = self.input.subscribe();
         while buf.len() < want {
-            let ask = ((want - buf.len()) as u64).max(1).min(READ_CHUNK);
+            let ask = ((want - buf.len()) as u64).clamp(1, READ_CHUNK);
             let chunk = self.input.read(ask).map_err(stream_err)?;
             if chunk.is_empty() {
                 wait(&pollable, deadline, "socket read")?;

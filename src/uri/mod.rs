@@ -60,6 +60,10 @@ pub struct ConnectionString {
     pub credential: Option<Credential>,
     /// Non-fatal problems: unknown options, invalid values (ignored), repeated keys.
     pub warnings: Vec<String>,
+    /// The warnings about invalid option values (a subset of `warnings`). The
+    /// spec lets a driver ignore such options; a client refuses them instead,
+    /// since a dropped `timeoutMS=-1` would silently mean "no deadline".
+    pub invalid_values: Vec<String>,
 }
 
 impl ConnectionString {

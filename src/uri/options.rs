@@ -177,6 +177,8 @@ pub(crate) const SECRET_KEYS: [&str; 3] = [
 pub(crate) struct OptionsBuilder {
     pub(crate) options: UriOptions,
     pub(crate) warnings: Vec<String>,
+    /// Options dropped for an invalid value (also in `warnings`).
+    pub(crate) invalid: Vec<String>,
     /// Lowercased keys in first-seen order: several rules are about an option's presence.
     pub(crate) seen: Vec<String>,
     /// Every valid `tls`/`ssl` value; they must all agree.
@@ -228,9 +230,9 @@ impl OptionsBuilder {
                 } else {
                     format!(" {value:?}")
                 };
-                self.warnings.push(format!(
-                    "invalid value{shown} for option '{key}' ignored: {why}"
-                ));
+                let warning = format!("invalid value{shown} for option '{key}' ignored: {why}");
+                self.invalid.push(warning.clone());
+                self.warnings.push(warning);
                 Ok(())
             }
             Err(Reject::Fatal(why)) => Err(UriError::new(why)),

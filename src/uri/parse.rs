@@ -86,6 +86,7 @@ pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
         options: builder.options,
         credential,
         warnings: builder.warnings,
+        invalid_values: builder.invalid,
     })
 }
 

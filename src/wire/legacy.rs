@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn op_reply_decodes() {
         let doc = rawdoc! { "ismaster": true, "ok": 1 };
-        let (h, msg) = decode(&reply_frame(&[doc.clone()], 1)).unwrap();
+        let (h, msg) = decode(&reply_frame(std::slice::from_ref(&doc), 1)).unwrap();
         assert_eq!(h.response_to, 1);
         assert_eq!(
             msg,
