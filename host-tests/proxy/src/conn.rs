@@ -1,0 +1,323 @@
+//! One client connection: read a message, decide (failpoints, topology, allow-list), then
+//! answer it here or forward it to this connection's own backend connection.
+
+mod dispatch;
+
+use std::collections::VecDeque;
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bson::{Bson, Document};
+
+use crate::codes::{self, error_doc, with_labels};
+use crate::commands;
+use crate::failpoint::{self as fp, CmdInfo};
+use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
+use crate::server::{lock, Shared};
+use crate::topology::Role;
+
+/// A message that has started must be complete within this time.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+const BACKEND_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Fire-and-forget requests remembered so that a backend that answers them anyway
+/// (nx-27017 does) does not desynchronise the stream.
+const MAX_UNACKED: usize = 64;
+const MAX_TRACKED_CHANGE_STREAMS: usize = 10_000;
+
+enum Action {
+    Reply(Document),
+    Forward { supports_wc: bool },
+    Close,
+}
+
+pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u64) {
+    let _ = client.set_nodelay(true);
+    let _ = client.set_write_timeout(Some(WRITE_TIMEOUT));
+    let mut conn = Conn {
+        shared,
+        member,
+        id,
+        client,
+        backend: None,
+        app_name: None,
+        internal_client: false,
+        handshake_done: false,
+        unacked: VecDeque::new(),
+    };
+    if let Err(why) = conn.run() {
+        conn.shared.log(&format!("connection {id} dropped: {why}"));
+    }
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    member: usize,
+    id: u64,
+    client: TcpStream,
+    backend: Option<TcpStream>,
+    app_name: Option<String>,
+    internal_client: bool,
+    handshake_done: bool,
+    unacked: VecDeque<i32>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.client.shutdown(Shutdown::Both);
+        if let Some(b) = &self.backend {
+            let _ = b.shutdown(Shutdown::Both);
+        }
+        self.shared.untrack(self.id);
+        lock(&self.shared.stats).closed();
+    }
+}
+
+impl Conn {
+    fn run(&mut self) -> Result<(), String> {
+        // Ends when the client leaves, on the first protocol error, or when the proxy stops.
+        while !self.shared.is_stopped() {
+            let msg = match frame::read_message(&mut self.client, BODY_TIMEOUT) {
+                Ok(m) => m,
+                Err(FrameError::Closed) => return Ok(()),
+                Err(FrameError::Invalid(m)) => return Err(self.protocol_error(m)),
+                Err(FrameError::Io(e)) => return Err(format!("client: {e}")),
+            };
+            let keep = match msg.op_code {
+                OP_MSG => self.on_op_msg(&msg)?,
+                OP_QUERY => self.on_op_query(&msg)?,
+                op => return Err(self.protocol_error(format!("unsupported opcode {op}"))),
+            };
+            if !keep {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn protocol_error(&self, why: String) -> String {
+        lock(&self.shared.stats).protocol_errors += 1;
+        why
+    }
+
+    fn on_op_msg(&mut self, msg: &Message) -> Result<bool, String> {
+        let received = Instant::now();
+        let parsed = frame::parse_op_msg(msg).map_err(|e| self.protocol_error(e.to_string()))?;
+        let more_to_come = parsed.flags & FLAG_MORE_TO_COME != 0;
+        let body = parsed.body;
+        let Some(name) = body.keys().next().cloned() else {
+            return Err(self.protocol_error("empty command document".into()));
+        };
+        let action = match body.get_str("$db") {
+            Ok(db) => self.dispatch(&name, db, &body, received),
+            Err(_) => Action::Reply(error_doc(
+                codes::OP_MSG_NO_DB,
+                "OP_MSG requests require a $db argument",
+            )),
+        };
+        match action {
+            Action::Reply(_) if more_to_come => Ok(true),
+            Action::Reply(reply) => {
+                self.send(&frame::op_msg(
+                    self.shared.request_id(),
+                    msg.request_id,
+                    0,
+                    &reply,
+                ))?;
+                Ok(true)
+            }
+            Action::Close => Ok(false),
+            Action::Forward { supports_wc } => {
+                self.forward(msg, more_to_come, &name, &body, supports_wc)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Only the legacy handshake survives in OP_QUERY (mongod 5.1+); anything else gets
+    /// UnsupportedOpQueryCommand.
+    fn on_op_query(&mut self, msg: &Message) -> Result<bool, String> {
+        let received = Instant::now();
+        let q = frame::parse_op_query(msg).map_err(|e| self.protocol_error(e.to_string()))?;
+        let cmd = match q.query.get_document("$query") {
+            Ok(inner) => inner.clone(),
+            Err(_) => q.query,
+        };
+        let name = cmd.keys().next().cloned().unwrap_or_default();
+        let action = match q.collection.strip_suffix(".$cmd") {
+            Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, received),
+            _ => Action::Forward { supports_wc: false },
+        };
+        let reply = match action {
+            Action::Close => return Ok(false),
+            Action::Reply(reply) => reply,
+            Action::Forward { .. } => {
+                lock(&self.shared.stats).command(&name);
+                let msg = format!(
+                    "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. \
+                     For more details see https://dochub.mongodb.org/core/legacy-opcode-removal"
+                );
+                error_doc(codes::UNSUPPORTED_OP_QUERY_COMMAND, &msg)
+            }
+        };
+        self.send(&frame::op_reply(
+            self.shared.request_id(),
+            msg.request_id,
+            &reply,
+        ))?;
+        Ok(true)
+    }
+
+    fn send(&mut self, bytes: &std::io::Result<Vec<u8>>) -> Result<(), String> {
+        let bytes = bytes.as_ref().map_err(|e| format!("encode reply: {e}"))?;
+        frame::write_all(&mut self.client, bytes).map_err(|e| format!("client write: {e}"))
+    }
+
+    fn info<'a>(&'a self, name: &'a str, db: &'a str, body: &'a Document) -> CmdInfo<'a> {
+        CmdInfo {
+            name,
+            db,
+            body,
+            app_name: self.app_name.as_deref(),
+            internal_client: self.internal_client,
+        }
+    }
+
+    fn role(&self) -> Role {
+        lock(&self.shared.topology).role(self.member)
+    }
+
+    fn is_change_stream(&self, name: &str, body: &Document) -> bool {
+        if commands::is_change_stream_aggregate(name, body) {
+            return true;
+        }
+        match (name, body.get("getMore")) {
+            ("getMore", Some(Bson::Int64(id))) => lock(&self.shared.change_streams).contains(id),
+            _ => false,
+        }
+    }
+
+    /// Remembers change-stream cursor ids from replies, forgets exhausted ones.
+    fn note_cursor(&self, name: &str, body: &Document, reply: &Document) {
+        let id = reply
+            .get_document("cursor")
+            .and_then(|c| c.get_i64("id"))
+            .unwrap_or(0);
+        let mut ids = lock(&self.shared.change_streams);
+        if commands::is_change_stream_aggregate(name, body) && id != 0 {
+            if ids.len() >= MAX_TRACKED_CHANGE_STREAMS {
+                ids.clear();
+            }
+            ids.insert(id);
+        } else if name == "getMore" && id == 0 {
+            if let Ok(old) = body.get_i64("getMore") {
+                ids.remove(&old);
+            }
+        }
+    }
+
+    fn backend(&mut self) -> Result<&mut TcpStream, String> {
+        if self.backend.is_none() {
+            let stream = TcpStream::connect_timeout(&self.shared.backend, BACKEND_CONNECT_TIMEOUT)
+                .map_err(|e| format!("backend connect: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+            if !self.shared.track(self.id, &stream) {
+                return Err("proxy stopping".into());
+            }
+            self.backend = Some(stream);
+        }
+        Ok(self.backend.as_mut().expect("connected above"))
+    }
+
+    /// Sends the client's bytes unchanged and relays the reply (several, for exhaust).
+    fn forward(
+        &mut self,
+        msg: &Message,
+        more_to_come: bool,
+        name: &str,
+        body: &Document,
+        supports_wc: bool,
+    ) -> Result<(), String> {
+        let backend = self.backend()?;
+        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        if more_to_come {
+            if self.unacked.len() >= MAX_UNACKED {
+                self.unacked.pop_front();
+            }
+            self.unacked.push_back(msg.request_id);
+            return Ok(());
+        }
+        // Bounded: each turn consumes one backend message; stops at the final reply.
+        loop {
+            let backend = self.backend()?;
+            let reply = match frame::read_message(backend, BODY_TIMEOUT) {
+                Ok(r) => r,
+                Err(FrameError::Closed) => return Err("backend closed the connection".into()),
+                Err(e) => return Err(format!("backend: {e}")),
+            };
+            if let Some(i) = self.unacked.iter().position(|&id| id == reply.response_to) {
+                self.unacked.remove(i);
+                continue;
+            }
+            if reply.op_code != OP_MSG {
+                return Err(format!("backend answered opcode {}", reply.op_code));
+            }
+            let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
+            let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
+            self.note_cursor(name, body, &parsed.body);
+            let edited = match supports_wc && !exhaust && is_ok(&parsed.body) {
+                true => self.write_concern_error(name, body, &parsed.body),
+                false => None,
+            };
+            match edited {
+                Some(doc) => self.send(&frame::op_msg(
+                    self.shared.request_id(),
+                    reply.response_to,
+                    0,
+                    &doc,
+                ))?,
+                None => frame::write_all(&mut self.client, &reply.bytes)
+                    .map_err(|e| format!("client write: {e}"))?,
+            }
+            if !exhaust {
+                return Ok(());
+            }
+        }
+    }
+
+    /// failCommand's `writeConcernError`, applied after the write ran, as mongod does.
+    fn write_concern_error(
+        &self,
+        name: &str,
+        body: &Document,
+        reply: &Document,
+    ) -> Option<Document> {
+        let db = body.get_str("$db").unwrap_or("");
+        let info = self.info(name, db, body);
+        let data = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
+            fp::should_activate(d, &info) && d.contains_key("writeConcernError")
+        })?;
+        let wce = data.get("writeConcernError")?.clone();
+        let wc_code = wce
+            .as_document()
+            .and_then(|w| fp::number(w, "code"))
+            .map(|c| c as i32);
+        let labels = fp::labels_override(&data)
+            .unwrap_or_else(|| fp::error_labels(&info, None, wc_code, false));
+        let mut out = reply.clone();
+        out.insert("writeConcernError", wce);
+        Some(with_labels(out, labels))
+    }
+}
+
+fn is_ok(reply: &Document) -> bool {
+    match reply.get("ok") {
+        Some(Bson::Double(d)) => *d == 1.0,
+        Some(Bson::Int32(i)) => *i == 1,
+        Some(Bson::Int64(i)) => *i == 1,
+        Some(Bson::Boolean(b)) => *b,
+        _ => false,
+    }
+}

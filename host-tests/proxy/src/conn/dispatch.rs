@@ -1,0 +1,330 @@
+//! What to do with one command: mongod's order of checks (lookup, session, fail points,
+//! replica-set role) and the replies the proxy makes itself.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Document};
+
+use super::{Action, Conn};
+use crate::admin;
+use crate::codes::{self, error_doc, with_labels};
+use crate::commands::{self, canonical};
+use crate::failpoint as fp;
+use crate::server::lock;
+use crate::topology::{HelloRequest, Role};
+
+/// Longest block/deadline honoured, so that absurd values cannot overflow an `Instant`.
+const MAX_WAIT_MS: u64 = 24 * 3600 * 1000;
+
+fn after(start: Instant, ms: u64) -> Instant {
+    start + Duration::from_millis(ms.min(MAX_WAIT_MS))
+}
+
+/// Commands the proxy answers itself.
+const LOCAL: &[&str] = &[
+    "hello",
+    "buildInfo",
+    "getCmdLineOpts",
+    "getParameter",
+    "setParameter",
+    "hostInfo",
+    "connectionStatus",
+    "whatsmyuri",
+    "startSession",
+    "killAllSessions",
+    "killAllSessionsByPattern",
+    "killSessions",
+    "refreshSessions",
+    "replSetGetStatus",
+    "replSetStepDown",
+];
+
+/// The proxy's own admin commands: not counted, never subject to failpoints.
+const PROXY_ADMIN: &[&str] = &["proxyStats", "proxyResetStats", "proxyStepDown"];
+
+enum Waited {
+    Done,
+    Expired,
+    Stopped,
+}
+
+impl Conn {
+    /// mongod's order: look the command up, check the session, fail points, then run it.
+    pub(super) fn dispatch(
+        &mut self,
+        name: &str,
+        db: &str,
+        body: &Document,
+        received: Instant,
+    ) -> Action {
+        if PROXY_ADMIN.contains(&name) {
+            return Action::Reply(self.proxy_admin(name, body));
+        }
+        lock(&self.shared.stats).command(name);
+        if name == "configureFailPoint" {
+            return Action::Reply(self.configure_fail_point(db, body));
+        }
+        let local = LOCAL.contains(&canonical(name));
+        if !local && !commands::is_forwarded(name, self.shared.version.max_wire) {
+            return Action::Reply(error_doc(
+                codes::COMMAND_NOT_FOUND,
+                &format!("no such command: '{name}'"),
+            ));
+        }
+        if commands::is_hello(name) && !self.handshake_done {
+            // Client metadata is only accepted on the first hello of a connection.
+            self.handshake_done = true;
+            self.app_name = body
+                .get_document("client")
+                .and_then(|c| c.get_document("application"))
+                .and_then(|a| a.get_str("name"))
+                .ok()
+                .map(str::to_string);
+            self.internal_client = body.contains_key("internalClient");
+        }
+        if self.role() == Role::Standalone && body.contains_key("txnNumber") {
+            let msg = "Transaction numbers are only allowed on a replica set member or mongos";
+            return Action::Reply(error_doc(codes::ILLEGAL_OPERATION, msg));
+        }
+        let deadline = commands::max_time_ms(name, body).map(|ms| after(received, ms));
+        let change_stream = self.is_change_stream(name, body);
+        if let Some(action) = self.fail_points(name, db, body, deadline, change_stream) {
+            return action;
+        }
+        if local {
+            return Action::Reply(self.local_command(name, db, body));
+        }
+        let role = self.role();
+        if matches!(role, Role::Secondary | Role::Arbiter) {
+            let info = self.info(name, db, body);
+            let refuse = |code: i32, msg: &str| {
+                let labels = fp::error_labels(&info, Some(code), None, change_stream);
+                Action::Reply(with_labels(error_doc(code, msg), labels))
+            };
+            let txn_end = matches!(name, "commitTransaction" | "abortTransaction");
+            if commands::is_write(name, body) || txn_end {
+                return refuse(codes::NOT_WRITABLE_PRIMARY, "not primary");
+            }
+            if role == Role::Arbiter && commands::is_read(name) {
+                return refuse(
+                    codes::NOT_PRIMARY_OR_SECONDARY,
+                    "node is not in primary or recovering state",
+                );
+            }
+            if commands::is_read(name) && !commands::secondary_ok(body) {
+                return refuse(
+                    codes::NOT_PRIMARY_NO_SECONDARY_OK,
+                    "not primary and secondaryOk=false",
+                );
+            }
+        }
+        Action::Forward {
+            supports_wc: commands::supports_write_concern(name, body),
+        }
+    }
+
+    /// The fail points that act before a command runs. `Some` when one decided the outcome.
+    fn fail_points(
+        &mut self,
+        name: &str,
+        db: &str,
+        body: &Document,
+        deadline: Option<Instant>,
+        change_stream: bool,
+    ) -> Option<Action> {
+        let info = self.info(name, db, body);
+        let labels = |code: i32, data: Option<&Document>| {
+            data.and_then(fp::labels_override)
+                .unwrap_or_else(|| fp::error_labels(&info, Some(code), None, change_stream))
+        };
+        let expired = |data: Option<&Document>| {
+            let reply = error_doc(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
+            Some(Action::Reply(with_labels(
+                reply,
+                labels(codes::MAX_TIME_MS_EXPIRED, data),
+            )))
+        };
+
+        let fired = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
+            fp::should_activate(d, &info)
+                && (fp::flag(d, "closeConnection")
+                    || fp::flag(d, "blockConnection")
+                    || fp::number(d, "errorCode").is_some())
+        });
+        if let Some(data) = fired {
+            if fp::flag(&data, "blockConnection") {
+                let Some(ms) = fp::number(&data, "blockTimeMS").filter(|ms| *ms >= 0.0) else {
+                    let msg = "must specify 'blockTimeMS' when 'blockConnection' is true";
+                    return Some(Action::Reply(error_doc(codes::INVALID_OPTIONS, msg)));
+                };
+                match self.wait(ms as u64, deadline) {
+                    Waited::Done => {}
+                    Waited::Expired => return expired(Some(&data)),
+                    Waited::Stopped => return Some(Action::Close),
+                }
+            }
+            if fp::flag(&data, "closeConnection") {
+                return Some(Action::Close);
+            }
+            if let Some(code) = fp::number(&data, "errorCode") {
+                let code = code as i32;
+                let mut reply = error_doc(code, "Failing command via 'failCommand' failpoint");
+                if let Ok(extra) = data.get_document("errorExtraInfo") {
+                    reply.extend(extra.clone());
+                }
+                return Some(Action::Reply(with_labels(reply, labels(code, Some(&data)))));
+            }
+        }
+
+        let mut fps = lock(&self.shared.failpoints);
+        if deadline.is_some() && fps.check(fp::MAX_TIME_ALWAYS_TIME_OUT, |_| true).is_some() {
+            drop(fps);
+            return expired(None);
+        }
+        if name == "getMore" {
+            if let Some(data) =
+                fps.check(fp::FAIL_GET_MORE, |d| fp::number(d, "errorCode").is_some())
+            {
+                let code = fp::number(&data, "errorCode").unwrap_or(1.0) as i32;
+                let reply = error_doc(code, "Hit the 'failGetMoreAfterCursorCheckout' failpoint");
+                return Some(Action::Reply(with_labels(reply, labels(code, None))));
+            }
+        }
+        let slow = fps.check(fp::SLOW_COMMAND, |d| fp::should_activate(d, &info));
+        drop(fps);
+        if let Some(data) = slow {
+            let ms = fp::number(&data, "executionTimeMS").unwrap_or(0.0).max(0.0);
+            match self.wait(ms as u64, deadline) {
+                Waited::Done => {}
+                Waited::Expired => return expired(None),
+                Waited::Stopped => return Some(Action::Close),
+            }
+        }
+        None
+    }
+
+    /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep).
+    fn wait(&self, ms: u64, deadline: Option<Instant>) -> Waited {
+        let until = after(Instant::now(), ms);
+        match deadline {
+            Some(deadline) if deadline < until => match self.shared.sleep_until(deadline) {
+                true => Waited::Expired,
+                false => Waited::Stopped,
+            },
+            _ => match self.shared.sleep_until(until) {
+                true => Waited::Done,
+                false => Waited::Stopped,
+            },
+        }
+    }
+
+    fn configure_fail_point(&mut self, db: &str, body: &Document) -> Document {
+        if db != "admin" {
+            return error_doc(
+                codes::UNAUTHORIZED,
+                "configureFailPoint may only be run against the admin database.",
+            );
+        }
+        let Ok(name) = body.get_str("configureFailPoint") else {
+            return error_doc(
+                codes::BAD_VALUE,
+                "configureFailPoint requires a fail point name",
+            );
+        };
+        let Some(mode) = body.get("mode") else {
+            return error_doc(codes::BAD_VALUE, "Missing required field 'mode'");
+        };
+        let mode = match fp::Mode::parse(mode) {
+            Ok(m) => m,
+            Err(e) => return error_doc(codes::BAD_VALUE, &e),
+        };
+        let data = body.get_document("data").cloned().unwrap_or_default();
+        let count = lock(&self.shared.failpoints).configure(name, mode, data);
+        doc! { "count": count, "ok": 1.0 }
+    }
+
+    fn proxy_admin(&mut self, name: &str, body: &Document) -> Document {
+        match name {
+            "proxyStats" => {
+                let mut reply = lock(&self.shared.stats).to_document();
+                reply.insert("failPoints", lock(&self.shared.failpoints).summary());
+                reply.insert("ok", 1.0);
+                reply
+            }
+            "proxyResetStats" => {
+                lock(&self.shared.stats).reset();
+                doc! { "ok": 1.0 }
+            }
+            _ => {
+                let target = fp::number(body, "newPrimary").map(|n| n as usize);
+                let mut topology = lock(&self.shared.topology);
+                match topology.elect(target) {
+                    Ok(p) => {
+                        doc! { "primary": topology.hosts[p].as_str(), "electionId": topology.election_id(), "ok": 1.0 }
+                    }
+                    Err(e) => error_doc(codes::BAD_VALUE, &e),
+                }
+            }
+        }
+    }
+
+    fn local_command(&mut self, name: &str, db: &str, body: &Document) -> Document {
+        let admin_only = matches!(
+            name,
+            "getCmdLineOpts"
+                | "getParameter"
+                | "setParameter"
+                | "replSetGetStatus"
+                | "replSetStepDown"
+        );
+        if admin_only && db != "admin" {
+            return error_doc(
+                codes::UNAUTHORIZED,
+                &format!("{name} may only be run against the admin database."),
+            );
+        }
+        let version = &self.shared.version;
+        match canonical(name) {
+            "hello" => {
+                let req = HelloRequest {
+                    legacy: name != "hello",
+                    hello_ok: body.get_bool("helloOk").unwrap_or(false),
+                    connection_id: self.id as i32,
+                };
+                lock(&self.shared.topology).hello(self.member, &req, version)
+            }
+            "buildInfo" => admin::build_info(version),
+            "getCmdLineOpts" => {
+                let set_name = lock(&self.shared.topology).set_name.clone();
+                admin::cmd_line_opts(self.shared.ports[self.member], set_name.as_deref())
+            }
+            "getParameter" => admin::get_parameter(body, version),
+            "hostInfo" => admin::host_info(),
+            "connectionStatus" => admin::connection_status(),
+            "whatsmyuri" => {
+                let you = self
+                    .client
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                doc! { "you": you, "ok": 1.0 }
+            }
+            "startSession" => {
+                let state = RandomState::new();
+                let mut random = [0u8; 16];
+                random[..8].copy_from_slice(&state.hash_one(self.id).to_le_bytes());
+                random[8..].copy_from_slice(&state.hash_one(Instant::now()).to_le_bytes());
+                admin::start_session(random)
+            }
+            "replSetGetStatus" => lock(&self.shared.topology).status(self.member),
+            "replSetStepDown" => match lock(&self.shared.topology).step_down(self.member) {
+                Ok(_) => doc! { "ok": 1.0 },
+                Err((code, msg)) => error_doc(code, &msg),
+            },
+            // setParameter and the session-killing commands: nothing to do here.
+            _ => doc! { "ok": 1.0 },
+        }
+    }
+}

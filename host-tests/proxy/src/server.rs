@@ -1,0 +1,313 @@
+//! The listeners, the state every connection shares, and a clean shutdown.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::conn;
+use crate::failpoint::FailPoints;
+use crate::stats::Stats;
+use crate::topology::{Topology, TopologyState, Version};
+
+/// How to start a [`Proxy`].
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// The wire-compatible server every client connection is forwarded to.
+    pub backend: SocketAddr,
+    pub topology: Topology,
+    /// What `buildInfo` reports; `maxWireVersion` follows from it ("7.0.0" gives 21).
+    pub build_version: String,
+    /// Loopback addresses to listen on, one per member (for a standalone: one or more).
+    /// Empty: one ephemeral `127.0.0.1` port per member.
+    pub listen: Vec<SocketAddr>,
+    /// Log dropped connections and protocol errors to stderr.
+    pub verbose: bool,
+}
+
+impl ProxyConfig {
+    /// A standalone reporting server 7.0.0 on one ephemeral port.
+    pub fn new(backend: SocketAddr) -> ProxyConfig {
+        ProxyConfig {
+            backend,
+            topology: Topology::Standalone,
+            build_version: "7.0.0".to_string(),
+            listen: Vec::new(),
+            verbose: false,
+        }
+    }
+
+    /// A replica set of `members` data-bearing members, no arbiter.
+    pub fn replica_set(backend: SocketAddr, name: &str, members: usize) -> ProxyConfig {
+        let topology = Topology::ReplicaSet {
+            name: name.to_string(),
+            members,
+            arbiters: 0,
+        };
+        ProxyConfig {
+            topology,
+            ..ProxyConfig::new(backend)
+        }
+    }
+}
+
+/// Poison-tolerant lock: a panicking connection thread must not wedge the others.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) struct Shared {
+    pub backend: SocketAddr,
+    pub version: Version,
+    pub verbose: bool,
+    pub ports: Vec<u16>,
+    pub topology: Mutex<TopologyState>,
+    pub failpoints: Mutex<FailPoints>,
+    pub stats: Mutex<Stats>,
+    /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
+    pub change_streams: Mutex<HashSet<i64>>,
+    stopped: Mutex<bool>,
+    wake: Condvar,
+    /// Sockets of live connections, shut down on stop to unblock their threads.
+    sockets: Mutex<HashMap<u64, Vec<TcpStream>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    next_conn: AtomicU64,
+    next_request: AtomicI32,
+}
+
+impl Shared {
+    pub fn is_stopped(&self) -> bool {
+        *lock(&self.stopped)
+    }
+
+    /// Sleeps until `until` unless the proxy stops first; answers false if it stopped.
+    pub fn sleep_until(&self, until: Instant) -> bool {
+        let mut stopped = lock(&self.stopped);
+        loop {
+            let now = Instant::now();
+            if *stopped {
+                return false;
+            }
+            if now >= until {
+                return true;
+            }
+            stopped = self
+                .wake
+                .wait_timeout(stopped, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Tracks a socket so that shutdown can unblock its thread; false once stopping.
+    pub fn track(&self, conn: u64, socket: &TcpStream) -> bool {
+        let stopped = lock(&self.stopped);
+        if *stopped {
+            return false;
+        }
+        match socket.try_clone() {
+            Ok(clone) => {
+                lock(&self.sockets).entry(conn).or_default().push(clone);
+                drop(stopped);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn untrack(&self, conn: u64) {
+        lock(&self.sockets).remove(&conn);
+    }
+
+    pub fn request_id(&self) -> i32 {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn log(&self, msg: &str) {
+        if self.verbose {
+            eprintln!("failpoint-proxy: {msg}");
+        }
+    }
+}
+
+/// A running proxy. Stops (closing every connection and joining every thread) on
+/// [`Proxy::shutdown`] or drop.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    addrs: Vec<SocketAddr>,
+    acceptors: Vec<JoinHandle<()>>,
+}
+
+impl Proxy {
+    pub fn start(config: ProxyConfig) -> io::Result<Proxy> {
+        let bad = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        let members = match &config.topology {
+            Topology::Standalone => config.listen.len().max(1),
+            Topology::ReplicaSet { members: 0, .. } => {
+                return Err(bad("a replica set needs a member".into()))
+            }
+            Topology::ReplicaSet {
+                members, arbiters, ..
+            } => members + arbiters,
+        };
+        if !config.listen.is_empty() && config.listen.len() != members {
+            return Err(bad(format!(
+                "{members} members but {} listen addresses",
+                config.listen.len()
+            )));
+        }
+        if let Some(a) = config.listen.iter().find(|a| !a.ip().is_loopback()) {
+            return Err(bad(format!("{a} is not a loopback address")));
+        }
+        let mut listeners = Vec::with_capacity(members);
+        for i in 0..members {
+            let addr = config
+                .listen
+                .get(i)
+                .copied()
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+            listeners.push(TcpListener::bind(addr)?);
+        }
+        let addrs = listeners
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<io::Result<Vec<_>>>()?;
+        let hosts = addrs.iter().map(SocketAddr::to_string).collect();
+        let shared = Arc::new(Shared {
+            backend: config.backend,
+            version: Version::parse(&config.build_version),
+            verbose: config.verbose,
+            ports: addrs.iter().map(SocketAddr::port).collect(),
+            topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
+            failpoints: Mutex::new(FailPoints::default()),
+            stats: Mutex::new(Stats::default()),
+            change_streams: Mutex::new(HashSet::new()),
+            stopped: Mutex::new(false),
+            wake: Condvar::new(),
+            sockets: Mutex::new(HashMap::new()),
+            workers: Mutex::new(Vec::new()),
+            next_conn: AtomicU64::new(1),
+            next_request: AtomicI32::new(1),
+        });
+        let mut proxy = Proxy {
+            shared: shared.clone(),
+            addrs,
+            acceptors: Vec::new(),
+        };
+        for (member, listener) in listeners.into_iter().enumerate() {
+            let shared = shared.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("proxy-accept-{member}"))
+                .spawn(move || accept_loop(shared, member, listener));
+            match spawned {
+                Ok(handle) => proxy.acceptors.push(handle),
+                Err(e) => {
+                    proxy.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(proxy)
+    }
+
+    /// The listen addresses, in member order.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.addrs.clone()
+    }
+
+    pub fn stats(&self) -> Stats {
+        lock(&self.shared.stats).clone()
+    }
+
+    pub fn reset_stats(&self) {
+        lock(&self.shared.stats).reset();
+    }
+
+    /// The member index of the current primary (None for a standalone).
+    pub fn primary(&self) -> Option<usize> {
+        lock(&self.shared.topology).primary
+    }
+
+    /// Elects `target` (or the next data member) as primary with a new term, as
+    /// `{proxyStepDown: 1}` does. Answers the new primary's member index.
+    pub fn step_down(&self, target: Option<usize>) -> Result<usize, String> {
+        lock(&self.shared.topology).elect(target)
+    }
+
+    /// Stops accepting, closes every connection and joins every thread. Idempotent.
+    pub fn shutdown(&mut self) {
+        {
+            let mut stopped = lock(&self.shared.stopped);
+            if *stopped && self.acceptors.is_empty() {
+                return;
+            }
+            *stopped = true;
+            self.shared.wake.notify_all();
+        }
+        // A blocking accept() only returns for a connection: give each listener one.
+        for addr in &self.addrs {
+            let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));
+        }
+        for handle in self.acceptors.drain(..) {
+            let _ = handle.join();
+        }
+        for sockets in lock(&self.shared.sockets).values() {
+            for s in sockets {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        let workers: Vec<_> = lock(&self.shared.workers).drain(..).collect();
+        for handle in workers {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, member: usize, listener: TcpListener) {
+    for stream in listener.incoming() {
+        if shared.is_stopped() {
+            break;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                shared.log(&format!("accept: {e}"));
+                // E.g. out of descriptors: back off instead of spinning.
+                if !shared.sleep_until(Instant::now() + Duration::from_millis(20)) {
+                    break;
+                }
+                continue;
+            }
+        };
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        if !shared.track(id, &stream) {
+            break;
+        }
+        lock(&shared.stats).opened();
+        let worker = shared.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("proxy-conn-{id}"))
+            .spawn(move || conn::serve(worker, member, stream, id));
+        match spawned {
+            Ok(handle) => {
+                let mut workers = lock(&shared.workers);
+                workers.retain(|h| !h.is_finished());
+                workers.push(handle);
+            }
+            Err(e) => {
+                shared.log(&format!("spawn: {e}"));
+                shared.untrack(id);
+                lock(&shared.stats).closed();
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Counters the tests read through `Proxy::stats()` or the `proxyStats` command.
+
+use std::collections::BTreeMap;
+
+use bson::{doc, Document};
+
+/// A snapshot of the proxy's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    /// Not reset by `reset`: it is a gauge.
+    pub connections_current: u64,
+    /// Commands received, by the name the client used (proxy admin commands excluded).
+    pub commands: BTreeMap<String, u64>,
+    /// Messages that were not valid wire protocol (the connection was dropped).
+    pub protocol_errors: u64,
+}
+
+impl Stats {
+    pub(crate) fn opened(&mut self) {
+        self.connections_opened += 1;
+        self.connections_current += 1;
+    }
+
+    pub(crate) fn closed(&mut self) {
+        self.connections_closed += 1;
+        self.connections_current = self.connections_current.saturating_sub(1);
+    }
+
+    pub(crate) fn command(&mut self, name: &str) {
+        *self.commands.entry(name.to_string()).or_insert(0) += 1;
+    }
+
+    pub(crate) fn reset(&mut self) {
+        let current = self.connections_current;
+        *self = Stats {
+            connections_current: current,
+            ..Stats::default()
+        };
+    }
+
+    pub(crate) fn to_document(&self) -> Document {
+        let commands: Document = self
+            .commands
+            .iter()
+            .map(|(k, v)| (k.clone(), (*v as i64).into()))
+            .collect();
+        doc! {
+            "connections": {
+                "opened": self.connections_opened as i64,
+                "closed": self.connections_closed as i64,
+                "current": self.connections_current as i64,
+            },
+            "commands": commands,
+            "protocolErrors": self.protocol_errors as i64,
+        }
+    }
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Shows with PyMongo that the failpoint proxy's fail points behave as mongod's.
+
+Env: PROXY_URI (a standalone proxy, mongodb://127.0.0.1:PORT/?directConnection=true) and,
+optionally, PROXY_RS_URI (a single-node replica-set proxy in front of the same backend).
+Exits non-zero on any mismatch.
+"""
+
+import os
+import sys
+import time
+
+import pymongo
+from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError, WriteConcernError
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        FAILURES.append(what)
+
+
+def client(uri, **kw):
+    kw.setdefault("serverSelectionTimeoutMS", 5000)
+    c = pymongo.MongoClient(uri, **kw)
+    c.admin.command("ping")  # connect before any fail point is set
+    return c
+
+
+def fail_point(c, mode, data):
+    c.admin.command({"configureFailPoint": "failCommand", "mode": mode, "data": data})
+
+
+def off(c):
+    c.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+
+
+def expect_error(what, fn):
+    """Runs fn, answers the exception it raised (None, and a failure, if it did not)."""
+    try:
+        fn()
+    except PyMongoError as e:
+        return e
+    check(False, what + ": no error raised")
+    return None
+
+
+def code_of(e):
+    code = getattr(e, "code", None)
+    if code is None and isinstance(getattr(e, "details", None), dict):
+        code = e.details.get("code")
+    return code
+
+
+def standalone(uri):
+    admin = client(uri)
+    coll = admin.fp_check.c
+    coll.drop()
+    coll.insert_one({"x": 1})
+
+    # blockConnection 200 ms against timeoutMS=100: a timeout error (maxTimeMS-interrupted
+    # block on the server side, or the client's own socket timeout).
+    csot = client(uri, timeoutMS=100)
+    fail_point(admin, {"times": 1},
+               {"failCommands": ["find"], "blockConnection": True, "blockTimeMS": 200})
+    start = time.monotonic()
+    e = expect_error("blockConnection + timeoutMS", lambda: csot.fp_check.c.find_one())
+    took = time.monotonic() - start
+    if e is not None:
+        check(getattr(e, "timeout", False) is True,
+              f"blockConnection + timeoutMS=100 raises a timeout error ({type(e).__name__}: {e})")
+        check(took < 1.0, f"the timeout came after {took * 1000:.0f} ms (< 1000)")
+    off(admin)
+    check(csot.fp_check.c.find_one() is not None, "the CSOT client works once the fail point is off")
+
+    # The same block without a client timeout only delays the reply.
+    fail_point(admin, {"times": 1},
+               {"failCommands": ["find"], "blockConnection": True, "blockTimeMS": 200})
+    start = time.monotonic()
+    check(coll.find_one() is not None, "a blocked find still succeeds")
+    check(time.monotonic() - start >= 0.19, "and took at least blockTimeMS")
+
+    # errorCode 91 on find (retryReads off, or the retry would hide it).
+    plain = client(uri, retryReads=False, retryWrites=False)
+    fail_point(admin, {"times": 1}, {"failCommands": ["find"], "errorCode": 91})
+    e = expect_error("errorCode 91", lambda: plain.fp_check.c.find_one())
+    if e is not None:
+        check(code_of(e) == 91, f"errorCode 91 raises code 91 ({type(e).__name__}: {e})")
+    off(admin)
+
+    # errorCode 2 is not retryable: OperationFailure with code and codeName.
+    fail_point(admin, {"times": 1}, {"failCommands": ["find"], "errorCode": 2})
+    e = expect_error("errorCode 2", lambda: coll.find_one())
+    if e is not None:
+        check(isinstance(e, OperationFailure) and e.code == 2
+              and e.details.get("codeName") == "BadValue", f"errorCode 2 is BadValue ({e!r})")
+
+    # closeConnection: a network error.
+    fail_point(admin, {"times": 1}, {"failCommands": ["find"], "closeConnection": True})
+    e = expect_error("closeConnection", lambda: plain.fp_check.c.find_one())
+    if e is not None:
+        check(isinstance(e, AutoReconnect), f"closeConnection raises AutoReconnect ({type(e).__name__})")
+    check(plain.fp_check.c.find_one() is not None, "the client recovers after closeConnection")
+
+    # A retryable read survives one closeConnection.
+    fail_point(admin, {"times": 1}, {"failCommands": ["find"], "closeConnection": True})
+    check(coll.find_one() is not None, "retryReads retries after closeConnection")
+
+    # writeConcernError on a write: the write happens, the error is reported.
+    fail_point(admin, {"times": 1},
+               {"failCommands": ["insert"], "writeConcernError": {"code": 64, "errmsg": "waiting"}})
+    e = expect_error("writeConcernError", lambda: plain.fp_check.c.insert_one({"x": 2}))
+    if e is not None:
+        check(isinstance(e, WriteConcernError) and e.code == 64, f"writeConcernError raises code 64 ({e!r})")
+    check(coll.count_documents({"x": 2}) == 1, "the write behind the writeConcernError happened")
+
+    # Unknown commands: CommandNotFound, as mongod.
+    e = expect_error("unknown command", lambda: admin.fp_check.command("noSuchCommand"))
+    if e is not None:
+        check(code_of(e) == 59, "an unknown command is CommandNotFound (59)")
+
+    info = admin.admin.command("buildInfo")
+    check(info.get("versionArray", [0])[0] >= 4, "buildInfo has versionArray")
+    coll.drop()
+    for c in (admin, csot, plain):
+        c.close()
+
+
+def replica_set(uri):
+    admin = client(uri)
+    hello = admin.admin.command("hello")
+    check(hello.get("setName") is not None and hello.get("isWritablePrimary") is True,
+          "the replica-set proxy presents a writable primary")
+    coll = admin.fp_check.rs
+    coll.drop()
+    # One retryable error: PyMongo retries the write and succeeds.
+    fail_point(admin, {"times": 1}, {"failCommands": ["insert"], "errorCode": 91})
+    coll.insert_one({"y": 1})
+    check(coll.count_documents({"y": 1}) == 1, "a retryable write survives one ShutdownInProgress")
+    # Two: the retry fails too, and the error carries the server's RetryableWriteError label.
+    fail_point(admin, {"times": 2}, {"failCommands": ["insert"], "errorCode": 91})
+    e = expect_error("two retryable errors", lambda: coll.insert_one({"y": 2}))
+    if e is not None:
+        check(code_of(e) == 91 and e.has_error_label("RetryableWriteError"),
+              f"the retry's error has code 91 and RetryableWriteError ({e!r})")
+    coll.drop()
+    admin.close()
+
+
+def main():
+    uri = os.environ.get("PROXY_URI")
+    if not uri:
+        print("PROXY_URI is not set", file=sys.stderr)
+        return 2
+    standalone(uri)
+    if os.environ.get("PROXY_RS_URI"):
+        replica_set(os.environ["PROXY_RS_URI"])
+    if FAILURES:
+        print(f"{len(FAILURES)} mismatch(es)", file=sys.stderr)
+        return 1
+    print("all fail point checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
