@@ -1,0 +1,227 @@
+//! A thin typed wrapper over one instance of the driver component, so tests
+//! read like driver code. Every method returns the WIT result unchanged.
+
+use crate::bindings::exports::mongo_wasi::driver::client::ClientOptions;
+use crate::bindings::exports::mongo_wasi::driver::collection::{FindOptions, OpOptions};
+use crate::bindings::exports::mongo_wasi::driver::database::{
+    CollectionOptions, RunCommandOptions,
+};
+use crate::bindings::exports::mongo_wasi::driver::types::{Batch, CommandEvent, Error};
+use crate::bindings::Driver;
+use crate::{driver_pre, new_store, wasi_state, HostState};
+use std::net::SocketAddr;
+use wasmtime::component::ResourceAny;
+use wasmtime::Result;
+use wasmtime::Store;
+
+pub type WitResult<T> = std::result::Result<T, Error>;
+
+pub struct Guest {
+    pub store: Store<HostState>,
+    pub driver: Driver,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Client(pub ResourceAny);
+#[derive(Clone, Copy, Debug)]
+pub struct Database(pub ResourceAny);
+#[derive(Clone, Copy, Debug)]
+pub struct Collection(pub ResourceAny);
+#[derive(Clone, Copy, Debug)]
+pub struct Cursor(pub ResourceAny);
+
+pub fn no_options() -> OpOptions {
+    OpOptions {
+        timeout_ms: None,
+        session: None,
+        extra: None,
+    }
+}
+
+pub fn find_options() -> FindOptions {
+    FindOptions {
+        timeout_ms: None,
+        session: None,
+        sort: None,
+        projection: None,
+        skip: None,
+        limit: None,
+        batch_size: None,
+        timeout_mode: None,
+        extra: None,
+    }
+}
+
+impl Guest {
+    /// A fresh instance whose sockets may connect to `allowed` only.
+    pub fn new(allowed: &[SocketAddr]) -> Result<Guest> {
+        let mut store = new_store(wasi_state(allowed, &[], true));
+        let driver = driver_pre().instantiate(&mut store)?;
+        Ok(Guest { store, driver })
+    }
+
+    pub fn connect(
+        &mut self,
+        uri: &str,
+        timeout_ms: Option<u64>,
+        monitor: bool,
+    ) -> Result<WitResult<Client>> {
+        let opts = ClientOptions {
+            timeout_ms,
+            monitor_commands: monitor,
+        };
+        let r = self
+            .driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_connect(&mut self.store, uri, opts)?;
+        Ok(r.map(Client))
+    }
+
+    pub fn database(
+        &mut self,
+        client: Client,
+        name: &str,
+        timeout_ms: Option<u64>,
+    ) -> Result<Database> {
+        let opts = CollectionOptions {
+            timeout_ms,
+            read_concern: None,
+            write_concern: None,
+            read_preference: None,
+        };
+        let r = self
+            .driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_database(&mut self.store, client.0, name, &opts)?;
+        Ok(Database(r))
+    }
+
+    pub fn collection(
+        &mut self,
+        db: Database,
+        name: &str,
+        timeout_ms: Option<u64>,
+    ) -> Result<Collection> {
+        let opts = CollectionOptions {
+            timeout_ms,
+            read_concern: None,
+            write_concern: None,
+            read_preference: None,
+        };
+        let r = self
+            .driver
+            .mongo_wasi_driver_database()
+            .database()
+            .call_collection(&mut self.store, db.0, name, &opts)?;
+        Ok(Collection(r))
+    }
+
+    pub fn run_command(
+        &mut self,
+        db: Database,
+        command: &bson::RawDocument,
+        timeout_ms: Option<u64>,
+    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+        let opts = RunCommandOptions {
+            timeout_ms,
+            session: None,
+            read_preference: None,
+        };
+        let r = self
+            .driver
+            .mongo_wasi_driver_database()
+            .database()
+            .call_run_command(&mut self.store, db.0, &command.as_bytes().to_vec(), &opts)?;
+        Ok(r.map(|b| bson::RawDocumentBuf::from_bytes(b).expect("reply is BSON")))
+    }
+
+    pub fn insert_many(
+        &mut self,
+        coll: Collection,
+        docs: &[bson::RawDocumentBuf],
+        opts: &OpOptions,
+    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+        let bytes: Vec<Vec<u8>> = docs.iter().map(|d| d.as_bytes().to_vec()).collect();
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_insert_many(&mut self.store, coll.0, &bytes, opts)?;
+        Ok(r.map(|res| bson::RawDocumentBuf::from_bytes(res.inserted_ids).expect("ids are BSON")))
+    }
+
+    pub fn insert_one(
+        &mut self,
+        coll: Collection,
+        doc: &bson::RawDocument,
+        opts: &OpOptions,
+    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_insert_one(&mut self.store, coll.0, &doc.as_bytes().to_vec(), opts)?;
+        Ok(r.map(|res| bson::RawDocumentBuf::from_bytes(res.inserted_id).expect("id is BSON")))
+    }
+
+    pub fn find(
+        &mut self,
+        coll: Collection,
+        filter: &bson::RawDocument,
+        opts: &FindOptions,
+    ) -> Result<WitResult<Cursor>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_find(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)?;
+        Ok(r.map(Cursor))
+    }
+
+    pub fn count_documents(
+        &mut self,
+        coll: Collection,
+        filter: &bson::RawDocument,
+        opts: &OpOptions,
+    ) -> Result<WitResult<i64>> {
+        self.driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_count_documents(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)
+    }
+
+    pub fn next_batch(&mut self, cursor: Cursor) -> Result<WitResult<Batch>> {
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_next_batch(&mut self.store, cursor.0)
+    }
+
+    pub fn cursor_id(&mut self, cursor: Cursor) -> Result<i64> {
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_id(&mut self.store, cursor.0)
+    }
+
+    pub fn close_cursor(&mut self, cursor: Cursor) -> Result<WitResult<()>> {
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_close(&mut self.store, cursor.0)
+    }
+
+    pub fn take_events(&mut self, client: Client) -> Result<Vec<CommandEvent>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_take_command_events(&mut self.store, client.0)
+    }
+
+    /// Drops a guest resource (runs its destructor in the guest).
+    pub fn drop_resource(&mut self, r: ResourceAny) -> Result<()> {
+        r.resource_drop(&mut self.store)
+    }
+}

@@ -1,0 +1,141 @@
+//! The native host: loads the mongo-wasi component under wasmtime and drives
+//! it through its WIT exports. The component is compiled once per process;
+//! each test gets a fresh instance whose sockets reach only the addresses it
+//! was given.
+
+pub mod bindings {
+    wasmtime::component::bindgen!({ path: "../wit", world: "driver" });
+}
+
+pub mod guest;
+pub mod listeners;
+
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::Result;
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub struct HostState {
+    ctx: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The workspace root (host-tests' parent).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `MONGO_WASI_COMPONENT`, else the release build in the workspace target dir.
+pub fn component_path() -> PathBuf {
+    std::env::var_os("MONGO_WASI_COMPONENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/wasm32-wasip2/release/mongo_wasi.wasm"))
+}
+
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| Engine::new(&Config::new()).expect("wasmtime engine"))
+}
+
+/// Loads the component at `path`. Cranelift output is cached beside it as
+/// `<name>-<hash>.cwasm`, so only the first test process after a build pays
+/// for compilation (seconds in a debug host).
+pub fn load(path: &Path) -> Result<Component> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        wasmtime::Error::from(e).context(format!(
+            "reading {} (run `cargo xtask build` first)",
+            path.display()
+        ))
+    })?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("component");
+    let cached = path.with_file_name(format!("{stem}-{:016x}.cwasm", hasher.finish()));
+    if cached.exists() {
+        // SAFETY: the file was written by `precompile_component` below, by this
+        // same engine configuration, into the build's own target directory.
+        if let Ok(c) = unsafe { Component::deserialize_file(engine(), &cached) } {
+            return Ok(c);
+        }
+    }
+    let compiled = engine().precompile_component(&bytes)?;
+    // Write then rename, so a parallel test process never reads half a file.
+    let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, &compiled).is_ok() {
+        let _ = std::fs::rename(&tmp, &cached);
+    }
+    // SAFETY: `compiled` was just produced by this engine.
+    unsafe { Component::deserialize(engine(), &compiled) }
+}
+
+/// The driver component, compiled once per process and linked with WASI.
+pub fn driver_pre() -> &'static bindings::DriverPre<HostState> {
+    static PRE: OnceLock<bindings::DriverPre<HostState>> = OnceLock::new();
+    PRE.get_or_init(|| {
+        let component = load(&component_path()).expect("driver component");
+        let linker = linker().expect("linker");
+        let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
+        bindings::DriverPre::new(pre).expect("driver exports")
+    })
+}
+
+pub fn linker() -> Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine());
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    Ok(linker)
+}
+
+/// A WASI context whose TCP may connect only to `allowed` (loopback
+/// addresses given by the test). Binds to the unspecified or a loopback
+/// address are allowed, since wasmtime checks the implicit bind of `connect`.
+pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) -> HostState {
+    let allowed: Vec<SocketAddr> = allowed.to_vec();
+    let mut b = WasiCtxBuilder::new();
+    if inherit_stdio {
+        b.inherit_stdio();
+    }
+    b.args(args)
+        .env(
+            "MONGO_WASI_PLATFORM",
+            format!("wasmtime {}", wasmtime_version()),
+        )
+        .allow_tcp(true)
+        .allow_ip_name_lookup(true)
+        .socket_addr_check(move |addr, use_| {
+            let ok = match use_ {
+                SocketAddrUse::TcpBind => addr.ip().is_unspecified() || addr.ip().is_loopback(),
+                SocketAddrUse::TcpConnect => addr.ip().is_loopback() && allowed.contains(&addr),
+                _ => false,
+            };
+            Box::pin(async move { ok })
+        });
+    HostState {
+        ctx: b.build(),
+        table: ResourceTable::new(),
+    }
+}
+
+pub fn new_store(state: HostState) -> Store<HostState> {
+    Store::new(engine(), state)
+}
+
+fn wasmtime_version() -> &'static str {
+    "48"
+}

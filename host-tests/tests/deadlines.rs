@@ -1,0 +1,168 @@
+//! Every blocking section honours the deadline: against loopback listeners
+//! that never answer, operations fail with a timeout error that names the
+//! section, within the deadline plus a tolerance for a loaded CI machine.
+
+use host_tests::bindings::exports::mongo_wasi::driver::types::ErrorKind;
+use host_tests::guest::Guest;
+use host_tests::listeners::{Behaviour, Listener};
+use std::time::{Duration, Instant};
+
+/// Slack above the deadline: scheduling on a busy 2-core machine, not driver work.
+const TOLERANCE: Duration = Duration::from_millis(1500);
+
+fn ping(
+    guest: &mut Guest,
+    uri: &str,
+    timeout_ms: Option<u64>,
+) -> (Duration, host_tests::guest::WitResult<bson::RawDocumentBuf>) {
+    let client = guest
+        .connect(uri, timeout_ms, false)
+        .unwrap()
+        .expect("valid URI");
+    let db = guest.database(client, "admin", None).unwrap();
+    let started = Instant::now();
+    let r = guest
+        .run_command(db, &bson::rawdoc! { "ping": 1 }, None)
+        .unwrap();
+    (started.elapsed(), r)
+}
+
+fn assert_within(elapsed: Duration, deadline: Duration) {
+    assert!(
+        elapsed + Duration::from_millis(5) >= deadline,
+        "returned after {elapsed:?}, before the {deadline:?} deadline"
+    );
+    assert!(
+        elapsed <= deadline + TOLERANCE,
+        "returned after {elapsed:?}, long past the {deadline:?} deadline"
+    );
+}
+
+#[test]
+fn silent_server_times_out_in_the_handshake() {
+    let listener = Listener::start(Behaviour::Silent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let (elapsed, r) = ping(&mut guest, &uri, Some(300));
+    let err = r.expect_err("a silent server cannot answer");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(
+        err.message.contains("handshake"),
+        "the error names the section: {err:?}"
+    );
+    assert!(
+        err.cause.as_deref().unwrap_or("").contains("socket read"),
+        "and its cause: {err:?}"
+    );
+    assert_within(elapsed, Duration::from_millis(300));
+}
+
+#[test]
+fn silent_server_without_timeout_ms_is_bounded_by_connect_and_selection_timeouts() {
+    let listener = Listener::start(Behaviour::Silent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!(
+        "mongodb://{}/?connectTimeoutMS=200&serverSelectionTimeoutMS=700",
+        listener.addr
+    );
+    let (elapsed, r) = ping(&mut guest, &uri, None);
+    let err = r.expect_err("a silent server cannot answer");
+    assert_eq!(err.kind, ErrorKind::ServerSelection, "{err:?}");
+    assert!(
+        err.message.contains("handshake"),
+        "the last check's failure is reported: {err:?}"
+    );
+    assert_within(elapsed, Duration::from_millis(700));
+}
+
+#[test]
+fn server_that_stops_after_hello_times_out_reading_the_reply() {
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let (elapsed, r) = ping(&mut guest, &uri, Some(400));
+    let err = r.expect_err("the command is never answered");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(
+        err.message.contains("socket read"),
+        "the error names the section: {err:?}"
+    );
+    assert_within(elapsed, Duration::from_millis(400));
+}
+
+#[test]
+fn a_read_timeout_closes_the_connection() {
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = guest.connect(&uri, Some(200), false).unwrap().unwrap();
+    let db = guest.database(client, "admin", None).unwrap();
+    for _ in 0..2 {
+        let err = guest
+            .run_command(db, &bson::rawdoc! { "ping": 1 }, None)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+    }
+    // The half-read connection was dropped, so the second ping needed a new one.
+    assert_eq!(listener.accepted(), 2);
+}
+
+#[test]
+fn legacy_socket_timeout_bounds_the_read() {
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/?socketTimeoutMS=300", listener.addr);
+    let (elapsed, r) = ping(&mut guest, &uri, None);
+    let err = r.expect_err("the command is never answered");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(err.message.contains("socket read"), "{err:?}");
+    assert_within(elapsed, Duration::from_millis(300));
+}
+
+#[test]
+fn operation_timeout_overrides_client_timeout() {
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/?timeoutMS=5000", listener.addr);
+    let client = guest.connect(&uri, None, false).unwrap().unwrap();
+    let db = guest.database(client, "admin", None).unwrap();
+    let started = Instant::now();
+    let err = guest
+        .run_command(db, &bson::rawdoc! { "ping": 1 }, Some(250))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout);
+    assert_within(started.elapsed(), Duration::from_millis(250));
+}
+
+#[test]
+fn nothing_listening_is_a_selection_error_within_the_selection_timeout() {
+    // Bind then drop: a loopback port with nobody behind it.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut guest = Guest::new(&[addr]).unwrap();
+    let uri = format!("mongodb://{addr}/?serverSelectionTimeoutMS=600");
+    let (elapsed, r) = ping(&mut guest, &uri, None);
+    let err = r.expect_err("nothing listens there");
+    assert_eq!(err.kind, ErrorKind::ServerSelection, "{err:?}");
+    assert!(
+        err.message.contains(&addr.to_string()),
+        "names the server: {err:?}"
+    );
+    assert_within(elapsed, Duration::from_millis(600));
+}
+
+#[test]
+fn addresses_outside_the_allow_list_are_refused_by_the_host() {
+    let listener = Listener::start(Behaviour::Silent).unwrap();
+    // The instance may reach nothing at all.
+    let mut guest = Guest::new(&[]).unwrap();
+    let uri = format!("mongodb://{}/?serverSelectionTimeoutMS=300", listener.addr);
+    let (_, r) = ping(&mut guest, &uri, None);
+    let err = r.expect_err("the host's socket policy refuses the connect");
+    assert_eq!(err.kind, ErrorKind::ServerSelection, "{err:?}");
+    assert_eq!(listener.accepted(), 0);
+}
