@@ -1,0 +1,93 @@
+//! `cargo xtask <command>`: set up, build and test mongo-wasi with one command.
+//!
+//! std only, so that it compiles in seconds on a fresh machine.
+
+mod run;
+mod server;
+mod setup;
+mod steps;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use run::{Ctx, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup               install what the build needs (wasm32-wasip2 target, clang,
+                      .work/venv with nx-27017, wasm-tools, pymongo); idempotent
+  build               setup, then build the component, the notes example and the
+                      host tests, and check the component exports the driver
+  demo                setup, build, then run examples/notes against a local nx-27017
+  test                setup, then unit/spec tests, build, host tests against nx-27017,
+                      proxy tests
+  server start        start nx-27017 on a free 127.0.0.1 port and print its URI
+  server stop [PORT]  stop that server, or every server started from .work
+  spec                the spec-test runner (not yet)";
+
+/// Set by SIGINT/SIGTERM: the running child gets the signal too and exits, then the
+/// remaining steps are skipped and servers are stopped on the way out.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+#[cfg(unix)]
+fn catch_interrupts() {
+    use std::os::raw::c_int;
+    extern "C" fn on_signal(_: c_int) {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+    }
+    extern "C" {
+        fn signal(signum: c_int, handler: extern "C" fn(c_int)) -> usize;
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe. A caught
+    // signal is reset to its default on exec, so children still die on Ctrl-C.
+    unsafe {
+        signal(2, on_signal); // SIGINT
+        signal(15, on_signal); // SIGTERM
+    }
+}
+
+#[cfg(not(unix))]
+fn catch_interrupts() {}
+
+fn main() -> ExitCode {
+    catch_interrupts();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ctx = Ctx::locate();
+    let result = match args.as_slice() {
+        ["setup"] => steps::setup(&ctx),
+        ["build"] => steps::build(&ctx),
+        ["demo"] => steps::demo(&ctx),
+        ["test"] => steps::test(&ctx),
+        ["server", "start"] => server::start_detached(&ctx),
+        ["server", "stop"] => server::stop_all(&ctx),
+        ["server", "stop", port] => match port.parse() {
+            Ok(port) => server::stop_port(&ctx, port),
+            Err(_) => Err(format!("not a port: {port}")),
+        },
+        // Placeholder for the spec-test runner: it gets its own module and its own arm here.
+        ["spec", ..] => Err("cargo xtask spec: not yet".into()),
+        [] | ["help" | "-h" | "--help"] => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprintln!("unknown command: {}\n\n{USAGE}", args.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) if !interrupted() => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(130),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if interrupted() { 130 } else { 1 })
+        }
+    }
+}

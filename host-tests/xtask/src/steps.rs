@@ -1,0 +1,160 @@
+//! The subcommands, each a list of steps on one `Run`.
+//!
+//! To add a step, add a `run.step(...)` line: use `?` after it if later steps need it,
+//! `let _ =` if the run should go on (the summary still reports it as failed).
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::run::{exec, output, Ctx, Result, Run};
+use crate::server::Server;
+use crate::setup;
+
+/// What the component must export, all from `mongo-wasi:driver`.
+const INTERFACES: [&str; 7] = [
+    "client",
+    "database",
+    "collection",
+    "cursor",
+    "session",
+    "gridfs",
+    "types",
+];
+
+pub fn setup(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("setup");
+    let _ = setup::steps(&mut run, ctx);
+    run.finish()
+}
+
+pub fn build(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("build");
+    // Setup is quick once done, and a fresh machine cannot build without it.
+    let _ = setup::steps(&mut run, ctx).and_then(|()| build_steps(&mut run, ctx));
+    run.finish()
+}
+
+pub fn demo(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("demo");
+    let _ = demo_steps(&mut run, ctx);
+    run.finish()
+}
+
+pub fn test(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("test");
+    let _ = test_steps(&mut run, ctx);
+    run.finish()
+}
+
+fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
+    let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
+    // Two invocations: built together, cargo would unify mongo-wasi's features and give
+    // the notes guest the component glue it links without. The guest goes first: its
+    // build also emits mongo-wasi's cdylib without the glue, over mongo_wasi.wasm, and
+    // the component build after it puts the real component back.
+    run.step("build: example guest (notes.wasm)", || {
+        exec(&mut ctx.cargo(&[&wasm[..], &["-p", "notes"]].concat()))
+    })?;
+    run.step("build: component (mongo_wasi.wasm)", || {
+        exec(&mut ctx.cargo(&wasm))
+    })?;
+    run.step("build: host tests and run-guest (native)", || {
+        exec(&mut ctx.cargo(&["build", "-p", "host-tests", "--bins", "--tests"]))
+    })?;
+    run.step("build: check the component's WIT exports", || {
+        check_component(ctx)
+    })
+}
+
+fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
+    setup::steps(run, ctx)?;
+    let _ = run.step(
+        "test: unit tests and JSON spec suites (mongo-wasi, native)",
+        || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
+    );
+    build_steps(run, ctx)?; // the host tests need the component
+    let _ = run.step("test: host tests and proxy tests against nx-27017", || {
+        host_tests(ctx)
+    });
+    // Further test steps (e.g. `cargo xtask spec` once it exists) go here.
+    Ok(())
+}
+
+fn demo_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
+    setup::steps(run, ctx)?;
+    build_steps(run, ctx)?;
+    run.step("demo: examples/notes against nx-27017", || {
+        let target = ctx.target_dir()?;
+        let server = Server::start(ctx)?;
+        let mut cmd = Command::new(target.join("debug/run-guest"));
+        cmd.arg("--allow")
+            .arg(server.addr())
+            .arg(target.join("wasm32-wasip2/release/notes.wasm"))
+            .arg("--")
+            .arg(server.uri());
+        let result = exec(&mut cmd);
+        result.and(server.stop())
+    })
+}
+
+/// The component's integration tests and the failpoint proxy's tests (whose
+/// pymongo check runs through the proxy in front of the same server).
+fn host_tests(ctx: &Ctx) -> Result<()> {
+    let component = component_path(ctx)?;
+    let server = Server::start(ctx)?;
+    let run = |package: &str| {
+        let mut cmd = ctx.cargo(&["test", "--no-fail-fast", "-p", package]);
+        cmd.env("MONGO_WASI_URI", server.uri())
+            .env("MONGO_WASI_COMPONENT", &component)
+            .env("MONGO_WASI_VENV", &ctx.venv);
+        exec(&mut cmd)
+    };
+    let host = run("host-tests");
+    let proxy = run("mongo-wasi-proxy");
+    host.and(proxy).and(server.stop())
+}
+
+fn component_path(ctx: &Ctx) -> Result<PathBuf> {
+    Ok(ctx
+        .target_dir()?
+        .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+}
+
+/// Reads the component's WIT back with wasm-tools: proves it is a component exporting
+/// the whole driver, not a core module or a build without the `component` feature.
+fn check_component(ctx: &Ctx) -> Result<()> {
+    let wasm = component_path(ctx)?;
+    let bytes = fs::read(&wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
+    // `component wit` also decodes the WIT embedded in a core module: check the header.
+    if !bytes.starts_with(b"\0asm\x0d\0\x01\0") {
+        return Err(format!("{} is not a wasm component", wasm.display()));
+    }
+    let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
+    cmd.args(["component", "wit"]).arg(&wasm);
+    let wit = output(&mut cmd)?;
+    // The world lists `export mongo-wasi:driver/client@0.1.0;` (imports would not do).
+    let exported = |name: &str| {
+        let export = format!("export mongo-wasi:driver/{name}");
+        wit.lines().map(str::trim).any(|l| {
+            l.strip_prefix(&export)
+                .is_some_and(|rest| rest.starts_with(['@', ';']))
+        })
+    };
+    let missing: Vec<&str> = INTERFACES.into_iter().filter(|i| !exported(i)).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} lacks mongo-wasi:driver interfaces: {}",
+            wasm.display(),
+            missing.join(", ")
+        ));
+    }
+    let size = bytes.len();
+    println!(
+        "  {}: {size} bytes ({:.1} KB), exports mongo-wasi:driver/{{{}}}",
+        wasm.display(),
+        size as f64 / 1024.0,
+        INTERFACES.join(", ")
+    );
+    Ok(())
+}
