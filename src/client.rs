@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::executor::{self, Context};
 use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
-use crate::sdam::selection::{Criteria, ReadMode};
 use crate::sdam::{address_of, TopologyDescription};
 use crate::session::Session;
 use crate::topology::{Topology, TopologySettings};
@@ -27,6 +26,8 @@ pub(crate) struct ClientInner {
     pub(crate) topology: RefCell<Topology>,
     pub(crate) legacy: LegacyTimeouts,
     pub(crate) timeout_ms: Option<u64>,
+    pub(crate) retry_reads: bool,
+    pub(crate) retry_writes: bool,
     events: RefCell<Option<Vec<CommandEvent>>>,
     next_op_id: Cell<i64>,
 }
@@ -115,6 +116,8 @@ impl Client {
                 topology: RefCell::new(Topology::new(settings)),
                 legacy,
                 timeout_ms: options.timeout_ms.or(o.timeout_ms),
+                retry_reads: o.retry_reads.unwrap_or(true),
+                retry_writes: o.retry_writes.unwrap_or(true),
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 next_op_id: Cell::new(1),
             }),
@@ -186,11 +189,7 @@ impl Client {
     }
 
     pub fn list_database_names(&self, timeout_ms: Option<u64>) -> Result<Vec<String>> {
-        let mut op = RunCommand {
-            db: "admin".into(),
-            command: rawdoc! { "listDatabases": 1, "nameOnly": true },
-            criteria: Criteria::Read(ReadMode::Primary),
-        };
+        let mut op = RunCommand::read("admin", rawdoc! { "listDatabases": 1, "nameOnly": true });
         let reply = self.execute(&mut op, timeout_ms.or(self.inner.timeout_ms), None)?;
         list_names(&reply, "databases")
     }

@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 use crate::operation::{
     check_write_errors, insert::with_id, CursorCommand, Find, Insert, RunCommand,
 };
-use crate::sdam::selection::{Criteria, ReadMode};
+use crate::retryable::Retryability;
+use crate::sdam::selection::Criteria;
 use crate::session::Session;
 use bson::cstr;
 use bson::{rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
@@ -214,12 +215,13 @@ impl Collection {
         options: &OpOptions,
         timeout_mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
-        let mut cursor_opts = RawDocumentBuf::new();
-        if let Some(b) = batch_size {
-            cursor_opts.append(cstr!("batchSize"), i64::from(b));
-        }
-        let body = rawdoc! { "aggregate": self.name.as_str(), "pipeline": array(pipeline), "cursor": cursor_opts };
-        self.cursor_command(body, batch_size, options, timeout_mode)
+        let body = aggregate_command(self.name.as_str().into(), pipeline, batch_size);
+        let retry = if pipeline_writes(pipeline) {
+            Retryability::None
+        } else {
+            Retryability::Read
+        };
+        self.cursor_command(body, batch_size, options, timeout_mode, retry)
     }
 
     fn cursor_command(
@@ -228,16 +230,12 @@ impl Collection {
         batch_size: Option<u32>,
         options: &OpOptions,
         timeout_mode: Option<TimeoutMode>,
+        retry: Retryability,
     ) -> Result<Cursor> {
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session);
         let budget = self.db.client.start_timeout(timeout_ms);
-        let criteria = Criteria::Read(ReadMode::Primary);
-        let mut op = CursorCommand(RunCommand {
-            db: self.db.name.clone(),
-            command: body,
-            criteria,
-        });
+        let mut op = CursorCommand(command_op(&self.db.name, body, retry));
         let reply = self
             .db
             .client
@@ -255,19 +253,16 @@ impl Collection {
         )
     }
 
-    /// Runs one hand-built command for this collection.
+    /// Runs one hand-built command for this collection: a retryable read,
+    /// or (for now) a write sent once.
     fn command(
         &self,
         mut body: RawDocumentBuf,
         options: &OpOptions,
-        criteria: Criteria,
+        retry: Retryability,
     ) -> Result<RawDocumentBuf> {
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
-        let mut op = RunCommand {
-            db: self.db.name.clone(),
-            command: body,
-            criteria,
-        };
+        let mut op = command_op(&self.db.name, body, retry);
         let timeout = self.resolve(options.timeout_ms, options.session);
         self.db.client.execute(&mut op, timeout, options.session)
     }
@@ -279,7 +274,7 @@ impl Collection {
         let reply = self.command(
             body,
             &strip(options, &["collation", "hint"])?,
-            Criteria::Write,
+            Retryability::None,
         )?;
         check_write_errors(&reply)?;
         Ok(reply.get_i32("n").map(i64::from).unwrap_or(0))
@@ -307,7 +302,7 @@ impl Collection {
         const PER_STATEMENT: &[&str] = &["upsert", "collation", "hint", "arrayFilters"];
         move_fields(&mut stmt, options, PER_STATEMENT)?;
         let body = rawdoc! { "update": self.name.as_str(), "updates": [stmt] };
-        let reply = self.command(body, &strip(options, PER_STATEMENT)?, Criteria::Write)?;
+        let reply = self.command(body, &strip(options, PER_STATEMENT)?, Retryability::None)?;
         check_write_errors(&reply)?;
         let n = reply.get_i32("n").map(i64::from).unwrap_or(0);
         let upserted_id = match reply
@@ -359,14 +354,91 @@ impl Collection {
         replacement: RawDocumentBuf,
         options: &OpOptions,
     ) -> Result<UpdateResult> {
-        if let Some(Ok((key, _))) = replacement.iter().next() {
-            if key.as_str().starts_with('$') {
-                return Err(Error::invalid_argument(
-                    "replacement document must not contain update operators",
-                ));
+        check_replacement(&replacement)?;
+        self.update(filter, RawBson::Document(replacement), false, options)
+    }
+
+    /// `findAndModify`: removes, updates or replaces one document and
+    /// returns it (before the change, or after with `returnDocument: "After"`
+    /// in `extra`; `projection` is sent as `fields`).
+    fn find_and_modify(
+        &self,
+        filter: RawDocumentBuf,
+        change: Modify,
+        options: &OpOptions,
+    ) -> Result<Option<RawDocumentBuf>> {
+        let mut body = rawdoc! { "findAndModify": self.name.as_str(), "query": filter };
+        match change {
+            Modify::Remove => body.append(cstr!("remove"), true),
+            Modify::Update(u) => body.append(cstr!("update"), u),
+        }
+        let mut rest = RawDocumentBuf::new();
+        if let Some(extra) = &options.extra {
+            for item in extra {
+                let (k, v) = item?;
+                match k.as_str() {
+                    "returnDocument" => {
+                        let after = v.as_str().is_some_and(|s| s.eq_ignore_ascii_case("after"));
+                        body.append(cstr!("new"), after);
+                    }
+                    "projection" => body.append(cstr!("fields"), v),
+                    _ => rest.append(k, v),
+                }
             }
         }
-        self.update(filter, RawBson::Document(replacement), false, options)
+        let opts = OpOptions {
+            extra: Some(rest),
+            ..options.clone()
+        };
+        let reply = self.command(body, &opts, Retryability::None)?;
+        check_write_errors(&reply)?;
+        match reply.get("value")? {
+            Some(bson::RawBsonRef::Document(d)) => Ok(Some(d.to_owned())),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn find_one_and_delete(
+        &self,
+        filter: RawDocumentBuf,
+        options: &OpOptions,
+    ) -> Result<Option<RawDocumentBuf>> {
+        self.find_and_modify(filter, Modify::Remove, options)
+    }
+
+    pub fn find_one_and_update(
+        &self,
+        filter: RawDocumentBuf,
+        update: UpdateSpec,
+        options: &OpOptions,
+    ) -> Result<Option<RawDocumentBuf>> {
+        self.find_and_modify(filter, Modify::Update(update_value(update)?), options)
+    }
+
+    pub fn find_one_and_replace(
+        &self,
+        filter: RawDocumentBuf,
+        replacement: RawDocumentBuf,
+        options: &OpOptions,
+    ) -> Result<Option<RawDocumentBuf>> {
+        check_replacement(&replacement)?;
+        self.find_and_modify(
+            filter,
+            Modify::Update(RawBson::Document(replacement)),
+            options,
+        )
+    }
+
+    /// Renames this collection within its database (`renameCollection` on admin).
+    pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
+        let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };
+        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        let mut op = RunCommand::new("admin", body, Criteria::Write);
+        let timeout = self.resolve(options.timeout_ms, options.session);
+        self.db
+            .client
+            .execute(&mut op, timeout, options.session)
+            .map(|_| ())
     }
 
     pub fn count_documents(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
@@ -392,7 +464,7 @@ impl Collection {
         let reply = self.command(
             rawdoc! { "count": self.name.as_str() },
             options,
-            Criteria::Read(ReadMode::Primary),
+            Retryability::Read,
         )?;
         number(&reply, "n")
     }
@@ -405,7 +477,7 @@ impl Collection {
         options: &OpOptions,
     ) -> Result<RawDocumentBuf> {
         let body = rawdoc! { "distinct": self.name.as_str(), "key": field, "query": filter };
-        let reply = self.command(body, options, Criteria::Read(ReadMode::Primary))?;
+        let reply = self.command(body, options, Retryability::Read)?;
         let values = reply
             .get_array("values")
             .map_err(|_| Error::protocol("distinct reply has no values"))?;
@@ -416,7 +488,7 @@ impl Collection {
         match self.command(
             rawdoc! { "drop": self.name.as_str() },
             options,
-            Criteria::Write,
+            Retryability::None,
         ) {
             // Dropping a missing collection is not an error (NamespaceNotFound).
             Err(e) if e.code == Some(26) || e.message.contains("ns not found") => Ok(()),
@@ -447,7 +519,7 @@ impl Collection {
             names.push(name);
         }
         let body = rawdoc! { "createIndexes": self.name.as_str(), "indexes": indexes };
-        self.command(body, options, Criteria::Write)?;
+        self.command(body, options, Retryability::None)?;
         Ok(names)
     }
 
@@ -457,17 +529,61 @@ impl Collection {
             cursor_opts.append(cstr!("batchSize"), i64::from(b));
         }
         let body = rawdoc! { "listIndexes": self.name.as_str(), "cursor": cursor_opts };
-        self.cursor_command(body, batch_size, options, None)
+        self.cursor_command(body, batch_size, options, None, Retryability::Read)
     }
 
     pub fn drop_index(&self, name: &str, options: &OpOptions) -> Result<()> {
         self.command(
             rawdoc! { "dropIndexes": self.name.as_str(), "index": name },
             options,
-            Criteria::Write,
+            Retryability::None,
         )
         .map(|_| ())
     }
+}
+
+enum Modify {
+    Remove,
+    Update(RawBson),
+}
+
+/// A replacement is a plain document: update operators there are a mistake (CRUD spec).
+fn check_replacement(replacement: &RawDocument) -> Result<()> {
+    match replacement.iter().next() {
+        Some(Ok((key, _))) if key.as_str().starts_with('$') => Err(Error::invalid_argument(
+            "replacement document must not contain update operators",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Reads go to a readable server and may be retried; everything else is a write.
+fn command_op(db: &str, body: RawDocumentBuf, retry: Retryability) -> RunCommand {
+    match retry {
+        Retryability::Read => RunCommand::read(db, body),
+        _ => RunCommand::new(db, body, Criteria::Write),
+    }
+}
+
+/// `{aggregate: <target>, pipeline, cursor: {batchSize?}}`; the target is a
+/// collection name, or 1 for a database-level aggregate.
+pub(crate) fn aggregate_command(
+    target: RawBson,
+    pipeline: &[RawDocumentBuf],
+    batch_size: Option<u32>,
+) -> RawDocumentBuf {
+    let mut cursor_opts = RawDocumentBuf::new();
+    if let Some(b) = batch_size {
+        cursor_opts.append(cstr!("batchSize"), i64::from(b));
+    }
+    rawdoc! { "aggregate": target, "pipeline": array(pipeline), "cursor": cursor_opts }
+}
+
+/// `$out` and `$merge` make an aggregate a write: not retried as a read.
+pub(crate) fn pipeline_writes(pipeline: &[RawDocumentBuf]) -> bool {
+    pipeline.last().and_then(|stage| stage.iter().next()).is_some_and(|first| {
+        matches!(first, Ok((name, _)) if name.as_str() == "$out" || name.as_str() == "$merge")
+    })
 }
 
 /// The spec's default index name: `field_dir` joined by `_`.

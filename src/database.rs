@@ -1,5 +1,6 @@
 use crate::client::{list_names, Client};
 use crate::collection::Collection;
+use crate::collection::OpOptions;
 use crate::cursor::{Cursor, TimeoutMode};
 use crate::error::Result;
 use crate::operation::{CursorCommand, RunCommand};
@@ -52,16 +53,13 @@ impl Database {
         options: &RunCommandOptions,
     ) -> Result<RawDocumentBuf> {
         let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
-        let mut op = RunCommand {
-            db: self.name.clone(),
-            command,
-            criteria,
-        };
+        let mut op = RunCommand::new(&self.name, command, criteria);
         let timeout = options.timeout_ms.or(self.timeout_ms);
         self.client.execute(&mut op, timeout, options.session)
     }
 
-    /// Runs a command whose reply is a cursor and returns that cursor.
+    /// Runs a command whose reply is a cursor and returns that cursor. As a
+    /// command the caller wrote, it is not retried.
     pub fn run_cursor_command(
         &self,
         command: RawDocumentBuf,
@@ -70,14 +68,58 @@ impl Database {
         batch_size: Option<u32>,
         session: Option<&Session>,
     ) -> Result<Cursor> {
+        let criteria = Criteria::Read(ReadMode::Primary);
+        let op = RunCommand::new(&self.name, command, criteria);
+        self.cursor_command(op, timeout_ms, mode, batch_size, session)
+    }
+
+    /// `listCollections` (a retryable read), as a cursor.
+    pub fn list_collections(
+        &self,
+        filter: RawDocumentBuf,
+        batch_size: Option<u32>,
+        options: &OpOptions,
+        mode: Option<TimeoutMode>,
+    ) -> Result<Cursor> {
+        let mut cursor_opts = RawDocumentBuf::new();
+        if let Some(b) = batch_size {
+            cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
+        }
+        let mut command = rawdoc! { "listCollections": 1, "filter": filter, "cursor": cursor_opts };
+        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        let op = RunCommand::read(&self.name, command);
+        self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
+    }
+
+    /// A database-level `aggregate: 1`; retried unless the pipeline writes.
+    pub fn aggregate(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &OpOptions,
+        mode: Option<TimeoutMode>,
+    ) -> Result<Cursor> {
+        let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
+        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        let op = if crate::collection::pipeline_writes(pipeline) {
+            RunCommand::new(&self.name, command, Criteria::Write)
+        } else {
+            RunCommand::read(&self.name, command)
+        };
+        self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
+    }
+
+    fn cursor_command(
+        &self,
+        op: RunCommand,
+        timeout_ms: Option<u64>,
+        mode: Option<TimeoutMode>,
+        batch_size: Option<u32>,
+        session: Option<&Session>,
+    ) -> Result<Cursor> {
         let timeout_ms = timeout_ms.or(self.timeout_ms);
         let budget = self.client.start_timeout(timeout_ms);
-        let criteria = Criteria::Read(ReadMode::Primary);
-        let mut op = CursorCommand(RunCommand {
-            db: self.name.clone(),
-            command,
-            criteria,
-        });
+        let mut op = CursorCommand(op);
         let parsed = self
             .client
             .execute_within(&mut op, &budget, session, None)?;

@@ -6,9 +6,11 @@
 use crate::client::ClientInner;
 use crate::conn::{check_ok, next_request_id};
 use crate::csot::OpTimeout;
-use crate::error::{ErrorKind, Result};
+use crate::deadline::Deadline;
+use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, CommandEvent, EventKind};
 use crate::operation::Operation;
+use crate::retryable::{may_retry, Retryability};
 use crate::runtime;
 use crate::session::Session;
 use bson::cstr;
@@ -22,7 +24,41 @@ pub struct Context<'a> {
     pub pinned: Option<&'a str>,
 }
 
+/// Runs `op`, retrying per the Retryable Reads/Writes specs: once without
+/// timeoutMS, as often as the deadline allows with it.
 pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+    let kind = match op.retryability() {
+        _ if ctx.pinned.is_some() => Retryability::None,
+        Retryability::Read if client.retry_reads => Retryability::Read,
+        Retryability::Write if client.retry_writes => Retryability::Write,
+        _ => Retryability::None,
+    };
+    // Retrying "until the deadline" needs a finite one: timeoutMS=0 retries once.
+    let csot = matches!(ctx.timeout.csot, Some(Deadline::At(_)));
+    let mut previous: Option<Error> = None;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let err = match attempt(client, op, ctx) {
+            Ok(out) => return Ok(out),
+            Err(e) => e,
+        };
+        // A retry that could not even reach a server reports the error that
+        // made it retry (the caller can tell an attempt was made).
+        let err = match previous.take() {
+            Some(prev) if err.kind == ErrorKind::ServerSelection => return Err(prev),
+            _ => err,
+        };
+        let expired = ctx.timeout.deadline().is_expired(runtime::now());
+        if !may_retry(kind, &err, attempts, csot, expired) {
+            return Err(err);
+        }
+        previous = Some(err);
+    }
+}
+
+/// One attempt: select, check out, send, receive.
+fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     let mut topology = client.topology.borrow_mut();
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
@@ -112,6 +148,10 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
             topology.checkin(conn);
             drop(topology);
             if let Err(e) = check_ok(&reply) {
+                client
+                    .topology
+                    .borrow_mut()
+                    .handle_server_error(&address, &e);
                 failed(&e, Some(reply));
                 return Err(e);
             }

@@ -22,6 +22,7 @@ mod cursor;
 mod database;
 mod executor;
 pub(crate) mod operation;
+pub mod retryable;
 pub mod runtime;
 mod session;
 mod topology;

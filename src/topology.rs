@@ -106,6 +106,7 @@ impl Topology {
             .map(|s| s.address.clone())
             .collect();
         for address in &due {
+            self.state(address).last_check = Some(runtime::now());
             let connect = timeout.connect_deadline(runtime::now()).min(deadline);
             match self.establish(address, connect) {
                 Ok(conn) => self.checkin(conn),
@@ -147,8 +148,6 @@ impl Topology {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
         let generation = self.state(address).generation;
-        let state = self.state(address);
-        state.last_check = Some(runtime::now());
         let Established { conn, rtt } = Connection::establish(
             address,
             &host,
@@ -182,6 +181,19 @@ impl Topology {
         let state = self.state(address);
         state.generation += 1;
         state.idle.clear();
+        self.description.update(address, Err(err.to_string()));
+    }
+
+    /// A server error that reveals a state change (SDAM error handling).
+    pub fn handle_server_error(&mut self, address: &str, err: &Error) {
+        let Some(clear) = err.code.and_then(crate::sdam::state_change_error) else {
+            return;
+        };
+        if clear {
+            let state = self.state(address);
+            state.generation += 1;
+            state.idle.clear();
+        }
         self.description.update(address, Err(err.to_string()));
     }
 

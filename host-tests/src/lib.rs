@@ -9,6 +9,7 @@ pub mod bindings {
 
 pub mod guest;
 pub mod listeners;
+pub mod unified;
 
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
@@ -138,4 +139,21 @@ pub fn new_store(state: HostState) -> Store<HostState> {
 
 fn wasmtime_version() -> &'static str {
     "48"
+}
+
+/// The running nx-27017 that `cargo xtask test` started: its URI and address.
+pub fn test_server() -> (String, SocketAddr) {
+    let uri = std::env::var("MONGO_WASI_URI").expect(
+        "MONGO_WASI_URI is not set: run `cargo xtask test`, or start nx-27017 and set MONGO_WASI_URI=mongodb://127.0.0.1:PORT/",
+    );
+    let hostport = uri
+        .trim_start_matches("mongodb://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default();
+    let addr: SocketAddr = hostport
+        .parse()
+        .expect("MONGO_WASI_URI names a loopback ip:port");
+    assert!(addr.ip().is_loopback(), "tests talk to loopback only");
+    (uri, addr)
 }

@@ -8,19 +8,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 fn server() -> (String, SocketAddr) {
-    let uri = std::env::var("MONGO_WASI_URI").expect(
-        "MONGO_WASI_URI is not set: run `cargo xtask test`, or start nx-27017 and set MONGO_WASI_URI=mongodb://127.0.0.1:PORT/",
-    );
-    let hostport = uri
-        .trim_start_matches("mongodb://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default();
-    let addr: SocketAddr = hostport
-        .parse()
-        .expect("MONGO_WASI_URI names a loopback ip:port");
-    assert!(addr.ip().is_loopback(), "tests talk to loopback only");
-    (uri, addr)
+    host_tests::test_server()
 }
 
 /// A guest connected with monitoring on, and a database unique to the test.

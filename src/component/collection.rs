@@ -182,26 +182,39 @@ impl GuestCollection for CollectionRes {
         Ok(DeleteResult { deleted_count: n })
     }
 
-    fn find_one_and_delete(&self, _: Vec<u8>, _: OpOptions<'_>) -> WitResult<Option<Vec<u8>>> {
-        not_implemented("find-one-and-delete")
+    fn find_one_and_delete(
+        &self,
+        filter: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Option<Vec<u8>>> {
+        let r = self
+            .0
+            .find_one_and_delete(doc(filter)?, &op_options(&options)?);
+        Ok(wrap(r)?.map(|d| d.into_bytes()))
     }
 
     fn find_one_and_update(
         &self,
-        _: Vec<u8>,
-        _: UpdateSpec,
-        _: OpOptions<'_>,
+        filter: Vec<u8>,
+        update: UpdateSpec,
+        options: OpOptions<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
-        not_implemented("find-one-and-update")
+        let r =
+            self.0
+                .find_one_and_update(doc(filter)?, update_spec(update)?, &op_options(&options)?);
+        Ok(wrap(r)?.map(|d| d.into_bytes()))
     }
 
     fn find_one_and_replace(
         &self,
-        _: Vec<u8>,
-        _: Vec<u8>,
-        _: OpOptions<'_>,
+        filter: Vec<u8>,
+        replacement: Vec<u8>,
+        options: OpOptions<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
-        not_implemented("find-one-and-replace")
+        let r =
+            self.0
+                .find_one_and_replace(doc(filter)?, doc(replacement)?, &op_options(&options)?);
+        Ok(wrap(r)?.map(|d| d.into_bytes()))
     }
 
     fn aggregate(
@@ -279,8 +292,8 @@ impl GuestCollection for CollectionRes {
         wrap(self.0.drop(&op_options(&options)?))
     }
 
-    fn rename(&self, _: String, _: OpOptions<'_>) -> WitResult<()> {
-        not_implemented("rename")
+    fn rename(&self, to_name: String, options: OpOptions<'_>) -> WitResult<()> {
+        wrap(self.0.rename(&to_name, &op_options(&options)?))
     }
 
     fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {

@@ -76,18 +76,7 @@ impl GuestDatabase for DatabaseRes {
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
         let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let mut cursor_opts = bson::RawDocumentBuf::new();
-        if let Some(b) = batch_size {
-            cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
-        }
-        let mut cmd =
-            rawdoc! { "listCollections": 1, "filter": doc(filter)?, "cursor": cursor_opts };
-        wrap(crate::operation::merge_extra(&mut cmd, o.extra.as_deref()))?;
-        let cursor =
-            wrap(
-                self.0
-                    .run_cursor_command(cmd, o.timeout_ms, mode, batch_size, o.session),
-            )?;
+        let cursor = wrap(self.0.list_collections(doc(filter)?, batch_size, &o, mode))?;
         Ok(CursorRes::wit(cursor))
     }
 
@@ -132,21 +121,7 @@ impl GuestDatabase for DatabaseRes {
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
         let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let mut cursor_opts = bson::RawDocumentBuf::new();
-        if let Some(b) = batch_size {
-            cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
-        }
-        let mut arr = bson::RawArrayBuf::new();
-        for d in docs(pipeline)? {
-            arr.push(d);
-        }
-        let mut cmd = rawdoc! { "aggregate": 1, "pipeline": arr, "cursor": cursor_opts };
-        wrap(crate::operation::merge_extra(&mut cmd, o.extra.as_deref()))?;
-        let cursor =
-            wrap(
-                self.0
-                    .run_cursor_command(cmd, o.timeout_ms, mode, batch_size, o.session),
-            )?;
+        let cursor = wrap(self.0.aggregate(&docs(pipeline)?, batch_size, &o, mode))?;
         Ok(CursorRes::wit(cursor))
     }
 

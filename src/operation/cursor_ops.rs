@@ -3,6 +3,7 @@
 use super::{documents_of, Command, Operation};
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
 use crate::sdam::selection::{Criteria, ReadMode};
 use bson::cstr;
 use bson::{RawDocument, RawDocumentBuf};
@@ -107,6 +108,10 @@ impl Operation for Find {
 
     fn criteria(&self) -> Criteria {
         Criteria::Read(ReadMode::Primary)
+    }
+
+    fn retryability(&self) -> Retryability {
+        Retryability::Read
     }
 }
 

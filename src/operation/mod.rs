@@ -11,6 +11,7 @@ pub use run_command::{CursorCommand, RunCommand};
 
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
 use bson::{RawArray, RawDocument, RawDocumentBuf};
 
@@ -35,6 +36,11 @@ pub trait Operation {
 
     fn criteria(&self) -> Criteria {
         Criteria::Write
+    }
+
+    /// Whether a failed attempt may be retried (Retryable Reads/Writes specs).
+    fn retryability(&self) -> Retryability {
+        Retryability::None
     }
 
     /// Whether CSOT's `maxTimeMS` goes on this command (not on getMore,

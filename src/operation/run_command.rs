@@ -1,6 +1,7 @@
 use super::{Command, Operation};
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
 use bson::RawDocumentBuf;
 
@@ -9,6 +10,30 @@ pub struct RunCommand {
     pub db: String,
     pub command: RawDocumentBuf,
     pub criteria: Criteria,
+    /// Set by the helpers that know the command is a retryable read.
+    pub retryability: Retryability,
+}
+
+impl RunCommand {
+    /// A command as the user wrote it: not retried.
+    pub fn new(db: &str, command: RawDocumentBuf, criteria: Criteria) -> RunCommand {
+        RunCommand {
+            db: db.to_string(),
+            command,
+            criteria,
+            retryability: Retryability::None,
+        }
+    }
+
+    /// A read the Retryable Reads spec retries (find, aggregate without $out/$merge, list*...).
+    pub fn read(db: &str, command: RawDocumentBuf) -> RunCommand {
+        RunCommand {
+            db: db.to_string(),
+            command,
+            criteria: Criteria::Read(crate::sdam::selection::ReadMode::Primary),
+            retryability: Retryability::Read,
+        }
+    }
 }
 
 impl Operation for RunCommand {
@@ -39,6 +64,10 @@ impl Operation for RunCommand {
         self.criteria
     }
 
+    fn retryability(&self) -> Retryability {
+        self.retryability
+    }
+
     fn sends_max_time(&self) -> bool {
         // A caller's own maxTimeMS wins over the derived one.
         self.command.get("maxTimeMS").ok().flatten().is_none()
@@ -61,6 +90,10 @@ impl Operation for CursorCommand {
 
     fn criteria(&self) -> Criteria {
         self.0.criteria
+    }
+
+    fn retryability(&self) -> Retryability {
+        self.0.retryability
     }
 
     fn sends_max_time(&self) -> bool {

@@ -93,6 +93,22 @@ pub struct TopologyDescription {
     pub logical_session_timeout_minutes: Option<i64>,
 }
 
+/// SDAM error handling: a "not writable primary" or "node is recovering"
+/// error marks the server Unknown. Returns whether the pool must be cleared
+/// too (shutdown errors), or `None` when the error says nothing about state.
+pub fn state_change_error(code: i32) -> Option<bool> {
+    const NOT_PRIMARY: &[i32] = &[10107, 13435, 10058];
+    const RECOVERING: &[i32] = &[11602, 13436, 189];
+    const SHUTDOWN: &[i32] = &[11600, 91];
+    if SHUTDOWN.contains(&code) {
+        Some(true)
+    } else if NOT_PRIMARY.contains(&code) || RECOVERING.contains(&code) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 pub fn normalize_address(host: &str, port: u16) -> String {
     let host = host.to_ascii_lowercase();
     if host.contains(':') && !host.starts_with('[') {
@@ -345,6 +361,13 @@ mod tests {
             )),
         );
         assert!(t.server("b:2").is_none());
+    }
+
+    #[test]
+    fn state_change_errors() {
+        assert_eq!(state_change_error(10107), Some(false));
+        assert_eq!(state_change_error(91), Some(true));
+        assert_eq!(state_change_error(11000), None);
     }
 
     #[test]
