@@ -331,3 +331,14 @@ fn timeout_ms_attaches_max_time_ms() {
     let cmd = bson::RawDocument::from_bytes(started.command.as_deref().unwrap()).unwrap();
     assert!(cmd.get("maxTimeMS").unwrap().is_none());
 }
+
+#[test]
+fn host_names_resolve_through_wasi_name_lookup() {
+    // `localhost` goes through wasi:sockets/ip-name-lookup; only its IPv4
+    // address is allowed, so the driver must fall through to it if ::1 comes first.
+    let (_, addr) = server();
+    let mut g = Guest::new(&[addr]).unwrap();
+    let client = g.connect(&format!("mongodb://localhost:{}/", addr.port()), None, false).unwrap().unwrap();
+    let db = g.database(client, "admin", None).unwrap();
+    g.run_command(db, &rawdoc! { "ping": 1 }, Some(5000)).unwrap().expect("ping via localhost");
+}
