@@ -9,7 +9,6 @@ pub mod bindings {
 
 pub mod guest;
 pub mod listeners;
-pub mod unified;
 
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
