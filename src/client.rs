@@ -6,8 +6,9 @@ use crate::error::{Error, Result};
 use crate::executor::{self, Context};
 use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
+use crate::sdam::selection::{Criteria, ReadMode};
 use crate::sdam::{address_of, TopologyDescription};
-use crate::session::Session;
+use crate::session::{Session, SessionPool};
 use crate::topology::{Topology, TopologySettings};
 use crate::uri::{self, HostAddress};
 use bson::{rawdoc, RawDocumentBuf};
@@ -28,6 +29,9 @@ pub(crate) struct ClientInner {
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) retry_reads: bool,
     pub(crate) retry_writes: bool,
+    pub(crate) sessions: Rc<SessionPool>,
+    /// The greatest `$clusterTime` any reply carried.
+    pub(crate) cluster_time: RefCell<Option<RawDocumentBuf>>,
     events: RefCell<Option<Vec<CommandEvent>>>,
     next_op_id: Cell<i64>,
 }
@@ -41,6 +45,15 @@ impl ClientInner {
         if let Some(events) = self.events.borrow_mut().as_mut() {
             events.push(event());
         }
+    }
+
+    pub(crate) fn implicit_session(&self) -> Session {
+        let minutes = self
+            .topology
+            .borrow()
+            .description
+            .logical_session_timeout_minutes;
+        Session::new(&self.sessions, minutes, true, None)
     }
 
     pub(crate) fn next_operation_id(&self) -> i64 {
@@ -118,6 +131,8 @@ impl Client {
                 timeout_ms: options.timeout_ms.or(o.timeout_ms),
                 retry_reads: o.retry_reads.unwrap_or(true),
                 retry_writes: o.retry_writes.unwrap_or(true),
+                sessions: Rc::new(SessionPool::default()),
+                cluster_time: RefCell::new(None),
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 next_op_id: Cell::new(1),
             }),
@@ -134,7 +149,27 @@ impl Client {
     }
 
     pub fn start_session(&self, default_timeout_ms: Option<u64>) -> Session {
-        Session::new(default_timeout_ms)
+        Session::new(
+            &self.inner.sessions,
+            self.session_timeout(),
+            false,
+            default_timeout_ms,
+        )
+    }
+
+    /// The explicit session, else a new implicit one (which a cursor keeps).
+    pub(crate) fn session_for(&self, explicit: Option<&Session>) -> Session {
+        explicit
+            .cloned()
+            .unwrap_or_else(|| self.inner.implicit_session())
+    }
+
+    fn session_timeout(&self) -> Option<i64> {
+        self.inner
+            .topology
+            .borrow()
+            .description
+            .logical_session_timeout_minutes
     }
 
     /// Drains the recorded command events (empty unless monitoring is on).
@@ -151,8 +186,29 @@ impl Client {
         self.inner.topology.borrow().description.clone()
     }
 
-    /// Closes every pooled connection.
+    /// Ends the pooled server sessions (best effort, bounded) and closes
+    /// every pooled connection.
     pub fn close(&self) {
+        let ids = self.inner.sessions.drain();
+        // endSessions takes at most 10,000 ids per command (Driver Sessions spec).
+        for chunk in ids.chunks(10_000) {
+            let mut arr = bson::RawArrayBuf::new();
+            for id in chunk {
+                arr.push(id.clone());
+            }
+            let mut op = RunCommand::new(
+                "admin",
+                rawdoc! { "endSessions": arr },
+                Criteria::Read(ReadMode::PrimaryPreferred),
+            );
+            let budget = self.start_timeout(Some(crate::csot::CLEANUP_TIMEOUT_MS));
+            let ctx = Context {
+                timeout: budget,
+                session: None,
+                pinned: None,
+            };
+            let _ = executor::execute_without_session(&self.inner, &mut op, &ctx);
+        }
         self.inner.topology.borrow_mut().close();
     }
 

@@ -137,24 +137,19 @@ impl Collection {
             }
             *e = clean;
         }
-        let mut op = Insert {
-            db: self.db.name.clone(),
-            coll: self.name.clone(),
-            documents,
-            ordered,
-            extra,
-        };
+        let mut op = Insert::new(&self.db.name, &self.name, documents, ordered, extra);
         let budget = self
             .db
             .client
             .start_timeout(self.resolve(options.timeout_ms, options.session));
         let mut first_error = None;
         while op.remaining() > 0 {
-            if let Err(e) = self
+            let result = self
                 .db
                 .client
-                .execute_within(&mut op, &budget, options.session, None)
-            {
+                .execute_within(&mut op, &budget, options.session, None);
+            op.finish_batch();
+            if let Err(e) = result {
                 if ordered || e.is_timeout() || e.kind != crate::ErrorKind::Server {
                     return Err(e);
                 }
@@ -167,6 +162,8 @@ impl Collection {
     pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
         let timeout_ms = self.resolve(options.timeout_ms, options.session);
         let budget = self.db.client.start_timeout(timeout_ms);
+        // The cursor keeps the session (implicit or not) for its getMores.
+        let session = self.db.client.session_for(options.session);
         let mut op = Find {
             db: self.db.name.clone(),
             coll: self.name.clone(),
@@ -181,7 +178,7 @@ impl Collection {
         let reply = self
             .db
             .client
-            .execute_within(&mut op, &budget, options.session, None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)?;
         Cursor::new(
             self.db.client.clone(),
             &self.db.name,
@@ -190,7 +187,7 @@ impl Collection {
             options.timeout_mode,
             timeout_ms,
             budget,
-            options.session.cloned(),
+            Some(session),
         )
     }
 
@@ -235,11 +232,13 @@ impl Collection {
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session);
         let budget = self.db.client.start_timeout(timeout_ms);
+        // The cursor keeps the session (implicit or not) for its getMores.
+        let session = self.db.client.session_for(options.session);
         let mut op = CursorCommand(command_op(&self.db.name, body, retry));
         let reply = self
             .db
             .client
-            .execute_within(&mut op, &budget, options.session, None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)?;
         let client = self.db.client.clone();
         Cursor::new(
             client,
@@ -249,12 +248,12 @@ impl Collection {
             timeout_mode,
             timeout_ms,
             budget,
-            options.session.cloned(),
+            Some(session),
         )
     }
 
-    /// Runs one hand-built command for this collection: a retryable read,
-    /// or (for now) a write sent once.
+    /// Runs one hand-built command for this collection: a read, a
+    /// retryable write, or a write sent once.
     fn command(
         &self,
         mut body: RawDocumentBuf,
@@ -271,11 +270,13 @@ impl Collection {
         let mut stmt = rawdoc! { "q": filter, "limit": limit };
         move_fields(&mut stmt, options, &["collation", "hint"])?;
         let body = rawdoc! { "delete": self.name.as_str(), "deletes": [stmt] };
-        let reply = self.command(
-            body,
-            &strip(options, &["collation", "hint"])?,
-            Retryability::None,
-        )?;
+        // Only single-document writes are retryable (Retryable Writes spec).
+        let retry = if limit == 1 {
+            Retryability::Write
+        } else {
+            Retryability::None
+        };
+        let reply = self.command(body, &strip(options, &["collation", "hint"])?, retry)?;
         check_write_errors(&reply)?;
         Ok(reply.get_i32("n").map(i64::from).unwrap_or(0))
     }
@@ -302,7 +303,12 @@ impl Collection {
         const PER_STATEMENT: &[&str] = &["upsert", "collation", "hint", "arrayFilters"];
         move_fields(&mut stmt, options, PER_STATEMENT)?;
         let body = rawdoc! { "update": self.name.as_str(), "updates": [stmt] };
-        let reply = self.command(body, &strip(options, PER_STATEMENT)?, Retryability::None)?;
+        let retry = if multi {
+            Retryability::None
+        } else {
+            Retryability::Write
+        };
+        let reply = self.command(body, &strip(options, PER_STATEMENT)?, retry)?;
         check_write_errors(&reply)?;
         let n = reply.get_i32("n").map(i64::from).unwrap_or(0);
         let upserted_id = match reply
@@ -390,7 +396,7 @@ impl Collection {
             extra: Some(rest),
             ..options.clone()
         };
-        let reply = self.command(body, &opts, Retryability::None)?;
+        let reply = self.command(body, &opts, Retryability::Write)?;
         check_write_errors(&reply)?;
         match reply.get("value")? {
             Some(bson::RawBsonRef::Document(d)) => Ok(Some(d.to_owned())),
@@ -561,7 +567,10 @@ fn check_replacement(replacement: &RawDocument) -> Result<()> {
 fn command_op(db: &str, body: RawDocumentBuf, retry: Retryability) -> RunCommand {
     match retry {
         Retryability::Read => RunCommand::read(db, body),
-        _ => RunCommand::new(db, body, Criteria::Write),
+        _ => RunCommand {
+            retryability: retry,
+            ..RunCommand::new(db, body, Criteria::Write)
+        },
     }
 }
 

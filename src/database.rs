@@ -120,9 +120,11 @@ impl Database {
         let timeout_ms = timeout_ms.or(self.timeout_ms);
         let budget = self.client.start_timeout(timeout_ms);
         let mut op = CursorCommand(op);
+        // The cursor keeps the session (implicit or not) for its getMores.
+        let session = self.client.session_for(session);
         let parsed = self
             .client
-            .execute_within(&mut op, &budget, session, None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)?;
         Cursor::new(
             self.client.clone(),
             &self.name,
@@ -131,7 +133,7 @@ impl Database {
             mode,
             timeout_ms,
             budget,
-            session.cloned(),
+            Some(session),
         )
     }
 

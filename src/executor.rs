@@ -1,10 +1,11 @@
 //! The executor: one place that runs every operation. It selects a server,
-//! checks out a connection, adds `$db`/`lsid`/`maxTimeMS`, does the round
-//! trip under the operation's deadline, records monitoring events and
-//! returns the connection to its pool.
+//! checks out a connection, adds `$db`, `lsid`, `$clusterTime`, `txnNumber`
+//! and `maxTimeMS`, does the round trip under the operation's deadline,
+//! records monitoring events, returns the connection to its pool, and
+//! retries per the Retryable Reads/Writes specs.
 
 use crate::client::ClientInner;
-use crate::conn::{check_ok, next_request_id};
+use crate::conn::{check_ok, next_request_id, Connection};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -12,9 +13,8 @@ use crate::monitoring::{is_sensitive, CommandEvent, EventKind};
 use crate::operation::Operation;
 use crate::retryable::{may_retry, Retryability};
 use crate::runtime;
-use crate::session::Session;
-use bson::cstr;
-use bson::RawDocumentBuf;
+use crate::session::{cluster_time, Session};
+use bson::{cstr, RawDocumentBuf};
 
 /// Per-call context: the operation's time budget, its session, and (for
 /// getMore/killCursors) the server it must go to.
@@ -24,9 +24,40 @@ pub struct Context<'a> {
     pub pinned: Option<&'a str>,
 }
 
-/// Runs `op`, retrying per the Retryable Reads/Writes specs: once without
-/// timeoutMS, as often as the deadline allows with it.
+/// What carries over from one attempt to the next.
+struct Attempts {
+    /// A retryable write's number, fixed at its first attempt.
+    txn_number: Option<i64>,
+    /// The selected server can retry this kind of operation.
+    retry_supported: bool,
+}
+
+/// Runs `op` with the context's session, or an implicit one.
 pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+    match ctx.session {
+        Some(_) => run(client, op, ctx),
+        None => {
+            let implicit = client.implicit_session();
+            let ctx = Context {
+                session: Some(&implicit),
+                ..*ctx
+            };
+            run(client, op, &ctx)
+        }
+    }
+}
+
+/// Runs `op` with no session at all (endSessions itself).
+pub fn execute_without_session<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context,
+) -> Result<O::Output> {
+    run(client, op, ctx)
+}
+
+/// The retry loop: once without timeoutMS, as often as the deadline allows with it.
+fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     let kind = match op.retryability() {
         _ if ctx.pinned.is_some() => Retryability::None,
         Retryability::Read if client.retry_reads => Retryability::Read,
@@ -35,11 +66,15 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
     };
     // Retrying "until the deadline" needs a finite one: timeoutMS=0 retries once.
     let csot = matches!(ctx.timeout.csot, Some(Deadline::At(_)));
+    let mut state = Attempts {
+        txn_number: None,
+        retry_supported: true,
+    };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let err = match attempt(client, op, ctx) {
+        let err = match attempt(client, op, ctx, kind, &mut state) {
             Ok(out) => return Ok(out),
             Err(e) => e,
         };
@@ -50,7 +85,7 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
             _ => err,
         };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        if !may_retry(kind, &err, attempts, csot, expired) {
+        if !state.retry_supported || !may_retry(kind, &err, attempts, csot, expired) {
             return Err(err);
         }
         previous = Some(err);
@@ -58,7 +93,13 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
 }
 
 /// One attempt: select, check out, send, receive.
-fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+fn attempt<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context,
+    kind: Retryability,
+    state: &mut Attempts,
+) -> Result<O::Output> {
     let mut topology = client.topology.borrow_mut();
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
@@ -72,9 +113,7 @@ fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Res
     let cmd = op.build(&conn.hello)?;
     let mut body = cmd.body;
     body.append(cstr!("$db"), cmd.db.as_str());
-    if let Some(session) = ctx.session {
-        session.apply_to(&mut body)?;
-    }
+    attach_session(client, &conn, ctx.session, kind, state, &mut body)?;
     if op.sends_max_time() {
         if let Some(ms) = ctx.timeout.max_time_ms(runtime::now(), min_rtt)? {
             body.append(cstr!("maxTimeMS"), ms as i64);
@@ -130,8 +169,7 @@ fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Res
         .and_then(|()| conn.receive(request_id, deadline));
     let elapsed = runtime::now().since(started);
 
-    let mut topology = client.topology.borrow_mut();
-    let failed = |e: &crate::Error, reply: Option<RawDocumentBuf>| {
+    let failed = |e: &Error, reply: Option<RawDocumentBuf>| {
         if client.monitoring() {
             event(
                 EventKind::Failed,
@@ -145,8 +183,8 @@ fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Res
     };
     match result {
         Ok(reply) => {
-            topology.checkin(conn);
-            drop(topology);
+            client.topology.borrow_mut().checkin(conn);
+            gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 client
                     .topology
@@ -169,7 +207,11 @@ fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Res
         }
         Err(e) => {
             if e.kind == ErrorKind::Network || e.kind == ErrorKind::Protocol {
-                topology.mark_unknown(&address, &e);
+                client.topology.borrow_mut().mark_unknown(&address, &e);
+                // The server may still hold the session's state.
+                if let Some(s) = ctx.session {
+                    s.mark_dirty();
+                }
             }
             // A timed-out or failed socket is dropped with `conn` here.
             failed(&e, None);
@@ -178,6 +220,61 @@ fn attempt<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Res
     }
 }
 
+/// `lsid` when the server supports sessions, `$clusterTime` when one is
+/// known, and a retryable write's `txnNumber` when the server can retry it.
+fn attach_session(
+    client: &ClientInner,
+    conn: &Connection,
+    session: Option<&Session>,
+    kind: Retryability,
+    state: &mut Attempts,
+    body: &mut RawDocumentBuf,
+) -> Result<()> {
+    let supports_sessions = conn.hello.logical_session_timeout_minutes.is_some();
+    if let Some(s) = session {
+        if supports_sessions {
+            s.apply_to(body)?;
+        } else if !s.is_implicit() {
+            return Err(Error::invalid_argument(format!(
+                "the server at {} does not support sessions",
+                conn.address
+            )));
+        }
+    }
+    let known = client.cluster_time.borrow().clone();
+    if let Some(ct) = cluster_time::latest(known, session.and_then(Session::cluster_time)) {
+        body.append(cstr!("$clusterTime"), ct);
+    }
+    if kind == Retryability::Write {
+        // Retryable writes need sessions and a replica set or mongos.
+        let replicated = conn.hello.set_name.is_some() || conn.hello.is_mongos;
+        state.retry_supported = supports_sessions && replicated && session.is_some();
+        if let (true, Some(s)) = (state.retry_supported, session) {
+            let n = match state.txn_number {
+                Some(n) => n,
+                None => *state.txn_number.insert(s.next_txn_number()?),
+            };
+            body.append(cstr!("txnNumber"), n);
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the greatest `$clusterTime` and the session's `operationTime`.
+fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBuf) {
+    if let Ok(ct) = reply.get_document("$clusterTime") {
+        cluster_time::advance(&mut client.cluster_time.borrow_mut(), ct.to_owned());
+        if let Some(s) = session {
+            s.advance_cluster_time(ct.to_owned());
+        }
+    }
+    if let (Ok(t), Some(s)) = (reply.get_timestamp("operationTime"), session) {
+        s.advance_operation_time(t);
+    }
+}
+
+/// Monitoring shows a command with its document sequences folded back in,
+/// as the command monitoring spec requires.
 fn with_sequences(
     body: &RawDocumentBuf,
     sequences: &[(&'static bson::raw::CStr, Vec<RawDocumentBuf>)],

@@ -26,6 +26,10 @@ fn setup(test: &str, uri_options: &str) -> Setup {
     let db = guest
         .database(client, &format!("retry_{test}"), None)
         .unwrap();
+    guest
+        .run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
+        .unwrap()
+        .expect("dropDatabase");
     let coll = guest.collection(db, "c", None).unwrap();
     guest
         .insert_one(coll, &rawdoc! { "x": 1 }, &host_tests::guest::no_options())

@@ -1,6 +1,7 @@
 use super::{check_write_errors, Command, Operation};
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
 use bson::cstr;
 use bson::{RawDocument, RawDocumentBuf};
 use std::collections::VecDeque;
@@ -17,11 +18,36 @@ pub struct Insert {
     pub documents: VecDeque<RawDocumentBuf>,
     pub ordered: bool,
     pub extra: Option<RawDocumentBuf>,
+    /// The batch being sent: a retry sends the same documents again.
+    pub in_flight: Vec<RawDocumentBuf>,
 }
 
 impl Insert {
+    pub fn new(
+        db: &str,
+        coll: &str,
+        documents: VecDeque<RawDocumentBuf>,
+        ordered: bool,
+        extra: Option<RawDocumentBuf>,
+    ) -> Insert {
+        Insert {
+            db: db.to_string(),
+            coll: coll.to_string(),
+            documents,
+            ordered,
+            extra,
+            in_flight: Vec::new(),
+        }
+    }
+
+    /// Documents not yet sent or still in flight.
     pub fn remaining(&self) -> usize {
-        self.documents.len()
+        self.documents.len() + self.in_flight.len()
+    }
+
+    /// Done with the current batch (it succeeded, or its error was final).
+    pub fn finish_batch(&mut self) {
+        self.in_flight.clear();
     }
 }
 
@@ -33,6 +59,14 @@ impl Operation for Insert {
         body.append(cstr!("insert"), self.coll.as_str());
         body.append(cstr!("ordered"), self.ordered);
         super::merge_extra(&mut body, self.extra.as_deref())?;
+        if !self.in_flight.is_empty() {
+            return Ok(Command {
+                name: "insert".into(),
+                db: self.db.clone(),
+                body,
+                sequences: vec![(cstr!("documents"), self.in_flight.clone())],
+            });
+        }
         let budget = hello
             .max_message_size_bytes
             .saturating_sub(MESSAGE_OVERHEAD + body.as_bytes().len());
@@ -54,6 +88,7 @@ impl Operation for Insert {
             bytes += len;
             batch.extend(self.documents.pop_front());
         }
+        self.in_flight = batch.clone();
         Ok(Command {
             name: "insert".into(),
             db: self.db.clone(),
@@ -65,6 +100,10 @@ impl Operation for Insert {
     fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<i64> {
         check_write_errors(&reply)?;
         Ok(reply.get_i32("n").map(i64::from).unwrap_or(0))
+    }
+
+    fn retryability(&self) -> Retryability {
+        Retryability::Write
     }
 }
 
@@ -96,13 +135,7 @@ mod tests {
         let documents = (0..n)
             .map(|i| rawdoc! { "_id": i as i32, "pad": "x".repeat(100) })
             .collect();
-        Insert {
-            db: "d".into(),
-            coll: "c".into(),
-            documents,
-            ordered: true,
-            extra: None,
-        }
+        Insert::new("d", "c", documents, true, None)
     }
 
     #[test]
@@ -115,7 +148,11 @@ mod tests {
         };
         let mut op = insert(7);
         let sizes: Vec<usize> = std::iter::from_fn(|| {
-            (op.remaining() > 0).then(|| op.build(&hello).unwrap().sequences[0].1.len())
+            (op.remaining() > 0).then(|| {
+                let n = op.build(&hello).unwrap().sequences[0].1.len();
+                op.finish_batch();
+                n
+            })
         })
         .collect();
         assert_eq!(sizes, [3, 3, 1]);
@@ -128,6 +165,26 @@ mod tests {
         };
         let mut op = insert(5);
         assert_eq!(op.build(&hello).unwrap().sequences[0].1.len(), 2);
+    }
+
+    #[test]
+    fn a_retry_resends_the_same_batch() {
+        let hello = HelloReply {
+            max_write_batch_size: 2,
+            max_message_size_bytes: 1 << 20,
+            max_bson_object_size: 1 << 20,
+            ..Default::default()
+        };
+        let mut op = insert(3);
+        let first = op.build(&hello).unwrap().sequences[0].1.clone();
+        let retry = op.build(&hello).unwrap().sequences[0].1.clone();
+        assert_eq!(first, retry);
+        op.finish_batch();
+        assert_eq!(
+            op.build(&hello).unwrap().sequences[0].1.len(),
+            1,
+            "then the rest"
+        );
     }
 
     #[test]

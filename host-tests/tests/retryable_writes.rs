@@ -1,0 +1,197 @@
+//! Retryable Writes through the failpoint proxy presenting a replica set in
+//! front of nx-27017: a single-document write failing with a retryable error
+//! is retried with the same lsid and txnNumber; multi-document writes and
+//! writes to a standalone are not.
+
+use bson::{rawdoc, RawDocument};
+use host_tests::bindings::exports::mongo_wasi::driver::collection::UpdateSpec;
+use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEvent, CommandEventKind};
+use host_tests::guest::{no_options, Client, Collection, Guest};
+use mongo_wasi_proxy::{Proxy, ProxyConfig};
+
+struct Setup {
+    guest: Guest,
+    client: Client,
+    coll: Collection,
+    _proxy: Proxy,
+}
+
+fn setup(test: &str, replica_set: bool, uri_options: &str) -> Setup {
+    let (_, backend) = host_tests::test_server();
+    let config = if replica_set {
+        ProxyConfig::replica_set(backend, "rs0", 1)
+    } else {
+        ProxyConfig::new(backend)
+    };
+    let proxy = Proxy::start(config).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    let uri = format!("mongodb://{addr}/{uri_options}");
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let db = guest.database(client, &format!("rw_{test}"), None).unwrap();
+    guest
+        .run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
+        .unwrap()
+        .expect("dropDatabase");
+    let coll = guest.collection(db, "c", None).unwrap();
+    Setup {
+        guest,
+        client,
+        coll,
+        _proxy: proxy,
+    }
+}
+
+fn fail_once(s: &mut Setup, command: &str, code: i32) {
+    let admin = s.guest.database(s.client, "admin", None).unwrap();
+    let fp = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 1 },
+        "data": { "failCommands": [command], "errorCode": code },
+    };
+    s.guest
+        .run_command(admin, &fp, None)
+        .unwrap()
+        .expect("configureFailPoint");
+    s.guest.take_events(s.client).unwrap();
+}
+
+fn started(s: &mut Setup, name: &str) -> Vec<CommandEvent> {
+    let events = s.guest.take_events(s.client).unwrap();
+    events
+        .into_iter()
+        .filter(|e| e.command_name == name && e.kind == CommandEventKind::Started)
+        .collect()
+}
+
+fn command(e: &CommandEvent) -> &RawDocument {
+    RawDocument::from_bytes(e.command.as_deref().unwrap()).unwrap()
+}
+
+fn count(s: &mut Setup) -> i64 {
+    s.guest
+        .count_documents(s.coll, &rawdoc! {}, &no_options())
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn insert_is_retried_with_the_same_lsid_and_txn_number() {
+    let mut s = setup("insert", true, "?replicaSet=rs0");
+    fail_once(&mut s, "insert", 91); // ShutdownInProgress, labelled RetryableWriteError
+    s.guest
+        .insert_one(s.coll, &rawdoc! { "_id": 1 }, &no_options())
+        .unwrap()
+        .expect("the retry succeeds");
+    let inserts = started(&mut s, "insert");
+    assert_eq!(inserts.len(), 2, "the first attempt and the retry");
+    let (a, b) = (command(&inserts[0]), command(&inserts[1]));
+    assert!(
+        a.get_i64("txnNumber").is_ok(),
+        "retryable writes carry a txnNumber"
+    );
+    assert_eq!(
+        a.get_i64("txnNumber").unwrap(),
+        b.get_i64("txnNumber").unwrap()
+    );
+    assert_eq!(
+        a.get_document("lsid").unwrap(),
+        b.get_document("lsid").unwrap()
+    );
+    assert_eq!(count(&mut s), 1, "written exactly once");
+}
+
+#[test]
+fn each_write_gets_a_new_txn_number() {
+    let mut s = setup("txn", true, "?replicaSet=rs0");
+    s.guest.take_events(s.client).unwrap();
+    for i in 0..2 {
+        s.guest
+            .insert_one(s.coll, &rawdoc! { "_id": i }, &no_options())
+            .unwrap()
+            .unwrap();
+    }
+    let inserts = started(&mut s, "insert");
+    let numbers: Vec<i64> = inserts
+        .iter()
+        .map(|e| command(e).get_i64("txnNumber").unwrap())
+        .collect();
+    assert_eq!(numbers.len(), 2);
+    assert!(numbers[1] > numbers[0], "{numbers:?}");
+}
+
+#[test]
+fn update_one_is_retried_but_update_many_is_not() {
+    let mut s = setup("update", true, "?replicaSet=rs0");
+    s.guest
+        .insert_one(s.coll, &rawdoc! { "_id": 1, "n": 0 }, &no_options())
+        .unwrap()
+        .unwrap();
+    let coll = s.coll;
+    let inc = UpdateSpec::Document(rawdoc! { "$inc": { "n": 1 } }.into_bytes());
+    fail_once(&mut s, "update", 91);
+    let r = s
+        .guest
+        .driver
+        .mongo_wasi_driver_collection()
+        .collection()
+        .call_update_one(
+            &mut s.guest.store,
+            coll.0,
+            &rawdoc! { "_id": 1 }.into_bytes(),
+            &inc,
+            &no_options(),
+        )
+        .unwrap();
+    assert_eq!(r.expect("retried").modified_count, 1);
+    assert_eq!(started(&mut s, "update").len(), 2);
+
+    fail_once(&mut s, "update", 91);
+    let r = s
+        .guest
+        .driver
+        .mongo_wasi_driver_collection()
+        .collection()
+        .call_update_many(
+            &mut s.guest.store,
+            coll.0,
+            &rawdoc! {}.into_bytes(),
+            &inc,
+            &no_options(),
+        )
+        .unwrap();
+    assert_eq!(
+        r.expect_err("multi-document writes are not retried").code,
+        Some(91)
+    );
+    let updates = started(&mut s, "update");
+    assert_eq!(updates.len(), 1);
+    assert!(command(&updates[0]).get("txnNumber").unwrap().is_none());
+}
+
+#[test]
+fn retry_writes_false_turns_retries_off() {
+    let mut s = setup("off", true, "?replicaSet=rs0&retryWrites=false");
+    fail_once(&mut s, "insert", 91);
+    let err = s
+        .guest
+        .insert_one(s.coll, &rawdoc! { "_id": 1 }, &no_options())
+        .unwrap()
+        .expect_err("no retry");
+    assert_eq!(err.code, Some(91));
+}
+
+#[test]
+fn a_standalone_cannot_retry_writes() {
+    let mut s = setup("standalone", false, "");
+    fail_once(&mut s, "insert", 91);
+    let err = s
+        .guest
+        .insert_one(s.coll, &rawdoc! { "_id": 1 }, &no_options())
+        .unwrap()
+        .expect_err("no retry");
+    assert_eq!(err.code, Some(91));
+    let inserts = started(&mut s, "insert");
+    assert_eq!(inserts.len(), 1);
+    assert!(command(&inserts[0]).get("txnNumber").unwrap().is_none());
+}
