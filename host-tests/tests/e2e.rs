@@ -338,7 +338,16 @@ fn host_names_resolve_through_wasi_name_lookup() {
     // address is allowed, so the driver must fall through to it if ::1 comes first.
     let (_, addr) = server();
     let mut g = Guest::new(&[addr]).unwrap();
-    let client = g.connect(&format!("mongodb://localhost:{}/", addr.port()), None, false).unwrap().unwrap();
+    let client = g
+        .connect(
+            &format!("mongodb://localhost:{}/", addr.port()),
+            None,
+            false,
+        )
+        .unwrap()
+        .unwrap();
     let db = g.database(client, "admin", None).unwrap();
-    g.run_command(db, &rawdoc! { "ping": 1 }, Some(5000)).unwrap().expect("ping via localhost");
+    g.run_command(db, &rawdoc! { "ping": 1 }, Some(5000))
+        .unwrap()
+        .expect("ping via localhost");
 }
