@@ -351,3 +351,81 @@ fn host_names_resolve_through_wasi_name_lookup() {
         .unwrap()
         .expect("ping via localhost");
 }
+
+#[test]
+fn bulk_write_runs_mixed_models_and_reports_partial_results() {
+    let (mut g, client, db) = setup("bulk");
+    let coll = g.collection(db, "c", None).unwrap();
+    let models: Vec<Vec<u8>> = [
+        rawdoc! { "insertOne": { "document": { "_id": 1, "n": 1 } } },
+        rawdoc! { "insertOne": { "document": { "_id": 2, "n": 2 } } },
+        rawdoc! { "updateOne": { "filter": { "_id": 1 }, "update": { "$set": { "n": 10 } } } },
+        rawdoc! { "updateOne": { "filter": { "_id": 3 }, "update": { "$set": { "n": 3 } }, "upsert": true } },
+        rawdoc! { "deleteOne": { "filter": { "_id": 2 } } },
+    ]
+    .iter()
+    .map(|d| d.as_bytes().to_vec())
+    .collect();
+    g.take_events(client).unwrap();
+    let r = g
+        .driver
+        .mongo_wasi_driver_collection()
+        .collection()
+        .call_bulk_write(&mut g.store, coll.0, &models, &no_options())
+        .unwrap()
+        .expect("bulk write");
+    let r = bson::RawDocument::from_bytes(&r).unwrap();
+    assert_eq!(r.get_i64("insertedCount").unwrap(), 2);
+    assert_eq!(r.get_i64("matchedCount").unwrap(), 1);
+    assert_eq!(r.get_i64("modifiedCount").unwrap(), 1);
+    assert_eq!(r.get_i64("upsertedCount").unwrap(), 1);
+    assert_eq!(r.get_i64("deletedCount").unwrap(), 1);
+    let names: Vec<String> = g
+        .take_events(client)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == CommandEventKind::Started)
+        .map(|e| e.command_name)
+        .collect();
+    assert_eq!(
+        names,
+        ["insert", "update", "delete"],
+        "one command per run of a kind"
+    );
+
+    // An ordered bulk write stops at a duplicate key and reports what it did.
+    let models: Vec<Vec<u8>> = [
+        rawdoc! { "insertOne": { "document": { "_id": 4 } } },
+        rawdoc! { "insertOne": { "document": { "_id": 1 } } },
+        rawdoc! { "insertOne": { "document": { "_id": 5 } } },
+    ]
+    .iter()
+    .map(|d| d.as_bytes().to_vec())
+    .collect();
+    let err = g
+        .driver
+        .mongo_wasi_driver_collection()
+        .collection()
+        .call_bulk_write(&mut g.store, coll.0, &models, &no_options())
+        .unwrap()
+        .expect_err("duplicate _id");
+    assert_eq!(err.code, Some(11000));
+    let reply = bson::RawDocument::from_bytes(err.reply.as_deref().unwrap()).unwrap();
+    let partial = reply.get_document("partialResult").unwrap();
+    assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);
+    let first = reply
+        .get_array("writeErrors")
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.as_document().unwrap().get_i32("index").unwrap(), 1);
+    assert_eq!(
+        g.count_documents(coll, &rawdoc! {}, &no_options())
+            .unwrap()
+            .unwrap(),
+        3,
+        "_id 1, 3 and 4; not 5"
+    );
+}

@@ -252,8 +252,9 @@ impl GuestCollection for CollectionRes {
         Ok(values.into_bytes())
     }
 
-    fn bulk_write(&self, _: Vec<Vec<u8>>, _: OpOptions<'_>) -> WitResult<Vec<u8>> {
-        not_implemented("bulk-write")
+    fn bulk_write(&self, models: Vec<Vec<u8>>, options: OpOptions<'_>) -> WitResult<Vec<u8>> {
+        let r = self.0.bulk_write(&docs(models)?, &op_options(&options)?);
+        Ok(wrap(r)?.into_bytes())
     }
 
     fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {

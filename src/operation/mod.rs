@@ -1,12 +1,12 @@
 //! Each command is a small type implementing [`Operation`]; the executor
 //! applies selection, checkout, the deadline and monitoring to all of them.
 
+pub mod bulk;
 mod cursor_ops;
-pub mod insert;
 mod run_command;
+pub mod write;
 
 pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
-pub use insert::Insert;
 pub use run_command::{CursorCommand, RunCommand};
 
 use crate::error::{Error, Result};

@@ -1,0 +1,91 @@
+//! Index management (Index Management spec): create, list, drop.
+
+use super::{Collection, OpOptions};
+use crate::cursor::Cursor;
+use crate::error::{Error, Result};
+use crate::retryable::Retryability;
+use bson::{cstr, rawdoc, RawArrayBuf, RawDocument, RawDocumentBuf};
+
+impl Collection {
+    /// Each model is `{key: {...}, ...index options}`; returns the index names.
+    pub fn create_indexes(
+        &self,
+        models: &[RawDocumentBuf],
+        options: &OpOptions,
+    ) -> Result<Vec<String>> {
+        let mut indexes = RawArrayBuf::new();
+        let mut names = Vec::new();
+        for model in models {
+            let keys = model
+                .get_document("key")
+                .map_err(|_| Error::invalid_argument("index model needs a key document"))?;
+            let name = match model.get_str("name") {
+                Ok(n) => n.to_string(),
+                Err(_) => default_index_name(keys)?,
+            };
+            let mut index = model.clone();
+            if model.get("name")?.is_none() {
+                index.append(cstr!("name"), name.as_str());
+            }
+            indexes.push(index);
+            names.push(name);
+        }
+        let body = rawdoc! { "createIndexes": self.name.as_str(), "indexes": indexes };
+        self.command(body, options, Retryability::None)?;
+        Ok(names)
+    }
+
+    pub fn list_indexes(&self, batch_size: Option<u32>, options: &OpOptions) -> Result<Cursor> {
+        let mut cursor_opts = RawDocumentBuf::new();
+        if let Some(b) = batch_size {
+            cursor_opts.append(cstr!("batchSize"), i64::from(b));
+        }
+        let body = rawdoc! { "listIndexes": self.name.as_str(), "cursor": cursor_opts };
+        self.cursor_command(body, batch_size, options, None, Retryability::Read)
+    }
+
+    /// Drops one index by name (`"*"`: all but `_id`).
+    pub fn drop_index(&self, name: &str, options: &OpOptions) -> Result<()> {
+        let body = rawdoc! { "dropIndexes": self.name.as_str(), "index": name };
+        self.command(body, options, Retryability::None).map(|_| ())
+    }
+}
+
+/// The spec's default index name: `field_dir` joined by `_`.
+fn default_index_name(keys: &RawDocument) -> Result<String> {
+    let mut parts = Vec::new();
+    for item in keys {
+        let (k, v) = item?;
+        let dir = match v {
+            bson::RawBsonRef::Int32(i) => i.to_string(),
+            bson::RawBsonRef::Int64(i) => i.to_string(),
+            bson::RawBsonRef::Double(d) => d.to_string(),
+            bson::RawBsonRef::String(s) => s.to_string(),
+            _ => {
+                return Err(Error::invalid_argument(
+                    "index key directions are numbers or strings",
+                ))
+            }
+        };
+        parts.push(format!("{k}_{dir}"));
+    }
+    Ok(parts.join("_"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_index_names() {
+        assert_eq!(
+            default_index_name(&rawdoc! { "a": 1, "b": -1 }).unwrap(),
+            "a_1_b_-1"
+        );
+        assert_eq!(
+            default_index_name(&rawdoc! { "t": "text" }).unwrap(),
+            "t_text"
+        );
+        assert!(default_index_name(&rawdoc! { "a": true }).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! CRUD on one collection (CRUD spec). Documents stay raw BSON throughout.
+
+mod indexes;
+mod writes;
+
+use crate::cursor::{Cursor, TimeoutMode};
+use crate::database::Database;
+use crate::error::{Error, Result};
+use crate::operation::{CursorCommand, Find, RunCommand};
+use crate::retryable::Retryability;
+use crate::sdam::selection::Criteria;
+use crate::session::Session;
+use bson::cstr;
+use bson::{rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
+
+#[derive(Clone)]
+pub struct Collection {
+    db: Database,
+    name: String,
+    timeout_ms: Option<u64>,
+}
+
+/// Options every operation takes; `extra` holds further command fields by
+/// their server names (hint, collation, comment, upsert, ordered...).
+#[derive(Default, Clone)]
+pub struct OpOptions<'a> {
+    pub timeout_ms: Option<u64>,
+    pub session: Option<&'a Session>,
+    pub extra: Option<RawDocumentBuf>,
+}
+
+#[derive(Default, Clone)]
+pub struct FindOptions<'a> {
+    pub timeout_ms: Option<u64>,
+    pub session: Option<&'a Session>,
+    pub sort: Option<RawDocumentBuf>,
+    pub projection: Option<RawDocumentBuf>,
+    pub skip: Option<i64>,
+    pub limit: Option<i64>,
+    pub batch_size: Option<u32>,
+    pub timeout_mode: Option<TimeoutMode>,
+    pub extra: Option<RawDocumentBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateResult {
+    pub matched: i64,
+    pub modified: i64,
+    /// `{v: <id>}` when the update upserted.
+    pub upserted_id: Option<RawDocumentBuf>,
+}
+
+/// An update document, or a pipeline.
+pub enum UpdateSpec {
+    Document(RawDocumentBuf),
+    Pipeline(Vec<RawDocumentBuf>),
+}
+
+impl Collection {
+    pub(crate) fn new(db: Database, name: &str, timeout_ms: Option<u64>) -> Collection {
+        Collection {
+            db,
+            name: name.to_string(),
+            timeout_ms,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> String {
+        format!("{}.{}", self.db.name, self.name)
+    }
+
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.timeout_ms
+    }
+
+    fn resolve(&self, op_timeout: Option<u64>, session: Option<&Session>) -> Option<u64> {
+        op_timeout
+            .or(session.and_then(|s| s.default_timeout_ms))
+            .or(self.timeout_ms)
+    }
+
+    pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
+        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let budget = self.db.client.start_timeout(timeout_ms);
+        // The cursor keeps the session (implicit or not) for its getMores.
+        let session = self.db.client.session_for(options.session);
+        let mut op = Find {
+            db: self.db.name.clone(),
+            coll: self.name.clone(),
+            filter,
+            sort: options.sort.clone(),
+            projection: options.projection.clone(),
+            skip: options.skip,
+            limit: options.limit,
+            batch_size: options.batch_size,
+            extra: options.extra.clone(),
+        };
+        let reply = self
+            .db
+            .client
+            .execute_within(&mut op, &budget, Some(&session), None)?;
+        Cursor::new(
+            self.db.client.clone(),
+            &self.db.name,
+            reply,
+            options.batch_size,
+            options.timeout_mode,
+            timeout_ms,
+            budget,
+            Some(session),
+        )
+    }
+
+    pub fn find_one(
+        &self,
+        filter: RawDocumentBuf,
+        options: &FindOptions,
+    ) -> Result<Option<RawDocumentBuf>> {
+        let options = FindOptions {
+            limit: Some(-1),
+            batch_size: None,
+            ..options.clone()
+        };
+        let mut cursor = self.find(filter, &options)?;
+        Ok(cursor.next_batch()?.documents.into_iter().next())
+    }
+
+    pub fn aggregate(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &OpOptions,
+        timeout_mode: Option<TimeoutMode>,
+    ) -> Result<Cursor> {
+        let body = aggregate_command(self.name.as_str().into(), pipeline, batch_size);
+        let retry = if pipeline_writes(pipeline) {
+            Retryability::None
+        } else {
+            Retryability::Read
+        };
+        self.cursor_command(body, batch_size, options, timeout_mode, retry)
+    }
+
+    fn cursor_command(
+        &self,
+        mut body: RawDocumentBuf,
+        batch_size: Option<u32>,
+        options: &OpOptions,
+        timeout_mode: Option<TimeoutMode>,
+        retry: Retryability,
+    ) -> Result<Cursor> {
+        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let budget = self.db.client.start_timeout(timeout_ms);
+        // The cursor keeps the session (implicit or not) for its getMores.
+        let session = self.db.client.session_for(options.session);
+        let mut op = CursorCommand(command_op(&self.db.name, body, retry));
+        let reply = self
+            .db
+            .client
+            .execute_within(&mut op, &budget, Some(&session), None)?;
+        let client = self.db.client.clone();
+        Cursor::new(
+            client,
+            &self.db.name,
+            reply,
+            batch_size,
+            timeout_mode,
+            timeout_ms,
+            budget,
+            Some(session),
+        )
+    }
+
+    /// Runs one hand-built command for this collection: a read, a
+    /// retryable write, or a write sent once.
+    fn command(
+        &self,
+        mut body: RawDocumentBuf,
+        options: &OpOptions,
+        retry: Retryability,
+    ) -> Result<RawDocumentBuf> {
+        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        let mut op = command_op(&self.db.name, body, retry);
+        let timeout = self.resolve(options.timeout_ms, options.session);
+        self.db.client.execute(&mut op, timeout, options.session)
+    }
+
+    /// Renames this collection within its database (`renameCollection` on admin).
+    pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
+        let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };
+        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        let mut op = RunCommand::new("admin", body, Criteria::Write);
+        let timeout = self.resolve(options.timeout_ms, options.session);
+        self.db
+            .client
+            .execute(&mut op, timeout, options.session)
+            .map(|_| ())
+    }
+
+    pub fn count_documents(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
+        let mut pipeline = vec![rawdoc! { "$match": filter }];
+        let extra = options.extra.as_ref();
+        if let Some(skip) = extra.and_then(|e| e.get("skip").ok().flatten()) {
+            pipeline.push(rawdoc! { "$skip": skip });
+        }
+        if let Some(limit) = extra.and_then(|e| e.get("limit").ok().flatten()) {
+            pipeline.push(rawdoc! { "$limit": limit });
+        }
+        pipeline.push(rawdoc! { "$group": { "_id": 1, "n": { "$sum": 1 } } });
+        let opts = writes::strip(options, &["skip", "limit"])?;
+        let mut cursor = self.aggregate(&pipeline, None, &opts, None)?;
+        let batch = cursor.next_batch()?;
+        match batch.documents.first() {
+            None => Ok(0),
+            Some(d) => number(d, "n"),
+        }
+    }
+
+    pub fn estimated_document_count(&self, options: &OpOptions) -> Result<i64> {
+        let reply = self.command(
+            rawdoc! { "count": self.name.as_str() },
+            options,
+            Retryability::Read,
+        )?;
+        number(&reply, "n")
+    }
+
+    /// The distinct values as `{values: [...]}`.
+    pub fn distinct(
+        &self,
+        field: &str,
+        filter: RawDocumentBuf,
+        options: &OpOptions,
+    ) -> Result<RawDocumentBuf> {
+        let body = rawdoc! { "distinct": self.name.as_str(), "key": field, "query": filter };
+        let reply = self.command(body, options, Retryability::Read)?;
+        let values = reply
+            .get_array("values")
+            .map_err(|_| Error::protocol("distinct reply has no values"))?;
+        Ok(rawdoc! { "values": values.to_owned() })
+    }
+
+    pub fn drop(&self, options: &OpOptions) -> Result<()> {
+        match self.command(
+            rawdoc! { "drop": self.name.as_str() },
+            options,
+            Retryability::None,
+        ) {
+            // Dropping a missing collection is not an error (NamespaceNotFound).
+            Err(e) if e.code == Some(26) || e.message.contains("ns not found") => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+/// Reads go to a readable server and may be retried; everything else is a write.
+fn command_op(db: &str, body: RawDocumentBuf, retry: Retryability) -> RunCommand {
+    match retry {
+        Retryability::Read => RunCommand::read(db, body),
+        _ => RunCommand {
+            retryability: retry,
+            ..RunCommand::new(db, body, Criteria::Write)
+        },
+    }
+}
+
+/// `{aggregate: <target>, pipeline, cursor: {batchSize?}}`; the target is a
+/// collection name, or 1 for a database-level aggregate.
+pub(crate) fn aggregate_command(
+    target: RawBson,
+    pipeline: &[RawDocumentBuf],
+    batch_size: Option<u32>,
+) -> RawDocumentBuf {
+    let mut cursor_opts = RawDocumentBuf::new();
+    if let Some(b) = batch_size {
+        cursor_opts.append(cstr!("batchSize"), i64::from(b));
+    }
+    rawdoc! { "aggregate": target, "pipeline": array(pipeline), "cursor": cursor_opts }
+}
+
+/// `$out` and `$merge` make an aggregate a write: not retried as a read.
+pub(crate) fn pipeline_writes(pipeline: &[RawDocumentBuf]) -> bool {
+    pipeline.last().and_then(|stage| stage.iter().next()).is_some_and(|first| {
+        matches!(first, Ok((name, _)) if name.as_str() == "$out" || name.as_str() == "$merge")
+    })
+}
+
+fn array(docs: &[RawDocumentBuf]) -> RawArrayBuf {
+    let mut arr = RawArrayBuf::new();
+    for d in docs {
+        arr.push(d.clone());
+    }
+    arr
+}
+
+fn number(doc: &RawDocument, key: &str) -> Result<i64> {
+    match doc.get(key)? {
+        Some(bson::RawBsonRef::Int32(v)) => Ok(v.into()),
+        Some(bson::RawBsonRef::Int64(v)) => Ok(v),
+        Some(bson::RawBsonRef::Double(v)) => Ok(v as i64),
+        _ => Err(Error::protocol(format!("reply has no numeric {key}"))),
+    }
+}

@@ -1,0 +1,380 @@
+//! `insert`, `update` and `delete` commands: statements sent in batches that
+//! fit the server's limits, the replies folded into one result. Each `build`
+//! takes the next batch (or, on a retry, the same one); the caller runs the
+//! operation until `remaining()` is 0, calling `finish_batch` after each run.
+
+use super::{Command, Operation};
+use crate::conn::server_error;
+use crate::error::{Error, Result};
+use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
+use bson::raw::CStr;
+use bson::{cstr, RawBson, RawDocument, RawDocumentBuf};
+use std::collections::VecDeque;
+
+/// Room left in a message for the command body and framing.
+const MESSAGE_OVERHEAD: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl WriteKind {
+    fn command(self) -> &'static CStr {
+        match self {
+            WriteKind::Insert => cstr!("insert"),
+            WriteKind::Update => cstr!("update"),
+            WriteKind::Delete => cstr!("delete"),
+        }
+    }
+
+    fn sequence(self) -> &'static CStr {
+        match self {
+            WriteKind::Insert => cstr!("documents"),
+            WriteKind::Update => cstr!("updates"),
+            WriteKind::Delete => cstr!("deletes"),
+        }
+    }
+}
+
+/// What the server reported for the statements sent so far.
+#[derive(Debug, Default, Clone)]
+pub struct WriteResult {
+    pub n: i64,
+    pub n_modified: i64,
+    /// (statement index, `_id`) of each upsert.
+    pub upserted: Vec<(usize, RawBson)>,
+    /// (statement index, error) of each failed statement.
+    pub write_errors: Vec<(usize, Error)>,
+    pub write_concern_errors: Vec<Error>,
+}
+
+pub struct WriteCommand {
+    pub db: String,
+    pub coll: String,
+    pub kind: WriteKind,
+    pending: VecDeque<RawDocumentBuf>,
+    pub ordered: bool,
+    pub extra: Option<RawDocumentBuf>,
+    /// Multi-document statements make the whole command non-retryable.
+    pub retryable: bool,
+    /// The batch being sent: a retry sends exactly these again.
+    in_flight: Vec<RawDocumentBuf>,
+    /// Index of `in_flight[0]` among all statements (`index_base` first).
+    batch_start: usize,
+    next_index: usize,
+    pub result: WriteResult,
+}
+
+impl WriteCommand {
+    /// `index_base` is the index of the first statement in the caller's list
+    /// (a bulk write sends its models as several commands).
+    pub fn new(
+        db: &str,
+        coll: &str,
+        kind: WriteKind,
+        statements: Vec<RawDocumentBuf>,
+        index_base: usize,
+    ) -> WriteCommand {
+        WriteCommand {
+            db: db.to_string(),
+            coll: coll.to_string(),
+            kind,
+            pending: statements.into(),
+            ordered: true,
+            extra: None,
+            retryable: true,
+            in_flight: Vec::new(),
+            batch_start: index_base,
+            next_index: index_base,
+            result: WriteResult::default(),
+        }
+    }
+
+    /// Statements not yet sent or still in flight.
+    pub fn remaining(&self) -> usize {
+        self.pending.len() + self.in_flight.len()
+    }
+
+    /// Done with the current batch (it succeeded, or its error was final).
+    /// An ordered write stops at its first write error.
+    pub fn finish_batch(&mut self) {
+        self.in_flight.clear();
+        if self.ordered && !self.result.write_errors.is_empty() {
+            self.pending.clear();
+        }
+    }
+
+    fn next_batch(&mut self, hello: &HelloReply, body_len: usize) -> Result<Vec<RawDocumentBuf>> {
+        let budget = hello
+            .max_message_size_bytes
+            .saturating_sub(MESSAGE_OVERHEAD + body_len);
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(doc) = self.pending.front() {
+            let len = doc.as_bytes().len();
+            if len > hello.max_bson_object_size {
+                return Err(Error::invalid_argument(format!(
+                    "document of {len} bytes exceeds maxBsonObjectSize {}",
+                    hello.max_bson_object_size
+                )));
+            }
+            if !batch.is_empty()
+                && (bytes + len > budget || batch.len() >= hello.max_write_batch_size)
+            {
+                break;
+            }
+            bytes += len;
+            batch.extend(self.pending.pop_front());
+        }
+        self.batch_start = self.next_index;
+        self.next_index += batch.len();
+        Ok(batch)
+    }
+
+    fn fold(&mut self, reply: &RawDocument) -> Result<()> {
+        let r = &mut self.result;
+        r.n += number(reply, "n");
+        r.n_modified += number(reply, "nModified");
+        if let Ok(upserted) = reply.get_array("upserted") {
+            for item in upserted {
+                let item = item?
+                    .as_document()
+                    .ok_or_else(|| Error::protocol("bad upserted entry"))?;
+                let index = number(item, "index") as usize;
+                if let Some(id) = item.get("_id")? {
+                    r.upserted
+                        .push((self.batch_start + index, RawBson::from(id)));
+                }
+            }
+        }
+        if let Ok(errors) = reply.get_array("writeErrors") {
+            for item in errors {
+                let item = item?
+                    .as_document()
+                    .ok_or_else(|| Error::protocol("bad writeErrors entry"))?;
+                let index = number(item, "index") as usize;
+                let msg = item.get_str("errmsg").unwrap_or("write error");
+                r.write_errors
+                    .push((self.batch_start + index, server_error(item, msg, None)));
+            }
+        }
+        if let Ok(wce) = reply.get_document("writeConcernError") {
+            let msg = wce.get_str("errmsg").unwrap_or("write concern error");
+            r.write_concern_errors
+                .push(server_error(wce, msg, Some(reply.to_owned())));
+        }
+        Ok(())
+    }
+}
+
+impl Operation for WriteCommand {
+    type Output = ();
+
+    fn build(&mut self, hello: &HelloReply) -> Result<Command> {
+        let mut body = RawDocumentBuf::new();
+        body.append(self.kind.command(), self.coll.as_str());
+        body.append(cstr!("ordered"), self.ordered);
+        super::merge_extra(&mut body, self.extra.as_deref())?;
+        if self.in_flight.is_empty() {
+            self.in_flight = self.next_batch(hello, body.as_bytes().len())?;
+        }
+        Ok(Command {
+            name: self.kind.command().as_str().to_string(),
+            db: self.db.clone(),
+            body,
+            sequences: vec![(self.kind.sequence(), self.in_flight.clone())],
+        })
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<()> {
+        // A write concern error the server labelled retryable is retried
+        // (same batch, same txnNumber) rather than folded in.
+        if let Ok(wce) = reply.get_document("writeConcernError") {
+            if labels(&reply).any(|l| l == "RetryableWriteError") {
+                let msg = wce.get_str("errmsg").unwrap_or("write concern error");
+                let mut e = server_error(wce, msg, Some(reply.clone()));
+                for l in labels(&reply) {
+                    e.add_label(l);
+                }
+                return Err(e);
+            }
+        }
+        self.fold(&reply)
+    }
+
+    fn retryability(&self) -> Retryability {
+        if self.retryable {
+            Retryability::Write
+        } else {
+            Retryability::None
+        }
+    }
+}
+
+fn labels(reply: &RawDocument) -> impl Iterator<Item = &str> {
+    reply
+        .get_array("errorLabels")
+        .into_iter()
+        .flat_map(|a| a.into_iter().flatten().filter_map(|v| v.as_str()))
+}
+
+fn number(doc: &RawDocument, key: &str) -> i64 {
+    match doc.get(key) {
+        Ok(Some(bson::RawBsonRef::Int32(v))) => v.into(),
+        Ok(Some(bson::RawBsonRef::Int64(v))) => v,
+        Ok(Some(bson::RawBsonRef::Double(v))) => v as i64,
+        _ => 0,
+    }
+}
+
+/// Ensures `_id` comes first, generating an ObjectId when absent (CRUD spec).
+/// Returns the document and its `_id` value.
+pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
+    if let Some(id) = doc.get("_id")? {
+        return Ok((doc.to_owned(), RawBson::from(id)));
+    }
+    let id = bson::oid::ObjectId::new();
+    let mut out = RawDocumentBuf::new();
+    out.append(cstr!("_id"), id);
+    for item in doc {
+        let (k, v) = item?;
+        out.append(k, v);
+    }
+    Ok((out, RawBson::ObjectId(id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    fn hello(batch: usize, message: usize) -> HelloReply {
+        HelloReply {
+            max_write_batch_size: batch,
+            max_message_size_bytes: message,
+            max_bson_object_size: 1 << 20,
+            ..Default::default()
+        }
+    }
+
+    fn docs(n: usize) -> Vec<RawDocumentBuf> {
+        (0..n)
+            .map(|i| rawdoc! { "_id": i as i32, "pad": "x".repeat(100) })
+            .collect()
+    }
+
+    fn sizes(op: &mut WriteCommand, hello: &HelloReply) -> Vec<usize> {
+        std::iter::from_fn(|| {
+            (op.remaining() > 0).then(|| {
+                let n = op.build(hello).unwrap().sequences[0].1.len();
+                op.finish_batch();
+                n
+            })
+        })
+        .collect()
+    }
+
+    #[test]
+    fn batches_split_by_count_and_size() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Insert, docs(7), 0);
+        assert_eq!(sizes(&mut op, &hello(3, 1 << 20)), [3, 3, 1]);
+        let doc_len = docs(1)[0].as_bytes().len();
+        let mut op = WriteCommand::new("d", "c", WriteKind::Insert, docs(5), 0);
+        let cmd = op
+            .build(&hello(100, MESSAGE_OVERHEAD + 100 + 2 * doc_len))
+            .unwrap();
+        assert_eq!(cmd.sequences[0].1.len(), 2);
+        assert_eq!(cmd.body.get_str("insert").unwrap(), "c");
+    }
+
+    #[test]
+    fn a_retry_resends_the_same_batch() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Delete, docs(3), 0);
+        let first = op.build(&hello(2, 1 << 20)).unwrap();
+        assert_eq!(first.sequences[0].0.as_str(), "deletes");
+        let retry = op.build(&hello(2, 1 << 20)).unwrap();
+        assert_eq!(first.sequences[0].1, retry.sequences[0].1);
+        op.finish_batch();
+        assert_eq!(
+            op.build(&hello(2, 1 << 20)).unwrap().sequences[0].1.len(),
+            1,
+            "then the rest"
+        );
+    }
+
+    #[test]
+    fn oversized_document_is_rejected() {
+        let h = HelloReply {
+            max_bson_object_size: 50,
+            ..hello(3, 1 << 20)
+        };
+        let mut op = WriteCommand::new("d", "c", WriteKind::Insert, docs(1), 0);
+        assert_eq!(
+            op.build(&h).unwrap_err().kind,
+            crate::ErrorKind::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn replies_fold_with_indexes_relative_to_the_whole_write() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Update, docs(4), 10);
+        op.ordered = false;
+        let h = hello(2, 1 << 20);
+        op.build(&h).unwrap();
+        op.handle_reply(
+            rawdoc! { "ok": 1, "n": 2, "nModified": 1, "upserted": [{ "index": 1, "_id": 7 }] },
+            "a",
+        )
+        .unwrap();
+        op.finish_batch();
+        op.build(&h).unwrap();
+        op.handle_reply(rawdoc! { "ok": 1, "n": 1, "writeErrors": [{ "index": 1, "code": 11000, "errmsg": "dup" }] }, "a").unwrap();
+        op.finish_batch();
+        let r = &op.result;
+        assert_eq!((r.n, r.n_modified), (3, 1));
+        assert_eq!(r.upserted, vec![(11, RawBson::Int32(7))]);
+        assert_eq!(r.write_errors.len(), 1);
+        assert_eq!(
+            (r.write_errors[0].0, r.write_errors[0].1.code),
+            (13, Some(11000))
+        );
+    }
+
+    #[test]
+    fn ordered_writes_stop_at_the_first_write_error() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Insert, docs(4), 0);
+        let h = hello(2, 1 << 20);
+        op.build(&h).unwrap();
+        op.handle_reply(rawdoc! { "ok": 1, "n": 0, "writeErrors": [{ "index": 0, "code": 11000, "errmsg": "dup" }] }, "a").unwrap();
+        op.finish_batch();
+        assert_eq!(op.remaining(), 0);
+    }
+
+    #[test]
+    fn a_labelled_write_concern_error_is_raised_for_retry() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Insert, docs(1), 0);
+        op.build(&hello(2, 1 << 20)).unwrap();
+        let reply = rawdoc! { "ok": 1, "n": 1, "writeConcernError": { "code": 91, "errmsg": "x" }, "errorLabels": ["RetryableWriteError"] };
+        let e = op.handle_reply(reply, "a").unwrap_err();
+        assert!(e.has_label("RetryableWriteError"));
+        assert_eq!(op.result.n, 0, "not folded: the retry will report it");
+        let reply =
+            rawdoc! { "ok": 1, "n": 1, "writeConcernError": { "code": 64, "errmsg": "wc" } };
+        op.handle_reply(reply, "a").unwrap();
+        assert_eq!(op.result.write_concern_errors[0].code, Some(64));
+    }
+
+    #[test]
+    fn id_is_kept_or_generated_first() {
+        let (doc, id) = with_id(&rawdoc! { "_id": 7, "x": 1 }).unwrap();
+        assert_eq!(doc, rawdoc! { "_id": 7, "x": 1 });
+        assert_eq!(id, RawBson::Int32(7));
+        let (doc, id) = with_id(&rawdoc! { "x": 1 }).unwrap();
+        assert_eq!(doc.iter().next().unwrap().unwrap().0.as_str(), "_id");
+        assert_eq!(RawBson::ObjectId(doc.get_object_id("_id").unwrap()), id);
+    }
+}
