@@ -8,7 +8,7 @@ use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
 use crate::sdam::selection::{Criteria, ReadMode};
 use crate::sdam::{address_of, TopologyDescription};
-use crate::session::{Session, SessionPool};
+use crate::session::{Session, SessionPool, TransactionOptions};
 use crate::topology::{Topology, TopologySettings};
 use crate::uri::{self, HostAddress};
 use bson::{rawdoc, RawDocumentBuf};
@@ -149,11 +149,22 @@ impl Client {
     }
 
     pub fn start_session(&self, default_timeout_ms: Option<u64>) -> Session {
-        Session::new(
+        self.start_session_with(default_timeout_ms, TransactionOptions::default())
+    }
+
+    /// A session whose transactions default to `default_transaction`.
+    pub fn start_session_with(
+        &self,
+        default_timeout_ms: Option<u64>,
+        default_transaction: TransactionOptions,
+    ) -> Session {
+        let minutes = self.session_timeout();
+        Session::explicit(
+            self,
             &self.inner.sessions,
-            self.session_timeout(),
-            false,
+            minutes,
             default_timeout_ms,
+            default_transaction,
         )
     }
 

@@ -58,8 +58,11 @@ pub fn execute_without_session<O: Operation>(
 
 /// The retry loop: once without timeoutMS, as often as the deadline allows with it.
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+    let in_txn = ctx.session.is_some_and(Session::in_transaction);
     let kind = match op.retryability() {
         _ if ctx.pinned.is_some() => Retryability::None,
+        // Inside a transaction only commit and abort are retried.
+        _ if in_txn && !op.ends_transaction() => Retryability::None,
         Retryability::Read if client.retry_reads => Retryability::Read,
         Retryability::Write if client.retry_writes => Retryability::Write,
         _ => Retryability::None,
@@ -76,7 +79,13 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         attempts += 1;
         let err = match attempt(client, op, ctx, kind, &mut state) {
             Ok(out) => return Ok(out),
-            Err(e) => e,
+            Err(mut e) => {
+                // A network error inside a transaction: the whole transaction may be retried.
+                if in_txn && !op.ends_transaction() && transient(&e) {
+                    e.add_label("TransientTransactionError");
+                }
+                e
+            }
         };
         // A retry that could not even reach a server reports the error that
         // made it retry (the caller can tell an attempt was made).
@@ -113,7 +122,15 @@ fn attempt<O: Operation>(
     let cmd = op.build(&conn.hello)?;
     let mut body = cmd.body;
     body.append(cstr!("$db"), cmd.db.as_str());
-    attach_session(client, &conn, ctx.session, kind, state, &mut body)?;
+    attach_session(
+        client,
+        &conn,
+        ctx.session,
+        kind,
+        op.ends_transaction(),
+        state,
+        &mut body,
+    )?;
     if op.sends_max_time() {
         if let Some(ms) = ctx.timeout.max_time_ms(runtime::now(), min_rtt)? {
             body.append(cstr!("maxTimeMS"), ms as i64);
@@ -227,6 +244,7 @@ fn attach_session(
     conn: &Connection,
     session: Option<&Session>,
     kind: Retryability,
+    ends_transaction: bool,
     state: &mut Attempts,
     body: &mut RawDocumentBuf,
 ) -> Result<()> {
@@ -245,6 +263,17 @@ fn attach_session(
     if let Some(ct) = cluster_time::latest(known, session.and_then(Session::cluster_time)) {
         body.append(cstr!("$clusterTime"), ct);
     }
+    if let Some(txn) = session.and_then(|s| s.txn_fields(ends_transaction)) {
+        body.append(cstr!("txnNumber"), txn.txn_number);
+        if txn.start {
+            body.append(cstr!("startTransaction"), true);
+            if let Some(rc) = txn.read_concern {
+                body.append(cstr!("readConcern"), rc);
+            }
+        }
+        body.append(cstr!("autocommit"), false);
+        return Ok(());
+    }
     if kind == Retryability::Write {
         // Retryable writes need sessions and a replica set or mongos.
         let replicated = conn.hello.set_name.is_some() || conn.hello.is_mongos;
@@ -258,6 +287,13 @@ fn attach_session(
         }
     }
     Ok(())
+}
+
+/// Errors that leave a transaction retryable as a whole (Transactions spec).
+fn transient(e: &Error) -> bool {
+    e.kind == ErrorKind::Network
+        || e.kind == ErrorKind::ServerSelection
+        || (e.kind == ErrorKind::Timeout && e.code.is_none())
 }
 
 /// Keeps the greatest `$clusterTime` and the session's `operationTime`.

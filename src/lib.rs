@@ -38,4 +38,4 @@ pub use cursor::{Batch, Cursor, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};
-pub use session::Session;
+pub use session::{Session, TransactionOptions};

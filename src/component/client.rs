@@ -36,9 +36,14 @@ impl GuestClient for ClientRes {
         if options.snapshot == Some(true) {
             return not_implemented("snapshot sessions");
         }
-        Ok(Session::new(SessionRes(
-            self.0.start_session(options.default_timeout_ms),
-        )))
+        let defaults = match options.default_transaction_options {
+            Some(o) => super::session::transaction_options(o)?,
+            None => crate::TransactionOptions::default(),
+        };
+        let session = self
+            .0
+            .start_session_with(options.default_timeout_ms, defaults);
+        Ok(Session::new(SessionRes(session)))
     }
 
     fn list_databases(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<Vec<Vec<u8>>> {

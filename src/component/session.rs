@@ -1,7 +1,7 @@
 use super::exports::mongo_wasi::driver::session::{
     self as wit_session, GuestSession, TransactionOptions,
 };
-use super::{doc, not_implemented, wrap, Component, WitResult};
+use super::{doc, opt_doc, wrap, Component, WitResult};
 use crate::Session;
 
 pub struct SessionRes(pub Session);
@@ -41,22 +41,31 @@ impl GuestSession for SessionRes {
     }
 
     fn in_transaction(&self) -> bool {
-        false
+        self.0.in_transaction()
     }
 
-    fn start_transaction(&self, _: TransactionOptions) -> WitResult<()> {
-        wrap(self.0.start_transaction())
+    fn start_transaction(&self, options: TransactionOptions) -> WitResult<()> {
+        wrap(self.0.start_transaction(transaction_options(options)?))
     }
 
-    fn commit_transaction(&self, _: Option<u64>) -> WitResult<()> {
-        not_implemented("transactions")
+    fn commit_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+        wrap(self.0.commit_transaction(timeout_ms))
     }
 
-    fn abort_transaction(&self, _: Option<u64>) -> WitResult<()> {
-        not_implemented("transactions")
+    fn abort_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+        wrap(self.0.abort_transaction(timeout_ms))
     }
 
     fn end(&self) {
         self.0.end()
     }
+}
+
+pub fn transaction_options(o: TransactionOptions) -> WitResult<crate::TransactionOptions> {
+    Ok(crate::TransactionOptions {
+        read_concern: opt_doc(o.read_concern)?,
+        write_concern: opt_doc(o.write_concern)?,
+        read_preference: opt_doc(o.read_preference)?,
+        max_commit_time_ms: o.max_commit_time_ms,
+    })
 }

@@ -3,10 +3,12 @@
 
 pub mod bulk;
 mod cursor_ops;
+mod end_transaction;
 mod run_command;
 pub mod write;
 
 pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
+pub use end_transaction::EndTransaction;
 pub use run_command::{CursorCommand, RunCommand};
 
 use crate::error::{Error, Result};
@@ -41,6 +43,12 @@ pub trait Operation {
     /// Whether a failed attempt may be retried (Retryable Reads/Writes specs).
     fn retryability(&self) -> Retryability {
         Retryability::None
+    }
+
+    /// commitTransaction/abortTransaction: they carry the transaction's
+    /// number but do not start it, and may be retried inside it.
+    fn ends_transaction(&self) -> bool {
+        false
     }
 
     /// Whether CSOT's `maxTimeMS` goes on this command (not on getMore,

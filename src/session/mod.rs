@@ -1,19 +1,25 @@
 //! Client sessions (Driver Sessions spec). A `Session` holds a server
 //! session from the client's pool; when its last clone drops (or it ends),
 //! the server session goes back. Operations without an explicit session get
-//! an implicit one, which a cursor keeps until it is done. Transactions come later.
+//! an implicit one, which a cursor keeps until it is done. An explicit
+//! session runs transactions (`transaction.rs` holds their state machine).
 
 pub mod cluster_time;
 mod pool;
+pub mod transaction;
 
 pub use pool::SessionPool;
+pub use transaction::TransactionOptions;
 
-use crate::error::{Error, Result};
+use crate::client::Client;
+use crate::error::{Error, ErrorKind, Result};
+use crate::operation::EndTransaction;
 use crate::runtime;
 use bson::{cstr, RawDocumentBuf};
 use pool::ServerSession;
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
+use transaction::{EndAction, Transaction, TxnFields};
 
 #[derive(Debug)]
 struct State {
@@ -23,6 +29,7 @@ struct State {
     implicit: bool,
     cluster_time: Option<RawDocumentBuf>,
     operation_time: Option<bson::Timestamp>,
+    txn: Transaction,
 }
 
 impl Drop for State {
@@ -33,6 +40,9 @@ impl Drop for State {
 
 impl State {
     fn release(&mut self) {
+        // Ending a session aborts its transaction on the server by itself
+        // (endSessions); here only the local state is dropped.
+        self.txn = Transaction::default();
         if let (Some(s), Some(pool)) = (self.server.take(), self.pool.upgrade()) {
             pool.checkin(s, runtime::now(), self.timeout_minutes);
         }
@@ -40,10 +50,13 @@ impl State {
 }
 
 /// Cheap to clone; clones share the session.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Session {
     state: Rc<RefCell<State>>,
     pub default_timeout_ms: Option<u64>,
+    /// Explicit sessions run commit and abort through their client.
+    client: Option<Client>,
+    default_transaction: TransactionOptions,
 }
 
 impl Session {
@@ -61,11 +74,28 @@ impl Session {
             implicit,
             cluster_time: None,
             operation_time: None,
+            txn: Transaction::default(),
         };
         Session {
             state: Rc::new(RefCell::new(state)),
             default_timeout_ms,
+            client: None,
+            default_transaction: TransactionOptions::default(),
         }
+    }
+
+    /// An explicit session of `client`, which runs its commit and abort.
+    pub(crate) fn explicit(
+        client: &Client,
+        pool: &Rc<SessionPool>,
+        timeout_minutes: Option<i64>,
+        default_timeout_ms: Option<u64>,
+        default_transaction: TransactionOptions,
+    ) -> Session {
+        let mut s = Session::new(pool, timeout_minutes, false, default_timeout_ms);
+        s.client = Some(client.clone());
+        s.default_transaction = default_transaction;
+        s
     }
 
     /// `{id: <uuid>}` (empty once ended).
@@ -112,8 +142,92 @@ impl Session {
         }
     }
 
-    pub fn start_transaction(&self) -> Result<()> {
-        Err(Error::not_implemented("transactions"))
+    pub fn in_transaction(&self) -> bool {
+        self.state.borrow().txn.is_active()
+    }
+
+    /// Starts a transaction; unset options come from the session's defaults.
+    pub fn start_transaction(&self, options: TransactionOptions) -> Result<()> {
+        if self.client.is_none() {
+            return Err(Error::invalid_argument(
+                "transactions need an explicit session",
+            ));
+        }
+        let d = &self.default_transaction;
+        let options = TransactionOptions {
+            read_concern: options.read_concern.or_else(|| d.read_concern.clone()),
+            write_concern: options.write_concern.or_else(|| d.write_concern.clone()),
+            read_preference: options
+                .read_preference
+                .or_else(|| d.read_preference.clone()),
+            max_commit_time_ms: options.max_commit_time_ms.or(d.max_commit_time_ms),
+        };
+        let mut s = self.state.borrow_mut();
+        if s.txn.is_active() {
+            return Err(Error::invalid_argument("transaction already in progress"));
+        }
+        let server = s.server.as_mut().ok_or_else(|| Error::closed("session"))?;
+        server.txn_number += 1;
+        let n = server.txn_number;
+        s.txn.start(options, n)
+    }
+
+    /// Commits; nothing is sent if the transaction ran no command. Errors
+    /// that leave the outcome unknown carry `UnknownTransactionCommitResult`.
+    pub fn commit_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
+        let (action, options) = {
+            let mut s = self.state.borrow_mut();
+            (s.txn.commit()?, s.txn.options.clone())
+        };
+        if action == EndAction::Nothing {
+            return Ok(());
+        }
+        let mut op = EndTransaction::commit(options.write_concern, options.max_commit_time_ms);
+        self.run_end(&mut op, timeout_ms).map_err(|mut e| {
+            if unknown_commit_result(&e) {
+                e.add_label("UnknownTransactionCommitResult");
+            }
+            e
+        })
+    }
+
+    /// Aborts; errors from the server are ignored, as the spec requires.
+    pub fn abort_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
+        let (action, options) = {
+            let mut s = self.state.borrow_mut();
+            (s.txn.abort()?, s.txn.options.clone())
+        };
+        if action == EndAction::Send {
+            let mut op = EndTransaction::abort(options.write_concern);
+            let _ = self.run_end(&mut op, timeout_ms);
+        }
+        Ok(())
+    }
+
+    fn run_end(&self, op: &mut EndTransaction, timeout_ms: Option<u64>) -> Result<()> {
+        let client = self
+            .client
+            .as_ref()
+            .ok_or_else(|| Error::invalid_argument("transactions need an explicit session"))?;
+        let timeout = timeout_ms
+            .or(self.default_timeout_ms)
+            .or(client.timeout_ms());
+        client.execute(op, timeout, Some(self))
+    }
+
+    /// For a command about to be sent: the transaction fields it carries
+    /// (moving a starting transaction to in progress).
+    pub(crate) fn txn_fields(&self, ends_transaction: bool) -> Option<TxnFields> {
+        let mut s = self.state.borrow_mut();
+        if ends_transaction {
+            let n = s.txn.txn_number;
+            return Some(TxnFields {
+                txn_number: n,
+                start: false,
+                read_concern: None,
+            });
+        }
+        s.txn.on_command()
     }
 
     /// Appends `lsid` (and marks the server session used).
@@ -139,6 +253,24 @@ impl Session {
             server.dirty = true;
         }
     }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors after which a commit may or may not have happened (Transactions spec).
+fn unknown_commit_result(e: &Error) -> bool {
+    const WRITE_CONCERN_CODES: &[i32] = &[
+        64, 50, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436, 262,
+    ];
+    matches!(e.kind, ErrorKind::Network | ErrorKind::ServerSelection)
+        || (e.kind == ErrorKind::Timeout && e.code.is_none())
+        || e.code.is_some_and(|c| WRITE_CONCERN_CODES.contains(&c))
 }
 
 #[cfg(test)]

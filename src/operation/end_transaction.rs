@@ -1,0 +1,122 @@
+//! `commitTransaction` / `abortTransaction` (Transactions spec). Retried
+//! once like a retryable write; a retried commit asks for w: majority.
+
+use super::{Command, Operation};
+use crate::error::Result;
+use crate::handshake::HelloReply;
+use crate::retryable::Retryability;
+use bson::{cstr, rawdoc, RawDocumentBuf};
+
+pub struct EndTransaction {
+    commit: bool,
+    write_concern: Option<RawDocumentBuf>,
+    max_commit_time_ms: Option<u64>,
+    attempts: u32,
+}
+
+impl EndTransaction {
+    pub fn commit(write_concern: Option<RawDocumentBuf>, max_commit_time_ms: Option<u64>) -> Self {
+        EndTransaction {
+            commit: true,
+            write_concern,
+            max_commit_time_ms,
+            attempts: 0,
+        }
+    }
+
+    pub fn abort(write_concern: Option<RawDocumentBuf>) -> Self {
+        EndTransaction {
+            commit: false,
+            write_concern,
+            max_commit_time_ms: None,
+            attempts: 0,
+        }
+    }
+}
+
+impl Operation for EndTransaction {
+    type Output = ();
+
+    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+        self.attempts += 1;
+        let (name, key) = if self.commit {
+            ("commitTransaction", cstr!("commitTransaction"))
+        } else {
+            ("abortTransaction", cstr!("abortTransaction"))
+        };
+        let mut body = RawDocumentBuf::new();
+        body.append(key, 1);
+        let mut wc = self.write_concern.clone();
+        if self.commit && self.attempts > 1 {
+            // A retried commit must not be satisfied by a minority (spec).
+            let mut majority = rawdoc! { "w": "majority" };
+            let wtimeout = wc
+                .as_ref()
+                .and_then(|w| w.get("wtimeout").ok().flatten().map(bson::RawBson::from));
+            majority.append(
+                cstr!("wtimeout"),
+                wtimeout.unwrap_or(bson::RawBson::Int32(10_000)),
+            );
+            wc = Some(majority);
+        }
+        if let Some(wc) = wc {
+            body.append(cstr!("writeConcern"), wc);
+        }
+        if let (true, Some(ms)) = (self.commit, self.max_commit_time_ms) {
+            body.append(cstr!("maxTimeMS"), ms as i64);
+        }
+        Ok(Command {
+            name: name.into(),
+            db: "admin".into(),
+            body,
+            sequences: Vec::new(),
+        })
+    }
+
+    fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<()> {
+        super::check_write_errors(&reply)
+    }
+
+    fn retryability(&self) -> Retryability {
+        Retryability::Write
+    }
+
+    fn ends_transaction(&self) -> bool {
+        true
+    }
+
+    fn sends_max_time(&self) -> bool {
+        self.max_commit_time_ms.is_none() || !self.commit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_commit_asks_for_majority() {
+        let mut op = EndTransaction::commit(Some(rawdoc! { "w": 1 }), Some(500));
+        let first = op.build(&HelloReply::default()).unwrap();
+        assert_eq!(first.db, "admin");
+        assert_eq!(
+            first.body,
+            rawdoc! { "commitTransaction": 1, "writeConcern": { "w": 1 }, "maxTimeMS": 500i64 }
+        );
+        let retry = op.build(&HelloReply::default()).unwrap();
+        assert_eq!(
+            retry.body.get_document("writeConcern").unwrap(),
+            &*rawdoc! { "w": "majority", "wtimeout": 10_000 }
+        );
+    }
+
+    #[test]
+    fn abort_has_no_max_time_of_its_own() {
+        let mut op = EndTransaction::abort(None);
+        assert_eq!(
+            op.build(&HelloReply::default()).unwrap().body,
+            rawdoc! { "abortTransaction": 1 }
+        );
+        assert!(op.sends_max_time());
+    }
+}

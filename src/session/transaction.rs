@@ -1,0 +1,218 @@
+//! The transaction state machine of one session (Transactions spec), sans
+//! I/O: what each command in a transaction carries, and what commit and
+//! abort must do in each state.
+
+use crate::error::{Error, Result};
+use bson::RawDocumentBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    None,
+    /// Started; no command sent yet.
+    Starting,
+    InProgress,
+    Committed,
+    /// Committed without ever sending a command (nothing to commit).
+    CommittedEmpty,
+    Aborted,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransactionOptions {
+    pub read_concern: Option<RawDocumentBuf>,
+    pub write_concern: Option<RawDocumentBuf>,
+    pub read_preference: Option<RawDocumentBuf>,
+    pub max_commit_time_ms: Option<u64>,
+}
+
+/// Fields a command inside a transaction carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnFields {
+    pub txn_number: i64,
+    /// The first command: `startTransaction: true` and the read concern.
+    pub start: bool,
+    pub read_concern: Option<RawDocumentBuf>,
+}
+
+/// What commit or abort must do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndAction {
+    /// Nothing reached the server: no command, just the new state.
+    Nothing,
+    Send,
+}
+
+#[derive(Debug, Clone)]
+pub struct Transaction {
+    pub state: State,
+    pub options: TransactionOptions,
+    pub txn_number: i64,
+}
+
+impl Default for Transaction {
+    fn default() -> Self {
+        Transaction {
+            state: State::None,
+            options: TransactionOptions::default(),
+            txn_number: 0,
+        }
+    }
+}
+
+impl Transaction {
+    pub fn is_active(&self) -> bool {
+        matches!(self.state, State::Starting | State::InProgress)
+    }
+
+    /// `txn_number` is the session's next number, reserved for this transaction.
+    pub fn start(&mut self, options: TransactionOptions, txn_number: i64) -> Result<()> {
+        if self.is_active() {
+            return Err(Error::invalid_argument("transaction already in progress"));
+        }
+        if let Some(wc) = &options.write_concern {
+            if matches!(wc.get("w"), Ok(Some(bson::RawBsonRef::Int32(0)))) {
+                return Err(Error::invalid_argument(
+                    "transactions do not support unacknowledged write concern",
+                ));
+            }
+        }
+        *self = Transaction {
+            state: State::Starting,
+            options,
+            txn_number,
+        };
+        Ok(())
+    }
+
+    /// For a command sent inside the transaction: its fields, and the move
+    /// to InProgress. `None` outside a transaction.
+    pub fn on_command(&mut self) -> Option<TxnFields> {
+        match self.state {
+            State::Starting => {
+                self.state = State::InProgress;
+                Some(TxnFields {
+                    txn_number: self.txn_number,
+                    start: true,
+                    read_concern: self.options.read_concern.clone(),
+                })
+            }
+            State::InProgress => Some(TxnFields {
+                txn_number: self.txn_number,
+                start: false,
+                read_concern: None,
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn commit(&mut self) -> Result<EndAction> {
+        match self.state {
+            State::None => Err(Error::invalid_argument("no transaction started")),
+            State::Aborted => Err(Error::invalid_argument(
+                "cannot call commitTransaction after calling abortTransaction",
+            )),
+            State::Starting | State::CommittedEmpty => {
+                self.state = State::CommittedEmpty;
+                Ok(EndAction::Nothing)
+            }
+            // Committing again after a commit is allowed: it re-sends the commit.
+            State::InProgress | State::Committed => {
+                self.state = State::Committed;
+                Ok(EndAction::Send)
+            }
+        }
+    }
+
+    pub fn abort(&mut self) -> Result<EndAction> {
+        match self.state {
+            State::None => Err(Error::invalid_argument("no transaction started")),
+            State::Committed | State::CommittedEmpty => Err(Error::invalid_argument(
+                "cannot call abortTransaction after calling commitTransaction",
+            )),
+            State::Aborted => Err(Error::invalid_argument(
+                "cannot call abortTransaction twice",
+            )),
+            State::Starting => {
+                self.state = State::Aborted;
+                Ok(EndAction::Nothing)
+            }
+            State::InProgress => {
+                self.state = State::Aborted;
+                Ok(EndAction::Send)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    fn started() -> Transaction {
+        let mut t = Transaction::default();
+        let opts = TransactionOptions {
+            read_concern: Some(rawdoc! { "level": "snapshot" }),
+            ..Default::default()
+        };
+        t.start(opts, 7).unwrap();
+        t
+    }
+
+    #[test]
+    fn first_command_starts_the_transaction() {
+        let mut t = started();
+        let first = t.on_command().unwrap();
+        assert_eq!((first.txn_number, first.start), (7, true));
+        assert!(first.read_concern.is_some());
+        let second = t.on_command().unwrap();
+        assert_eq!((second.start, second.read_concern), (false, None));
+        assert_eq!(t.state, State::InProgress);
+        assert!(Transaction::default().on_command().is_none());
+    }
+
+    #[test]
+    fn empty_transactions_end_without_a_command() {
+        let mut t = started();
+        assert_eq!(t.commit().unwrap(), EndAction::Nothing);
+        assert_eq!(
+            t.commit().unwrap(),
+            EndAction::Nothing,
+            "committing again is fine"
+        );
+        let mut t = started();
+        assert_eq!(t.abort().unwrap(), EndAction::Nothing);
+    }
+
+    #[test]
+    fn state_rules() {
+        let mut t = started();
+        assert!(
+            t.start(TransactionOptions::default(), 8).is_err(),
+            "already in progress"
+        );
+        t.on_command();
+        assert_eq!(t.commit().unwrap(), EndAction::Send);
+        assert_eq!(t.commit().unwrap(), EndAction::Send, "re-commit is allowed");
+        assert!(t.abort().is_err(), "abort after commit");
+        let mut t = started();
+        t.on_command();
+        assert_eq!(t.abort().unwrap(), EndAction::Send);
+        assert!(t.abort().is_err());
+        assert!(t.commit().is_err(), "commit after abort");
+        assert!(Transaction::default().commit().is_err());
+        // A new transaction after the last one ended.
+        t.start(TransactionOptions::default(), 9).unwrap();
+        assert_eq!(t.state, State::Starting);
+    }
+
+    #[test]
+    fn unacknowledged_write_concern_is_refused() {
+        let mut t = Transaction::default();
+        let opts = TransactionOptions {
+            write_concern: Some(rawdoc! { "w": 0 }),
+            ..Default::default()
+        };
+        assert!(t.start(opts, 1).is_err());
+    }
+}
