@@ -156,6 +156,11 @@ impl Database {
         list_names(&cursor.to_owned(), "firstBatch")
     }
 
+    /// A GridFS bucket in this database.
+    pub fn gridfs_bucket(&self, options: crate::gridfs::BucketOptions) -> crate::gridfs::Bucket {
+        crate::gridfs::Bucket::new(self, options)
+    }
+
     pub fn drop(&self, timeout_ms: Option<u64>, session: Option<&Session>) -> Result<()> {
         let opts = RunCommandOptions {
             timeout_ms,

@@ -21,6 +21,7 @@ mod conn;
 mod cursor;
 mod database;
 mod executor;
+pub mod gridfs;
 pub(crate) mod operation;
 pub mod retryable;
 pub mod runtime;
@@ -38,4 +39,7 @@ pub use cursor::{Batch, Cursor, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};
+pub use gridfs::{
+    Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
+};
 pub use session::{Session, TransactionOptions};

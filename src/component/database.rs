@@ -40,8 +40,13 @@ impl GuestDatabase for DatabaseRes {
         Collection::new(CollectionRes(self.0.collection(&name, options.timeout_ms)))
     }
 
-    fn gridfs_bucket(&self, _: BucketOptions) -> Bucket {
-        Bucket::new(BucketRes)
+    fn gridfs_bucket(&self, options: BucketOptions) -> Bucket {
+        let opts = crate::gridfs::BucketOptions {
+            bucket_name: options.bucket_name,
+            chunk_size_bytes: options.chunk_size_bytes,
+            timeout_ms: options.timeout_ms,
+        };
+        Bucket::new(BucketRes(self.0.gridfs_bucket(opts)))
     }
 
     fn run_command(&self, command: Vec<u8>, options: RunCommandOptions<'_>) -> WitResult<Vec<u8>> {

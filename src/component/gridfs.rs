@@ -1,15 +1,20 @@
-//! GridFS: declared in the WIT surface; the bodies come with the GridFS work.
+//! GridFS glue: ids cross as `{v: <value>}`; streams keep their state in the guest.
 
+use super::collection::CursorRes;
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::gridfs::{
     self as wit_gridfs, DownloadByNameOptions, DownloadStream, GridfsOptions, GuestBucket,
     GuestDownloadStream, GuestUploadStream, UploadOptions, UploadStream,
 };
-use super::{not_implemented, Component, WitResult};
+use super::session::SessionRes;
+use super::{doc, opt_doc, to_wit, wrap, Component, WitResult};
+use crate::gridfs;
+use bson::{rawdoc, RawBson};
+use std::cell::RefCell;
 
-pub struct BucketRes;
-pub struct UploadStreamRes;
-pub struct DownloadStreamRes;
+pub struct BucketRes(pub gridfs::Bucket);
+pub struct UploadStreamRes(RefCell<gridfs::UploadStream>);
+pub struct DownloadStreamRes(RefCell<gridfs::DownloadStream>);
 
 impl wit_gridfs::Guest for Component {
     type Bucket = BucketRes;
@@ -17,56 +22,140 @@ impl wit_gridfs::Guest for Component {
     type DownloadStream = DownloadStreamRes;
 }
 
-const GRIDFS: &str = "GridFS";
+/// `{v: <value>}` to the value.
+fn id(bytes: Vec<u8>) -> WitResult<RawBson> {
+    let d = doc(bytes)?;
+    match d.get("v") {
+        Ok(Some(v)) => Ok(RawBson::from(v)),
+        _ => Err(to_wit(crate::Error::invalid_argument(
+            "a file id is the document {v: <id>}",
+        ))),
+    }
+}
+
+fn id_doc(v: &RawBson) -> Vec<u8> {
+    rawdoc! { "v": v.clone() }.into_bytes()
+}
+
+fn options<'a>(o: &GridfsOptions<'a>) -> gridfs::GridfsOptions<'a> {
+    gridfs::GridfsOptions {
+        timeout_ms: o.timeout_ms,
+        session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+    }
+}
+
+fn upload_options<'a>(o: &UploadOptions<'a>) -> WitResult<gridfs::UploadOptions<'a>> {
+    Ok(gridfs::UploadOptions {
+        id: o.id.clone().map(id).transpose()?,
+        chunk_size_bytes: o.chunk_size_bytes,
+        metadata: opt_doc(o.metadata.clone())?,
+        timeout_ms: o.timeout_ms,
+        session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+    })
+}
 
 impl GuestBucket for BucketRes {
-    fn upload_from_bytes(&self, _: String, _: Vec<u8>, _: UploadOptions<'_>) -> WitResult<Vec<u8>> {
-        not_implemented(GRIDFS)
+    fn upload_from_bytes(
+        &self,
+        filename: String,
+        data: Vec<u8>,
+        options: UploadOptions<'_>,
+    ) -> WitResult<Vec<u8>> {
+        let file_id = wrap(
+            self.0
+                .upload_from_bytes(&filename, &data, upload_options(&options)?),
+        )?;
+        Ok(id_doc(&file_id))
     }
-    fn open_upload_stream(&self, _: String, _: UploadOptions<'_>) -> WitResult<UploadStream> {
-        not_implemented(GRIDFS)
+
+    fn open_upload_stream(
+        &self,
+        filename: String,
+        options: UploadOptions<'_>,
+    ) -> WitResult<UploadStream> {
+        let stream = wrap(
+            self.0
+                .open_upload_stream(&filename, upload_options(&options)?),
+        )?;
+        Ok(UploadStream::new(UploadStreamRes(RefCell::new(stream))))
     }
-    fn download_to_bytes(&self, _: Vec<u8>, _: GridfsOptions<'_>) -> WitResult<Vec<u8>> {
-        not_implemented(GRIDFS)
+
+    fn download_to_bytes(&self, file_id: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<Vec<u8>> {
+        wrap(self.0.download_to_bytes(&id(file_id)?, &options(&o)))
     }
-    fn open_download_stream(&self, _: Vec<u8>, _: GridfsOptions<'_>) -> WitResult<DownloadStream> {
-        not_implemented(GRIDFS)
+
+    fn open_download_stream(
+        &self,
+        file_id: Vec<u8>,
+        o: GridfsOptions<'_>,
+    ) -> WitResult<DownloadStream> {
+        let stream = wrap(self.0.open_download_stream(&id(file_id)?, &options(&o)))?;
+        Ok(DownloadStream::new(DownloadStreamRes(RefCell::new(stream))))
     }
-    fn download_by_name(&self, _: String, _: DownloadByNameOptions<'_>) -> WitResult<Vec<u8>> {
-        not_implemented(GRIDFS)
+
+    fn download_by_name(
+        &self,
+        filename: String,
+        o: DownloadByNameOptions<'_>,
+    ) -> WitResult<Vec<u8>> {
+        let opts = gridfs::GridfsOptions {
+            timeout_ms: o.timeout_ms,
+            session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+        };
+        wrap(
+            self.0
+                .download_by_name(&filename, o.revision.unwrap_or(-1), &opts),
+        )
     }
-    fn delete(&self, _: Vec<u8>, _: GridfsOptions<'_>) -> WitResult<()> {
-        not_implemented(GRIDFS)
+
+    fn delete(&self, file_id: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<()> {
+        wrap(self.0.delete(&id(file_id)?, &options(&o)))
     }
-    fn find(&self, _: Vec<u8>, _: GridfsOptions<'_>) -> WitResult<WitCursor> {
-        not_implemented(GRIDFS)
+
+    fn find(&self, filter: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<WitCursor> {
+        Ok(CursorRes::wit(wrap(
+            self.0.find(doc(filter)?, &options(&o)),
+        )?))
     }
-    fn rename(&self, _: Vec<u8>, _: String, _: GridfsOptions<'_>) -> WitResult<()> {
-        not_implemented(GRIDFS)
+
+    fn rename(
+        &self,
+        file_id: Vec<u8>,
+        new_filename: String,
+        o: GridfsOptions<'_>,
+    ) -> WitResult<()> {
+        wrap(self.0.rename(&id(file_id)?, &new_filename, &options(&o)))
     }
-    fn drop(&self, _: GridfsOptions<'_>) -> WitResult<()> {
-        not_implemented(GRIDFS)
+
+    fn drop(&self, o: GridfsOptions<'_>) -> WitResult<()> {
+        wrap(self.0.drop(&options(&o)))
     }
 }
 
 impl GuestUploadStream for UploadStreamRes {
     fn id(&self) -> Vec<u8> {
-        Vec::new()
+        id_doc(self.0.borrow().id())
     }
-    fn write(&self, _: Vec<u8>) -> WitResult<()> {
-        not_implemented(GRIDFS)
+
+    fn write(&self, data: Vec<u8>) -> WitResult<()> {
+        wrap(self.0.borrow_mut().write(&data))
     }
+
     fn close(&self) -> WitResult<()> {
-        not_implemented(GRIDFS)
+        wrap(self.0.borrow_mut().close())
     }
+
     fn abort(&self) -> WitResult<()> {
-        not_implemented(GRIDFS)
+        wrap(self.0.borrow_mut().abort())
     }
 }
 
 impl GuestDownloadStream for DownloadStreamRes {
-    fn read(&self, _: u32) -> WitResult<Vec<u8>> {
-        not_implemented(GRIDFS)
+    fn read(&self, max: u32) -> WitResult<Vec<u8>> {
+        wrap(self.0.borrow_mut().read(max as usize))
     }
-    fn close(&self) {}
+
+    fn close(&self) {
+        self.0.borrow_mut().close()
+    }
 }

@@ -1,0 +1,163 @@
+//! A download stream: chunks come in order through a cursor; each is
+//! checked (its `n`, its size) before its bytes are handed out.
+
+use super::Bucket;
+use crate::csot::OpTimeout;
+use crate::cursor::Cursor;
+use crate::error::{Error, Result};
+use crate::operation::{CursorCommand, RunCommand};
+use crate::session::Session;
+use bson::{rawdoc, RawBson, RawDocumentBuf};
+use std::collections::VecDeque;
+
+pub struct DownloadStream {
+    length: u64,
+    chunk_size: u64,
+    chunk_count: u64,
+    next_n: u64,
+    cursor: Option<Cursor>,
+    pending: VecDeque<RawDocumentBuf>,
+    /// Bytes of the current chunk not yet read.
+    current: Vec<u8>,
+    offset: usize,
+}
+
+impl DownloadStream {
+    pub(super) fn open(
+        bucket: Bucket,
+        file: RawDocumentBuf,
+        budget: OpTimeout,
+        session: Option<Session>,
+    ) -> Result<DownloadStream> {
+        let length = number(&file, "length")?;
+        let chunk_size = number(&file, "chunkSize")?;
+        if chunk_size == 0 && length > 0 {
+            return Err(Error::protocol("files document has chunkSize 0"));
+        }
+        let chunk_count = if length == 0 {
+            0
+        } else {
+            length.div_ceil(chunk_size)
+        };
+        let mut stream = DownloadStream {
+            length,
+            chunk_size,
+            chunk_count,
+            next_n: 0,
+            cursor: None,
+            pending: VecDeque::new(),
+            current: Vec::new(),
+            offset: 0,
+        };
+        if chunk_count > 0 {
+            let id = file
+                .get("_id")?
+                .map(RawBson::from)
+                .ok_or_else(|| Error::protocol("files document has no _id"))?;
+            let body = rawdoc! { "find": bucket.chunks(), "filter": { "files_id": id }, "sort": { "n": 1 } };
+            let session = bucket.client.session_for(session.as_ref());
+            let mut op = CursorCommand(RunCommand::read(&bucket.db, body));
+            let reply = bucket
+                .client
+                .execute_within(&mut op, &budget, Some(&session), None)?;
+            let cursor = Cursor::new(
+                bucket.client.clone(),
+                &bucket.db,
+                reply,
+                None,
+                None,
+                None,
+                budget,
+                Some(session),
+            )?;
+            stream.cursor = Some(cursor);
+        }
+        Ok(stream)
+    }
+
+    /// Up to `max` bytes; empty at the end of the file.
+    pub fn read(&mut self, max: usize) -> Result<Vec<u8>> {
+        if self.offset == self.current.len() && !self.next_chunk()? {
+            return Ok(Vec::new());
+        }
+        let end = (self.offset + max.max(1)).min(self.current.len());
+        let out = self.current[self.offset..end].to_vec();
+        self.offset = end;
+        Ok(out)
+    }
+
+    pub fn read_to_end(&mut self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(usize::try_from(self.length).unwrap_or(0));
+        while self.next_n < self.chunk_count || self.offset < self.current.len() {
+            if self.offset == self.current.len() && !self.next_chunk()? {
+                break;
+            }
+            out.extend_from_slice(&self.current[self.offset..]);
+            self.offset = self.current.len();
+        }
+        Ok(out)
+    }
+
+    /// Loads the next chunk into `current`; false at the end of the file.
+    fn next_chunk(&mut self) -> Result<bool> {
+        if self.next_n == self.chunk_count {
+            self.close();
+            return Ok(false);
+        }
+        if self.pending.is_empty() {
+            if let Some(cursor) = self.cursor.as_mut() {
+                self.pending = cursor.next_batch()?.documents.into();
+            }
+        }
+        let n = self.next_n;
+        let chunk = self.pending.pop_front().ok_or_else(|| {
+            Error::protocol(format!(
+                "ChunkIsMissing: chunk {n} of {} is missing",
+                self.chunk_count
+            ))
+        })?;
+        if number(&chunk, "n").ok() != Some(n) {
+            return Err(Error::protocol(format!(
+                "ChunkIsMissing: expected chunk {n}, found another"
+            )));
+        }
+        let data = chunk
+            .get_binary("data")
+            .map_err(|_| Error::protocol(format!("chunk {n} has no binary data")))?;
+        let expected = if n + 1 == self.chunk_count {
+            self.length - self.chunk_size * n
+        } else {
+            self.chunk_size
+        };
+        if data.bytes.len() as u64 != expected {
+            return Err(Error::protocol(format!(
+                "ChunkIsWrongSize: chunk {n} holds {} bytes, expected {expected}",
+                data.bytes.len()
+            )));
+        }
+        self.current = data.bytes.to_vec();
+        self.offset = 0;
+        self.next_n += 1;
+        Ok(true)
+    }
+
+    pub fn close(&mut self) {
+        if let Some(mut c) = self.cursor.take() {
+            let _ = c.close();
+        }
+    }
+}
+
+fn number(doc: &RawDocumentBuf, key: &str) -> Result<u64> {
+    let v = match doc.get(key)? {
+        Some(bson::RawBsonRef::Int32(v)) => i64::from(v),
+        Some(bson::RawBsonRef::Int64(v)) => v,
+        Some(bson::RawBsonRef::Double(v)) if v.fract() == 0.0 => v as i64,
+        _ => {
+            return Err(Error::protocol(format!(
+                "GridFS document has no numeric {key}"
+            )))
+        }
+    };
+    u64::try_from(v).map_err(|_| Error::protocol(format!("GridFS document has a negative {key}")))
+}

@@ -1,0 +1,342 @@
+//! GridFS (GridFS spec): files as a `<bucket>.files` document plus
+//! `<bucket>.chunks` of `chunkSizeBytes` each. Every command of one GridFS
+//! operation, or of one stream from open to close, shares one CSOT budget.
+
+mod download;
+mod upload;
+
+pub use download::DownloadStream;
+pub use upload::UploadStream;
+
+use crate::client::Client;
+use crate::csot::OpTimeout;
+use crate::cursor::Cursor;
+use crate::database::Database;
+use crate::error::{Error, Result};
+use crate::operation::{CursorCommand, CursorReply, Find, Operation, RunCommand};
+use crate::sdam::selection::Criteria;
+use crate::session::Session;
+use bson::{rawdoc, RawBson, RawDocumentBuf};
+use std::cell::Cell;
+use std::rc::Rc;
+
+pub const DEFAULT_CHUNK_SIZE: u32 = 255 * 1024;
+
+#[derive(Debug, Clone, Default)]
+pub struct BucketOptions {
+    pub bucket_name: Option<String>,
+    pub chunk_size_bytes: Option<u32>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// Per-call options: a timeout and a session.
+#[derive(Debug, Clone, Default)]
+pub struct GridfsOptions<'a> {
+    pub timeout_ms: Option<u64>,
+    pub session: Option<&'a Session>,
+}
+
+#[derive(Clone)]
+pub struct Bucket {
+    client: Client,
+    db: String,
+    name: String,
+    chunk_size: u32,
+    timeout_ms: Option<u64>,
+    /// The spec's index check runs once per bucket object, before its first upload.
+    indexes_checked: Rc<Cell<bool>>,
+}
+
+/// What a GridFS call runs under: its budget and session.
+pub(crate) struct Call<'a> {
+    pub budget: OpTimeout,
+    pub session: Option<&'a Session>,
+}
+
+impl Bucket {
+    /// A bucket handle; no I/O until an operation runs. A zero chunk size
+    /// is refused when an upload opens.
+    pub fn new(db: &Database, options: BucketOptions) -> Bucket {
+        Bucket {
+            client: db.client.clone(),
+            db: db.name.clone(),
+            name: options.bucket_name.unwrap_or_else(|| "fs".to_string()),
+            chunk_size: options.chunk_size_bytes.unwrap_or(DEFAULT_CHUNK_SIZE),
+            timeout_ms: options.timeout_ms.or(db.timeout_ms),
+            indexes_checked: Rc::new(Cell::new(false)),
+        }
+    }
+
+    fn files(&self) -> String {
+        format!("{}.files", self.name)
+    }
+
+    fn chunks(&self) -> String {
+        format!("{}.chunks", self.name)
+    }
+
+    pub(crate) fn call<'a>(&self, options: &GridfsOptions<'a>) -> Call<'a> {
+        let timeout = options.timeout_ms.or(self.timeout_ms);
+        Call {
+            budget: self.client.start_timeout(timeout),
+            session: options.session,
+        }
+    }
+
+    pub(crate) fn run<O: Operation>(&self, op: &mut O, call: &Call) -> Result<O::Output> {
+        self.client
+            .execute_within(op, &call.budget, call.session, None)
+    }
+
+    fn command(&self, body: RawDocumentBuf, call: &Call) -> Result<RawDocumentBuf> {
+        let mut op = RunCommand::new(&self.db, body, Criteria::Write);
+        self.run(&mut op, call)
+    }
+
+    /// The files document with this `_id`, or FileNotFound.
+    fn file_by_id(&self, id: &RawBson, call: &Call) -> Result<RawDocumentBuf> {
+        self.find_file(rawdoc! { "_id": id.clone() }, None, 0, call)?
+            .ok_or_else(|| Error::invalid_argument(format!("FileNotFound: no file with id {id:?}")))
+    }
+
+    fn find_file(
+        &self,
+        filter: RawDocumentBuf,
+        sort: Option<RawDocumentBuf>,
+        skip: i64,
+        call: &Call,
+    ) -> Result<Option<RawDocumentBuf>> {
+        let mut op = Find {
+            db: self.db.clone(),
+            coll: self.files(),
+            filter,
+            sort,
+            projection: None,
+            skip: Some(skip),
+            limit: Some(-1),
+            batch_size: None,
+            extra: None,
+        };
+        let reply: CursorReply = self.run(&mut op, call)?;
+        Ok(reply.batch.into_iter().next())
+    }
+
+    pub fn upload_from_bytes(
+        &self,
+        filename: &str,
+        data: &[u8],
+        options: UploadOptions,
+    ) -> Result<RawBson> {
+        let mut stream = self.open_upload_stream(filename, options)?;
+        stream.write(data)?;
+        stream.close()?;
+        Ok(stream.id().clone())
+    }
+
+    pub fn open_upload_stream(
+        &self,
+        filename: &str,
+        options: UploadOptions,
+    ) -> Result<UploadStream> {
+        let call = self.call(&GridfsOptions {
+            timeout_ms: options.timeout_ms,
+            session: options.session,
+        });
+        let budget = call.budget;
+        let session = options.session.cloned();
+        UploadStream::open(self.clone(), filename, options, budget, session)
+    }
+
+    pub fn open_download_stream(
+        &self,
+        id: &RawBson,
+        options: &GridfsOptions,
+    ) -> Result<DownloadStream> {
+        let call = self.call(options);
+        let file = self.file_by_id(id, &call)?;
+        DownloadStream::open(self.clone(), file, call.budget, options.session.cloned())
+    }
+
+    pub fn download_to_bytes(&self, id: &RawBson, options: &GridfsOptions) -> Result<Vec<u8>> {
+        self.open_download_stream(id, options)?.read_to_end()
+    }
+
+    /// `revision` 0 is the first upload, -1 (the default) the newest.
+    pub fn download_by_name(
+        &self,
+        filename: &str,
+        revision: i32,
+        options: &GridfsOptions,
+    ) -> Result<Vec<u8>> {
+        let call = self.call(options);
+        let (direction, skip) = if revision >= 0 {
+            (1, revision as i64)
+        } else {
+            (-1, -(revision as i64) - 1)
+        };
+        let sort = rawdoc! { "uploadDate": direction };
+        let file = self
+            .find_file(rawdoc! { "filename": filename }, Some(sort), skip, &call)?
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "FileNotFound: no file {filename:?} at revision {revision}"
+                ))
+            })?;
+        DownloadStream::open(self.clone(), file, call.budget, options.session.cloned())?
+            .read_to_end()
+    }
+
+    /// Deletes the files document, then its chunks (FileNotFound if there was none).
+    pub fn delete(&self, id: &RawBson, options: &GridfsOptions) -> Result<()> {
+        let call = self.call(options);
+        let deleted = self.delete_where(&self.files(), rawdoc! { "_id": id.clone() }, &call)?;
+        self.delete_where(&self.chunks(), rawdoc! { "files_id": id.clone() }, &call)?;
+        if deleted == 0 {
+            return Err(Error::invalid_argument(format!(
+                "FileNotFound: no file with id {id:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn delete_where(&self, coll: &str, filter: RawDocumentBuf, call: &Call) -> Result<i64> {
+        let body = rawdoc! { "delete": coll, "deletes": [{ "q": filter, "limit": 0 }] };
+        let reply = self.command(body, call)?;
+        crate::operation::check_write_errors(&reply)?;
+        Ok(reply.get_i32("n").map(i64::from).unwrap_or(0))
+    }
+
+    /// A cursor over the files collection.
+    pub fn find(&self, filter: RawDocumentBuf, options: &GridfsOptions) -> Result<Cursor> {
+        let call = self.call(options);
+        let body = rawdoc! { "find": self.files(), "filter": filter };
+        let session = self.client.session_for(options.session);
+        let mut op = CursorCommand(RunCommand::read(&self.db, body));
+        let reply = self
+            .client
+            .execute_within(&mut op, &call.budget, Some(&session), None)?;
+        let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        Cursor::new(
+            self.client.clone(),
+            &self.db,
+            reply,
+            None,
+            None,
+            timeout_ms,
+            call.budget,
+            Some(session),
+        )
+    }
+
+    pub fn rename(&self, id: &RawBson, new_filename: &str, options: &GridfsOptions) -> Result<()> {
+        let call = self.call(options);
+        let update =
+            rawdoc! { "q": { "_id": id.clone() }, "u": { "$set": { "filename": new_filename } } };
+        let reply = self.command(
+            rawdoc! { "update": self.files(), "updates": [update] },
+            &call,
+        )?;
+        crate::operation::check_write_errors(&reply)?;
+        if reply.get_i32("n").unwrap_or(0) == 0 {
+            return Err(Error::invalid_argument(format!(
+                "FileNotFound: no file with id {id:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops both collections.
+    pub fn drop(&self, options: &GridfsOptions) -> Result<()> {
+        let call = self.call(options);
+        for coll in [self.files(), self.chunks()] {
+            match self.command(rawdoc! { "drop": coll }, &call) {
+                Err(e) if e.code == Some(26) || e.message.contains("ns not found") => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The spec's index check before the first upload: when the files
+    /// collection is empty, create the two indexes it needs if missing.
+    fn ensure_indexes(&self, call: &Call) -> Result<()> {
+        if self.indexes_checked.get() {
+            return Ok(());
+        }
+        let mut probe = Find {
+            db: self.db.clone(),
+            coll: self.files(),
+            filter: RawDocumentBuf::new(),
+            sort: None,
+            projection: Some(rawdoc! { "_id": 1 }),
+            skip: None,
+            limit: Some(-1),
+            batch_size: None,
+            extra: None,
+        };
+        if self.run(&mut probe, call)?.batch.is_empty() {
+            self.ensure_index(
+                &self.files(),
+                rawdoc! { "filename": 1, "uploadDate": 1 },
+                false,
+                call,
+            )?;
+            self.ensure_index(
+                &self.chunks(),
+                rawdoc! { "files_id": 1, "n": 1 },
+                true,
+                call,
+            )?;
+        }
+        self.indexes_checked.set(true);
+        Ok(())
+    }
+
+    fn ensure_index(
+        &self,
+        coll: &str,
+        key: RawDocumentBuf,
+        unique: bool,
+        call: &Call,
+    ) -> Result<()> {
+        let mut list = CursorCommand(RunCommand::read(
+            &self.db,
+            rawdoc! { "listIndexes": coll, "cursor": {} },
+        ));
+        let existing = match self.run(&mut list, call) {
+            Ok(reply) => reply.batch,
+            // NamespaceNotFound: the collection does not exist yet.
+            Err(e) if e.code == Some(26) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if existing
+            .iter()
+            .any(|ix| ix.get_document("key").ok() == Some(&*key))
+        {
+            return Ok(());
+        }
+        let name: Vec<String> = key
+            .iter()
+            .flatten()
+            .map(|(k, v)| format!("{}_{}", k.as_str(), v.as_i32().unwrap_or(1)))
+            .collect();
+        let mut index = rawdoc! { "key": key, "name": name.join("_") };
+        if unique {
+            index.append(bson::cstr!("unique"), true);
+        }
+        self.command(rawdoc! { "createIndexes": coll, "indexes": [index] }, call)
+            .map(|_| ())
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UploadOptions<'a> {
+    /// A custom file id (default: a new ObjectId).
+    pub id: Option<RawBson>,
+    pub chunk_size_bytes: Option<u32>,
+    pub metadata: Option<RawDocumentBuf>,
+    pub timeout_ms: Option<u64>,
+    pub session: Option<&'a Session>,
+}
