@@ -255,6 +255,31 @@ impl Client {
         executor::execute(&self.inner, op, &ctx)
     }
 
+    /// A change stream on the whole deployment (`allChangesForCluster` on admin).
+    pub fn watch(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &crate::OpOptions,
+    ) -> Result<crate::Cursor> {
+        let mut extra = rawdoc! { "allChangesForCluster": true };
+        crate::operation::merge_extra(&mut extra, options.extra.as_deref())?;
+        let options = crate::OpOptions {
+            extra: Some(extra),
+            ..options.clone()
+        };
+        let timeout_ms = options.timeout_ms.or(self.inner.timeout_ms);
+        crate::change_stream::open(
+            self,
+            "admin",
+            bson::RawBson::Int32(1),
+            pipeline,
+            &options,
+            batch_size,
+            timeout_ms,
+        )
+    }
+
     pub fn list_database_names(&self, timeout_ms: Option<u64>) -> Result<Vec<String>> {
         let mut op = RunCommand::read("admin", rawdoc! { "listDatabases": 1, "nameOnly": true });
         let reply = self.execute(&mut op, timeout_ms.or(self.inner.timeout_ms), None)?;

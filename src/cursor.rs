@@ -1,10 +1,11 @@
 //! A server cursor. It hands over whole batches; getMore goes to the server
 //! that owns the cursor, under the cursor's CSOT timeout mode.
 
+use crate::change_stream::{self, StreamState};
 use crate::client::Client;
 use crate::csot::{OpTimeout, CLEANUP_TIMEOUT_MS};
 use crate::error::{Error, Result};
-use crate::operation::{CursorReply, GetMore, KillCursors};
+use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunCommand};
 use crate::session::Session;
 use bson::RawDocumentBuf;
 
@@ -36,6 +37,13 @@ pub struct Cursor {
     lifetime: OpTimeout,
     session: Option<Session>,
     resume_token: Option<RawDocumentBuf>,
+    /// Set for change streams: how to open the stream again.
+    stream: Option<Box<StreamState>>,
+    /// An iteration timed out: the next call resumes (CSOT spec).
+    resume_next: bool,
+    /// The server's postBatchResumeToken for `pending`: the resume token
+    /// once that batch is handed out.
+    batch_token: Option<RawDocumentBuf>,
 }
 
 impl Cursor {
@@ -76,7 +84,18 @@ impl Cursor {
             lifetime,
             session,
             resume_token: reply.post_batch_resume_token,
+            stream: None,
+            resume_next: false,
+            batch_token: None,
         })
+    }
+
+    /// Makes this cursor (opened by `state.command`) a change stream.
+    pub(crate) fn into_change_stream(mut self, state: StreamState) -> Cursor {
+        // Nothing handed out yet: the reply's token belongs to its batch.
+        self.batch_token = self.resume_token.take();
+        self.stream = Some(Box::new(state));
+        self
     }
 
     pub fn id(&self) -> i64 {
@@ -87,8 +106,12 @@ impl Cursor {
         self.resume_token.clone()
     }
 
-    /// The buffered batch, else the next non-empty one from the server.
+    /// The buffered batch, else the next non-empty one from the server. A
+    /// change stream returns after one getMore, possibly with no changes.
     pub fn next_batch(&mut self) -> Result<Batch> {
+        if self.stream.is_some() {
+            return self.next_changes();
+        }
         if self.pending.is_empty() && self.id != 0 {
             let budget = match self.mode {
                 TimeoutMode::CursorLifetime => self.lifetime,
@@ -100,6 +123,7 @@ impl Cursor {
                     coll: self.coll.clone(),
                     id: self.id,
                     batch_size: self.batch_size,
+                    max_await_ms: None,
                 };
                 let reply = self
                     .client
@@ -121,6 +145,79 @@ impl Cursor {
             documents: std::mem::take(&mut self.pending),
             exhausted: self.id == 0,
         })
+    }
+
+    /// A change stream's next batch: each call has its own budget; a
+    /// resumable error opens the stream again from the last token, once.
+    fn next_changes(&mut self) -> Result<Batch> {
+        let budget = self.client.start_timeout(self.timeout_ms);
+        if self.resume_next {
+            self.resume(&budget)?;
+        } else if self.pending.is_empty() {
+            match self.get_more_changes(&budget) {
+                Ok(()) => {}
+                Err(e) if change_stream::is_resumable(&e) => self.resume(&budget)?,
+                Err(e) => {
+                    // A timed-out getMore left the server cursor behind.
+                    if e.is_timeout() {
+                        self.resume_next = true;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let documents = std::mem::take(&mut self.pending);
+        let batch_token = self.batch_token.take();
+        if let Some(token) = change_stream::token_after(&documents, batch_token.as_ref())? {
+            self.resume_token = Some(token);
+        }
+        if let Some(stream) = self.stream.as_mut() {
+            stream.returned_any |= !documents.is_empty();
+        }
+        Ok(Batch {
+            documents,
+            exhausted: self.id == 0,
+        })
+    }
+
+    fn get_more_changes(&mut self, budget: &OpTimeout) -> Result<()> {
+        let max_await_ms = self.stream.as_ref().and_then(|s| s.options.max_await_ms);
+        let mut op = GetMore {
+            db: self.db.clone(),
+            coll: self.coll.clone(),
+            id: self.id,
+            batch_size: self.batch_size,
+            max_await_ms,
+        };
+        let reply = self.client.execute_within(
+            &mut op,
+            budget,
+            self.session.as_ref(),
+            Some(&self.address),
+        )?;
+        self.id = reply.id;
+        self.pending = reply.batch;
+        self.batch_token = reply.post_batch_resume_token;
+        Ok(())
+    }
+
+    /// Opens the change stream again from the last resume token.
+    fn resume(&mut self, budget: &OpTimeout) -> Result<()> {
+        let Some(state) = self.stream.clone() else {
+            return Ok(());
+        };
+        let _ = self.close();
+        let command = state.command(self.resume_token.as_ref())?;
+        let mut op = CursorCommand(RunCommand::read(&self.db, command));
+        let reply = self
+            .client
+            .execute_within(&mut op, budget, self.session.as_ref(), None)?;
+        self.id = reply.id;
+        self.address = reply.address;
+        self.pending = reply.batch;
+        self.batch_token = reply.post_batch_resume_token;
+        self.resume_next = false;
+        Ok(())
     }
 
     /// Kills the server cursor if it is still open.

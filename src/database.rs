@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::operation::{CursorCommand, RunCommand};
 use crate::sdam::selection::{Criteria, ReadMode};
 use crate::session::Session;
-use bson::{rawdoc, RawDocumentBuf};
+use bson::{rawdoc, RawBson, RawDocumentBuf};
 
 #[derive(Clone)]
 pub struct Database {
@@ -154,6 +154,25 @@ impl Database {
             .get_document("cursor")
             .map_err(|_| crate::Error::protocol("listCollections reply has no cursor"))?;
         list_names(&cursor.to_owned(), "firstBatch")
+    }
+
+    /// A change stream on every collection of this database.
+    pub fn watch(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &OpOptions,
+    ) -> Result<Cursor> {
+        let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        crate::change_stream::open(
+            &self.client,
+            &self.name,
+            RawBson::Int32(1),
+            pipeline,
+            options,
+            batch_size,
+            timeout_ms,
+        )
     }
 
     /// A GridFS bucket in this database.

@@ -15,6 +15,7 @@ pub mod sdam;
 pub mod uri;
 pub mod wire;
 
+pub mod change_stream;
 mod client;
 mod collection;
 mod conn;

@@ -190,6 +190,26 @@ impl Collection {
         self.db.client.execute(&mut op, timeout, options.session)
     }
 
+    /// A change stream on this collection (options by server names in `extra`).
+    pub fn watch(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &OpOptions,
+    ) -> Result<Cursor> {
+        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let target = RawBson::String(self.name.clone());
+        crate::change_stream::open(
+            &self.db.client,
+            &self.db.name,
+            target,
+            pipeline,
+            options,
+            batch_size,
+            timeout_ms,
+        )
+    }
+
     /// Renames this collection within its database (`renameCollection` on admin).
     pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
         let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };

@@ -92,8 +92,13 @@ impl GuestClient for ClientRes {
             .collect())
     }
 
-    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        not_implemented("change streams")
+    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        let (opts, batch_size, _) = super::collection::aggregate_parts(&options)?;
+        Ok(super::collection::CursorRes::wit(wrap(self.0.watch(
+            &super::docs(pipeline)?,
+            batch_size,
+            &opts,
+        ))?))
     }
 
     fn take_command_events(&self) -> Vec<CommandEvent> {

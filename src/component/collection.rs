@@ -8,7 +8,7 @@ use super::exports::mongo_wasi::driver::types::{
     Batch, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
 };
 use super::session::SessionRes;
-use super::{doc, docs, not_implemented, opt_doc, wrap, Component, WitResult};
+use super::{doc, docs, opt_doc, wrap, Component, WitResult};
 use crate::{Collection, Cursor};
 use std::cell::RefCell;
 
@@ -297,8 +297,13 @@ impl GuestCollection for CollectionRes {
         wrap(self.0.rename(&to_name, &op_options(&options)?))
     }
 
-    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        not_implemented("change streams")
+    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        Ok(CursorRes::wit(wrap(self.0.watch(
+            &docs(pipeline)?,
+            batch_size,
+            &opts,
+        ))?))
     }
 }
 

@@ -7,7 +7,7 @@ use super::exports::mongo_wasi::driver::database::{
 use super::exports::mongo_wasi::driver::gridfs::Bucket;
 use super::gridfs::BucketRes;
 use super::session::SessionRes;
-use super::{doc, docs, not_implemented, opt_doc, wrap, Component, WitResult};
+use super::{doc, docs, opt_doc, wrap, Component, WitResult};
 use crate::sdam::selection::ReadMode;
 use crate::Database;
 use bson::rawdoc;
@@ -130,7 +130,12 @@ impl GuestDatabase for DatabaseRes {
         Ok(CursorRes::wit(cursor))
     }
 
-    fn watch(&self, _: Vec<Vec<u8>>, _: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        not_implemented("change streams")
+    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
+        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        Ok(CursorRes::wit(wrap(self.0.watch(
+            &docs(pipeline)?,
+            batch_size,
+            &opts,
+        ))?))
     }
 }

@@ -24,9 +24,12 @@ impl CursorReply {
         let cursor = reply
             .get_document("cursor")
             .map_err(|_| Error::protocol("reply has no cursor document"))?;
-        let id = cursor
-            .get_i64("id")
-            .map_err(|_| Error::protocol("cursor has no int64 id"))?;
+        // mongod sends an int64; nx-27017 an int32 for change streams. Either is an id.
+        let id = match cursor.get("id")? {
+            Some(bson::RawBsonRef::Int64(id)) => id,
+            Some(bson::RawBsonRef::Int32(id)) => i64::from(id),
+            _ => return Err(Error::protocol("cursor has no integer id")),
+        };
         let batch = match (
             cursor.get_array("firstBatch"),
             cursor.get_array("nextBatch"),
@@ -120,6 +123,8 @@ pub struct GetMore {
     pub coll: String,
     pub id: i64,
     pub batch_size: Option<u32>,
+    /// An awaiting (change stream) cursor's maxAwaitTimeMS, sent as maxTimeMS.
+    pub max_await_ms: Option<u64>,
 }
 
 impl Operation for GetMore {
@@ -131,6 +136,9 @@ impl Operation for GetMore {
         body.append(cstr!("collection"), self.coll.as_str());
         if let Some(b) = self.batch_size {
             body.append(cstr!("batchSize"), i64::from(b));
+        }
+        if let Some(ms) = self.max_await_ms {
+            body.append(cstr!("maxTimeMS"), ms as i64);
         }
         Ok(Command {
             name: "getMore".into(),
@@ -245,8 +253,12 @@ mod tests {
         assert!(CursorReply::parse(&rawdoc! { "ok": 1 }, "h:1").is_err());
         assert!(
             CursorReply::parse(&rawdoc! { "cursor": { "id": 1 } }, "h:1").is_err(),
-            "int32 id"
+            "no batch"
         );
+        let r = rawdoc! { "cursor": { "id": 7, "nextBatch": [] } };
+        assert_eq!(CursorReply::parse(&r, "h:1").unwrap().id, 7, "an int32 id is an id");
+        let r = rawdoc! { "cursor": { "id": "7", "nextBatch": [] } };
+        assert!(CursorReply::parse(&r, "h:1").is_err(), "a string is not");
     }
 
     #[test]

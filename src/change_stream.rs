@@ -1,0 +1,288 @@
+//! Change streams (Change Streams spec): `watch` opens an aggregate whose
+//! first stage is `$changeStream`; the cursor keeps the resume token of what
+//! it handed out, and on a resumable error opens the stream again from it.
+//! The pure parts (stage, token, resumability) are here; the cursor drives them.
+
+use crate::client::Client;
+use crate::collection::OpOptions;
+use crate::cursor::Cursor;
+use crate::error::{Error, ErrorKind, Result};
+use crate::operation::{CursorCommand, RunCommand};
+use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
+
+/// Server names of `$changeStream` stage options (everything else in the
+/// caller's options goes on the aggregate command).
+const STAGE_OPTIONS: &[&str] = &[
+    "fullDocument",
+    "fullDocumentBeforeChange",
+    "showExpandedEvents",
+    "allChangesForCluster",
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct ChangeStreamOptions {
+    stage: RawDocumentBuf,
+    resume_after: Option<RawDocumentBuf>,
+    start_after: Option<RawDocumentBuf>,
+    start_at_operation_time: Option<RawBson>,
+    pub max_await_ms: Option<u64>,
+    pub batch_size: Option<u32>,
+    command_extra: RawDocumentBuf,
+}
+
+impl ChangeStreamOptions {
+    /// Splits options given by their server names (`fullDocument`,
+    /// `resumeAfter`, `maxAwaitTimeMS`, `comment`...).
+    pub fn from_extra(extra: Option<&RawDocument>, batch_size: Option<u32>) -> Result<Self> {
+        let mut o = ChangeStreamOptions {
+            batch_size,
+            ..Default::default()
+        };
+        let Some(extra) = extra else { return Ok(o) };
+        for item in extra {
+            let (key, value) = item?;
+            match key.as_str() {
+                "resumeAfter" => o.resume_after = value.as_document().map(|d| d.to_owned()),
+                "startAfter" => o.start_after = value.as_document().map(|d| d.to_owned()),
+                "startAtOperationTime" => o.start_at_operation_time = Some(value.into()),
+                "maxAwaitTimeMS" => {
+                    let ms = value
+                        .as_i64()
+                        .or(value.as_i32().map(i64::from))
+                        .filter(|v| *v >= 0);
+                    o.max_await_ms = Some(ms.ok_or_else(|| {
+                        Error::invalid_argument("maxAwaitTimeMS must be a non-negative integer")
+                    })? as u64);
+                }
+                "batchSize" => {}
+                k if STAGE_OPTIONS.contains(&k) => o.stage.append(key, value),
+                _ => o.command_extra.append(key, value),
+            }
+        }
+        Ok(o)
+    }
+
+    /// CSOT: a change stream waiting longer than its whole budget makes no sense.
+    pub fn check_against(&self, timeout_ms: Option<u64>) -> Result<()> {
+        match (self.max_await_ms, timeout_ms) {
+            (Some(wait), Some(t)) if t > 0 && wait >= t => Err(Error::invalid_argument(format!(
+                "maxAwaitTimeMS ({wait}) must be less than timeoutMS ({t})"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a change stream needs to open itself again.
+#[derive(Debug, Clone)]
+pub struct StreamState {
+    /// The collection name, or 1 for a database or the whole client.
+    pub target: RawBson,
+    pub pipeline: Vec<RawDocumentBuf>,
+    pub options: ChangeStreamOptions,
+    /// `startAfter` applies only until the stream has handed out a change.
+    pub returned_any: bool,
+}
+
+impl StreamState {
+    /// The aggregate, resuming from `token` when there is one.
+    pub fn command(&self, token: Option<&RawDocumentBuf>) -> Result<RawDocumentBuf> {
+        let o = &self.options;
+        let mut stage = o.stage.clone();
+        match token {
+            Some(t) if !self.returned_any && o.start_after.is_some() => {
+                stage.append(cstr!("startAfter"), t.clone())
+            }
+            Some(t) => stage.append(cstr!("resumeAfter"), t.clone()),
+            None => {
+                if let Some(r) = &o.resume_after {
+                    stage.append(cstr!("resumeAfter"), r.clone());
+                }
+                if let Some(s) = &o.start_after {
+                    stage.append(cstr!("startAfter"), s.clone());
+                }
+                if let Some(t) = &o.start_at_operation_time {
+                    stage.append(cstr!("startAtOperationTime"), t.clone());
+                }
+            }
+        }
+        let mut pipeline = RawArrayBuf::new();
+        pipeline.push(rawdoc! { "$changeStream": stage });
+        for p in &self.pipeline {
+            pipeline.push(p.clone());
+        }
+        let mut cursor = RawDocumentBuf::new();
+        if let Some(b) = o.batch_size {
+            cursor.append(cstr!("batchSize"), i64::from(b));
+        }
+        let mut cmd =
+            rawdoc! { "aggregate": self.target.clone(), "pipeline": pipeline, "cursor": cursor };
+        for item in &o.command_extra {
+            let (k, v) = item?;
+            cmd.append(k, v);
+        }
+        Ok(cmd)
+    }
+}
+
+/// Opens a change stream on `target` in `db` (the executor runs the aggregate).
+pub(crate) fn open(
+    client: &Client,
+    db: &str,
+    target: RawBson,
+    pipeline: &[RawDocumentBuf],
+    options: &OpOptions,
+    batch_size: Option<u32>,
+    timeout_ms: Option<u64>,
+) -> Result<Cursor> {
+    let stream_options = ChangeStreamOptions::from_extra(options.extra.as_deref(), batch_size)?;
+    stream_options.check_against(timeout_ms)?;
+    let state = StreamState {
+        target,
+        pipeline: pipeline.to_vec(),
+        options: stream_options,
+        returned_any: false,
+    };
+    let budget = client.start_timeout(timeout_ms);
+    let session = client.session_for(options.session);
+    let mut op = CursorCommand(RunCommand::read(db, state.command(None)?));
+    let reply = client.execute_within(&mut op, &budget, Some(&session), None)?;
+    let cursor = Cursor::new(
+        client.clone(),
+        db,
+        reply,
+        batch_size,
+        None,
+        timeout_ms,
+        budget,
+        Some(session),
+    )?;
+    Ok(cursor.into_change_stream(state))
+}
+
+/// The resume token after handing out `batch`: the server's
+/// postBatchResumeToken, else the last change's `_id`.
+pub fn token_after(
+    batch: &[RawDocumentBuf],
+    post_batch: Option<&RawDocumentBuf>,
+) -> Result<Option<RawDocumentBuf>> {
+    if let Some(t) = post_batch {
+        return Ok(Some(t.clone()));
+    }
+    match batch.last() {
+        None => Ok(None),
+        Some(doc) => match doc.get_document("_id") {
+            Ok(id) => Ok(Some(id.to_owned())),
+            Err(_) => Err(Error::invalid_argument(
+                "a change has no _id (resume token): a pipeline must not remove it",
+            )),
+        },
+    }
+}
+
+/// Errors after which the stream opens itself again (once per call).
+pub fn is_resumable(e: &Error) -> bool {
+    e.kind == ErrorKind::Network || e.has_label("ResumableChangeStreamError") || e.code == Some(43)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(extra: RawDocumentBuf) -> StreamState {
+        StreamState {
+            target: RawBson::String("c".into()),
+            pipeline: vec![rawdoc! { "$match": { "x": 1 } }],
+            options: ChangeStreamOptions::from_extra(Some(&extra), Some(2)).unwrap(),
+            returned_any: false,
+        }
+    }
+
+    #[test]
+    fn options_split_between_stage_and_command() {
+        let s = state(
+            rawdoc! { "fullDocument": "updateLookup", "comment": "hi", "maxAwaitTimeMS": 50 },
+        );
+        let cmd = s.command(None).unwrap();
+        assert_eq!(
+            cmd,
+            rawdoc! {
+                "aggregate": "c",
+                "pipeline": [{ "$changeStream": { "fullDocument": "updateLookup" } }, { "$match": { "x": 1 } }],
+                "cursor": { "batchSize": 2i64 },
+                "comment": "hi",
+            }
+        );
+        assert_eq!(s.options.max_await_ms, Some(50));
+    }
+
+    #[test]
+    fn resuming_uses_the_token() {
+        let mut s = state(rawdoc! { "startAfter": { "t": 0 } });
+        let token = rawdoc! { "t": 5 };
+        let stage = |cmd: RawDocumentBuf| {
+            let first = cmd
+                .get_array("pipeline")
+                .unwrap()
+                .into_iter()
+                .next()
+                .unwrap()
+                .unwrap();
+            first
+                .as_document()
+                .unwrap()
+                .get_document("$changeStream")
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(
+            stage(s.command(None).unwrap()),
+            rawdoc! { "startAfter": { "t": 0 } }
+        );
+        assert_eq!(
+            stage(s.command(Some(&token)).unwrap()),
+            rawdoc! { "startAfter": { "t": 5 } },
+            "nothing handed out yet"
+        );
+        s.returned_any = true;
+        assert_eq!(
+            stage(s.command(Some(&token)).unwrap()),
+            rawdoc! { "resumeAfter": { "t": 5 } }
+        );
+    }
+
+    #[test]
+    fn tokens_come_from_the_server_or_the_last_change() {
+        let pbrt = rawdoc! { "p": 1 };
+        let batch = vec![rawdoc! { "_id": { "a": 1 } }, rawdoc! { "_id": { "a": 2 } }];
+        assert_eq!(token_after(&batch, Some(&pbrt)).unwrap(), Some(pbrt));
+        assert_eq!(token_after(&batch, None).unwrap(), Some(rawdoc! { "a": 2 }));
+        assert_eq!(token_after(&[], None).unwrap(), None);
+        assert!(
+            token_after(&[rawdoc! { "x": 1 }], None).is_err(),
+            "a change without _id"
+        );
+    }
+
+    #[test]
+    fn max_await_must_fit_in_timeout() {
+        let o = ChangeStreamOptions::from_extra(Some(&rawdoc! { "maxAwaitTimeMS": 100 }), None)
+            .unwrap();
+        assert!(o.check_against(Some(100)).is_err());
+        assert!(o.check_against(Some(101)).is_ok());
+        assert!(o.check_against(Some(0)).is_ok(), "0 = no limit");
+        assert!(o.check_against(None).is_ok());
+        assert!(
+            ChangeStreamOptions::from_extra(Some(&rawdoc! { "maxAwaitTimeMS": -1 }), None).is_err()
+        );
+    }
+
+    #[test]
+    fn resumable_errors() {
+        assert!(is_resumable(&Error::network("reset")));
+        let mut e = Error::new(ErrorKind::Server, "x");
+        assert!(!is_resumable(&e));
+        e.add_label("ResumableChangeStreamError");
+        assert!(is_resumable(&e));
+    }
+}
