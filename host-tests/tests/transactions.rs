@@ -183,3 +183,36 @@ fn abort_sends_abort_and_a_network_error_is_transient() {
         1
     );
 }
+
+#[test]
+fn ending_a_session_aborts_its_open_transaction() {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut g = Guest::new(&[addr]).unwrap();
+    let client = g
+        .connect(&format!("mongodb://{addr}/?replicaSet=rs0"), None, true)
+        .unwrap()
+        .unwrap();
+    let db = g.database(client, "txn_end", None).unwrap();
+    let coll = g.collection(db, "c", None).unwrap();
+    let session = start_session(&mut g, client);
+    start(&mut g, session);
+    let o = OpOptions {
+        session: Some(session),
+        ..no_options()
+    };
+    g.insert_one(coll, &rawdoc! { "x": 1 }, &o)
+        .unwrap()
+        .unwrap();
+    g.take_events(client).unwrap();
+    g.driver
+        .mongo_wasi_driver_session()
+        .session()
+        .call_end(&mut g.store, session)
+        .unwrap();
+    assert_eq!(
+        started(&g.take_events(client).unwrap(), "abortTransaction").len(),
+        1
+    );
+}

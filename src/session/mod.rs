@@ -112,8 +112,12 @@ impl Session {
         self.state.borrow().implicit
     }
 
-    /// Ends the session: its server session returns to the pool.
+    /// Ends the session: an open transaction is aborted (best effort), and
+    /// the server session returns to the pool.
     pub fn end(&self) {
+        if self.in_transaction() {
+            let _ = self.abort_transaction(None);
+        }
         self.state.borrow_mut().release();
     }
 
