@@ -256,7 +256,11 @@ mod tests {
             "no batch"
         );
         let r = rawdoc! { "cursor": { "id": 7, "nextBatch": [] } };
-        assert_eq!(CursorReply::parse(&r, "h:1").unwrap().id, 7, "an int32 id is an id");
+        assert_eq!(
+            CursorReply::parse(&r, "h:1").unwrap().id,
+            7,
+            "an int32 id is an id"
+        );
         let r = rawdoc! { "cursor": { "id": "7", "nextBatch": [] } };
         assert!(CursorReply::parse(&r, "h:1").is_err(), "a string is not");
     }
