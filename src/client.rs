@@ -28,6 +28,9 @@ pub(crate) struct ClientInner {
     pub(crate) legacy: LegacyTimeouts,
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) retry_reads: bool,
+    /// Defaults from the URI, inherited by databases and collections.
+    pub(crate) read_concern: Option<RawDocumentBuf>,
+    pub(crate) write_concern: Option<RawDocumentBuf>,
     pub(crate) retry_writes: bool,
     pub(crate) sessions: Rc<SessionPool>,
     /// The greatest `$clusterTime` any reply carried.
@@ -130,6 +133,8 @@ impl Client {
                 legacy,
                 timeout_ms: options.timeout_ms.or(o.timeout_ms),
                 retry_reads: o.retry_reads.unwrap_or(true),
+                read_concern: crate::concern::read_concern_from_uri(o),
+                write_concern: crate::concern::write_concern_from_uri(o),
                 retry_writes: o.retry_writes.unwrap_or(true),
                 sessions: Rc::new(SessionPool::default()),
                 cluster_time: RefCell::new(None),
@@ -158,6 +163,16 @@ impl Client {
         default_timeout_ms: Option<u64>,
         default_transaction: TransactionOptions,
     ) -> Session {
+        // A transaction's concerns default to the client's (Transactions spec).
+        let default_transaction = TransactionOptions {
+            read_concern: default_transaction
+                .read_concern
+                .or_else(|| self.inner.read_concern.clone()),
+            write_concern: default_transaction
+                .write_concern
+                .or_else(|| self.inner.write_concern.clone()),
+            ..default_transaction
+        };
         let minutes = self.session_timeout();
         Session::explicit(
             self,
@@ -280,23 +295,39 @@ impl Client {
         )
     }
 
-    pub fn list_database_names(&self, timeout_ms: Option<u64>) -> Result<Vec<String>> {
-        let mut op = RunCommand::read("admin", rawdoc! { "listDatabases": 1, "nameOnly": true });
-        let reply = self.execute(&mut op, timeout_ms.or(self.inner.timeout_ms), None)?;
-        list_names(&reply, "databases")
-    }
-}
-
-/// `name` of each document in `reply[field]`.
-pub(crate) fn list_names(reply: &RawDocumentBuf, field: &str) -> Result<Vec<String>> {
-    let arr = reply
-        .get_array(field)
-        .map_err(|_| Error::protocol(format!("reply has no {field} array")))?;
-    let mut out = Vec::new();
-    for item in arr {
-        if let Some(name) = item?.as_document().and_then(|d| d.get_str("name").ok()) {
-            out.push(name.to_string());
+    /// `listDatabases` (a retryable read): one document per database.
+    pub fn list_databases(
+        &self,
+        filter: RawDocumentBuf,
+        name_only: bool,
+        options: &crate::OpOptions,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        let mut cmd = rawdoc! { "listDatabases": 1, "filter": filter };
+        if name_only {
+            cmd.append(bson::cstr!("nameOnly"), true);
         }
+        crate::operation::merge_extra(&mut cmd, options.extra.as_deref())?;
+        let mut op = RunCommand::read("admin", cmd);
+        let reply = self.execute(
+            &mut op,
+            options.timeout_ms.or(self.inner.timeout_ms),
+            options.session,
+        )?;
+        let list = reply
+            .get_array("databases")
+            .map_err(|_| Error::protocol("listDatabases reply has no databases array"))?;
+        crate::operation::documents_of(list)
     }
-    Ok(out)
+
+    pub fn list_database_names(
+        &self,
+        filter: RawDocumentBuf,
+        options: &crate::OpOptions,
+    ) -> Result<Vec<String>> {
+        let dbs = self.list_databases(filter, true, options)?;
+        Ok(dbs
+            .iter()
+            .filter_map(|d| d.get_str("name").ok().map(str::to_string))
+            .collect())
+    }
 }

@@ -1,4 +1,4 @@
-use crate::client::{list_names, Client};
+use crate::client::Client;
 use crate::collection::Collection;
 use crate::collection::OpOptions;
 use crate::cursor::{Cursor, TimeoutMode};
@@ -14,6 +14,10 @@ pub struct Database {
     pub(crate) name: String,
     /// Already resolved against the client's.
     pub(crate) timeout_ms: Option<u64>,
+    pub(crate) read_concern: Option<RawDocumentBuf>,
+    pub(crate) write_concern: Option<RawDocumentBuf>,
+    /// Set when the handle's options were invalid: every operation returns it.
+    pub(crate) config_error: Option<crate::Error>,
 }
 
 /// Options for a command the caller writes by hand.
@@ -26,11 +30,45 @@ pub struct RunCommandOptions<'a> {
 
 impl Database {
     pub(crate) fn new(client: Client, name: &str, timeout_ms: Option<u64>) -> Database {
+        let read_concern = client.inner.read_concern.clone();
+        let write_concern = client.inner.write_concern.clone();
         Database {
             client,
             name: name.to_string(),
             timeout_ms,
+            read_concern,
+            write_concern,
+            config_error: None,
         }
+    }
+
+    /// A handle whose options were invalid: every operation returns `error`.
+    // Called by the WIT glue, which only wasm32 builds compile.
+    #[cfg_attr(
+        not(all(feature = "component", target_arch = "wasm32")),
+        allow(dead_code)
+    )]
+    pub(crate) fn poisoned(mut self, error: Option<crate::Error>) -> Database {
+        self.config_error = self.config_error.or(error);
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.config_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// This handle with its own read/write concern (unset: inherited).
+    pub fn with_concerns(
+        mut self,
+        read: Option<RawDocumentBuf>,
+        write: Option<RawDocumentBuf>,
+    ) -> Database {
+        self.read_concern = read.or(self.read_concern);
+        self.write_concern = write.or(self.write_concern);
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -52,6 +90,7 @@ impl Database {
         command: RawDocumentBuf,
         options: &RunCommandOptions,
     ) -> Result<RawDocumentBuf> {
+        self.check()?;
         let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
         let mut op = RunCommand::new(&self.name, command, criteria);
         let timeout = options.timeout_ms.or(self.timeout_ms);
@@ -117,6 +156,7 @@ impl Database {
         batch_size: Option<u32>,
         session: Option<&Session>,
     ) -> Result<Cursor> {
+        self.check()?;
         let timeout_ms = timeout_ms.or(self.timeout_ms);
         let budget = self.client.start_timeout(timeout_ms);
         let mut op = CursorCommand(op);
@@ -137,23 +177,32 @@ impl Database {
         )
     }
 
+    /// The names from a `listCollections` cursor (a retryable read), every batch.
     pub fn list_collection_names(
         &self,
         filter: RawDocumentBuf,
-        timeout_ms: Option<u64>,
-        session: Option<&Session>,
+        options: &OpOptions,
     ) -> Result<Vec<String>> {
-        let opts = RunCommandOptions {
-            timeout_ms,
-            session,
-            read_preference: None,
+        let mut extra = rawdoc! { "nameOnly": true };
+        crate::operation::merge_extra(&mut extra, options.extra.as_deref())?;
+        let opts = OpOptions {
+            extra: Some(extra),
+            ..options.clone()
         };
-        let cmd = rawdoc! { "listCollections": 1, "filter": filter, "nameOnly": true };
-        let reply = self.run_command(cmd, &opts)?;
-        let cursor = reply
-            .get_document("cursor")
-            .map_err(|_| crate::Error::protocol("listCollections reply has no cursor"))?;
-        list_names(&cursor.to_owned(), "firstBatch")
+        let mut cursor = self.list_collections(filter, None, &opts, None)?;
+        let mut names = Vec::new();
+        loop {
+            let batch = cursor.next_batch()?;
+            names.extend(
+                batch
+                    .documents
+                    .iter()
+                    .filter_map(|d| d.get_str("name").ok().map(str::to_string)),
+            );
+            if batch.exhausted {
+                return Ok(names);
+            }
+        }
     }
 
     /// A change stream on every collection of this database.
@@ -163,6 +212,7 @@ impl Database {
         batch_size: Option<u32>,
         options: &OpOptions,
     ) -> Result<Cursor> {
+        self.check()?;
         let timeout_ms = options.timeout_ms.or(self.timeout_ms);
         crate::change_stream::open(
             &self.client,
@@ -181,6 +231,7 @@ impl Database {
     }
 
     pub fn drop(&self, timeout_ms: Option<u64>, session: Option<&Session>) -> Result<()> {
+        self.check()?;
         let opts = RunCommandOptions {
             timeout_ms,
             session,

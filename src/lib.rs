@@ -18,6 +18,7 @@ pub mod wire;
 pub mod change_stream;
 mod client;
 mod collection;
+pub mod concern;
 mod conn;
 mod cursor;
 mod database;

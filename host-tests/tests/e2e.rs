@@ -429,3 +429,72 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         "_id 1, 3 and 4; not 5"
     );
 }
+
+#[test]
+fn collection_concerns_ride_on_its_commands_and_bad_ones_fail_clearly() {
+    use host_tests::bindings::exports::mongo_wasi::driver::database::CollectionOptions;
+    let (mut g, client, db) = setup("concerns");
+    let opts = CollectionOptions {
+        timeout_ms: None,
+        read_concern: Some(rawdoc! { "level": "local" }.into_bytes()),
+        write_concern: Some(rawdoc! { "w": 1 }.into_bytes()),
+        read_preference: None,
+    };
+    let coll = g
+        .driver
+        .mongo_wasi_driver_database()
+        .database()
+        .call_collection(&mut g.store, db.0, "c", &opts)
+        .unwrap();
+    let coll = host_tests::guest::Collection(coll);
+    g.take_events(client).unwrap();
+    g.insert_one(coll, &rawdoc! { "x": 1 }, &no_options())
+        .unwrap()
+        .unwrap();
+    let cursor = g.find(coll, &rawdoc! {}, &find_options()).unwrap().unwrap();
+    g.drop_resource(cursor.0).unwrap();
+    let started: Vec<RawDocumentBuf> = g
+        .take_events(client)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == CommandEventKind::Started)
+        .map(|e| RawDocumentBuf::from_bytes(e.command.unwrap()).unwrap())
+        .collect();
+    let insert = started
+        .iter()
+        .find(|c| c.get("insert").unwrap().is_some())
+        .unwrap();
+    assert_eq!(
+        insert.get_document("writeConcern").unwrap(),
+        &*rawdoc! { "w": 1 }
+    );
+    let find = started
+        .iter()
+        .find(|c| c.get("find").unwrap().is_some())
+        .unwrap();
+    assert_eq!(
+        find.get_document("readConcern").unwrap(),
+        &*rawdoc! { "level": "local" }
+    );
+
+    let bad = CollectionOptions {
+        write_concern: Some(vec![9, 0, 0, 0, 42, 42, 42, 42, 0]),
+        ..opts
+    };
+    let coll = g
+        .driver
+        .mongo_wasi_driver_database()
+        .database()
+        .call_collection(&mut g.store, db.0, "c", &bad)
+        .unwrap();
+    let err = g
+        .insert_one(
+            host_tests::guest::Collection(coll),
+            &rawdoc! { "x": 1 },
+            &no_options(),
+        )
+        .unwrap()
+        .expect_err("malformed concern");
+    assert_eq!(err.kind, ErrorKind::InvalidArgument);
+    assert!(err.message.contains("concern"), "{err:?}");
+}

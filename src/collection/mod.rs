@@ -18,6 +18,9 @@ pub struct Collection {
     db: Database,
     name: String,
     timeout_ms: Option<u64>,
+    read_concern: Option<RawDocumentBuf>,
+    write_concern: Option<RawDocumentBuf>,
+    config_error: Option<Error>,
 }
 
 /// Options every operation takes; `extra` holds further command fields by
@@ -58,11 +61,52 @@ pub enum UpdateSpec {
 
 impl Collection {
     pub(crate) fn new(db: Database, name: &str, timeout_ms: Option<u64>) -> Collection {
+        let (read_concern, write_concern) = (db.read_concern.clone(), db.write_concern.clone());
         Collection {
             db,
             name: name.to_string(),
             timeout_ms,
+            read_concern,
+            write_concern,
+            config_error: None,
         }
+    }
+
+    /// This handle with its own read/write concern (unset: inherited).
+    pub fn with_concerns(
+        mut self,
+        read: Option<RawDocumentBuf>,
+        write: Option<RawDocumentBuf>,
+    ) -> Collection {
+        self.read_concern = read.or(self.read_concern);
+        self.write_concern = write.or(self.write_concern);
+        self
+    }
+
+    /// `options` with this collection's read concern, outside transactions.
+    pub(crate) fn reading<'a>(&self, options: &OpOptions<'a>) -> Result<OpOptions<'a>> {
+        self.with_concern(options, crate::concern::READ, self.read_concern.as_ref())
+    }
+
+    /// `options` with this collection's write concern, outside transactions.
+    pub(crate) fn writing<'a>(&self, options: &OpOptions<'a>) -> Result<OpOptions<'a>> {
+        self.with_concern(options, crate::concern::WRITE, self.write_concern.as_ref())
+    }
+
+    fn with_concern<'a>(
+        &self,
+        options: &OpOptions<'a>,
+        key: &bson::raw::CStr,
+        concern: Option<&RawDocumentBuf>,
+    ) -> Result<OpOptions<'a>> {
+        if options.session.is_some_and(Session::in_transaction) {
+            return Ok(options.clone());
+        }
+        let extra = crate::concern::with_default(options.extra.as_ref(), key, concern)?;
+        Ok(OpOptions {
+            extra,
+            ..options.clone()
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -77,14 +121,30 @@ impl Collection {
         self.timeout_ms
     }
 
-    fn resolve(&self, op_timeout: Option<u64>, session: Option<&Session>) -> Option<u64> {
-        op_timeout
+    /// The operation's timeoutMS (operation, session default, collection),
+    /// or the error this handle was built with.
+    fn resolve(&self, op_timeout: Option<u64>, session: Option<&Session>) -> Result<Option<u64>> {
+        if let Some(e) = self.db.config_error.as_ref().or(self.config_error.as_ref()) {
+            return Err(e.clone());
+        }
+        Ok(op_timeout
             .or(session.and_then(|s| s.default_timeout_ms))
-            .or(self.timeout_ms)
+            .or(self.timeout_ms))
+    }
+
+    /// A handle whose options were invalid: every operation returns `error`.
+    // Called by the WIT glue, which only wasm32 builds compile.
+    #[cfg_attr(
+        not(all(feature = "component", target_arch = "wasm32")),
+        allow(dead_code)
+    )]
+    pub(crate) fn poisoned(mut self, error: Option<Error>) -> Collection {
+        self.config_error = self.config_error.or(error);
+        self
     }
 
     pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
-        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
@@ -97,7 +157,14 @@ impl Collection {
             skip: options.skip,
             limit: options.limit,
             batch_size: options.batch_size,
-            extra: options.extra.clone(),
+            extra: match options.session.is_some_and(Session::in_transaction) {
+                true => options.extra.clone(),
+                false => crate::concern::with_default(
+                    options.extra.as_ref(),
+                    crate::concern::READ,
+                    self.read_concern.as_ref(),
+                )?,
+            },
         };
         let reply = self
             .db
@@ -137,12 +204,13 @@ impl Collection {
         timeout_mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let body = aggregate_command(self.name.as_str().into(), pipeline, batch_size);
-        let retry = if pipeline_writes(pipeline) {
-            Retryability::None
+        // $out/$merge write: not retried as a read, and the write concern applies.
+        let (retry, options) = if pipeline_writes(pipeline) {
+            (Retryability::None, self.writing(&self.reading(options)?)?)
         } else {
-            Retryability::Read
+            (Retryability::Read, self.reading(options)?)
         };
-        self.cursor_command(body, batch_size, options, timeout_mode, retry)
+        self.cursor_command(body, batch_size, &options, timeout_mode, retry)
     }
 
     fn cursor_command(
@@ -154,7 +222,7 @@ impl Collection {
         retry: Retryability,
     ) -> Result<Cursor> {
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
-        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
@@ -184,9 +252,13 @@ impl Collection {
         options: &OpOptions,
         retry: Retryability,
     ) -> Result<RawDocumentBuf> {
+        let options = match retry {
+            Retryability::Read => self.reading(options)?,
+            _ => self.writing(options)?,
+        };
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let mut op = command_op(&self.db.name, body, retry);
-        let timeout = self.resolve(options.timeout_ms, options.session);
+        let timeout = self.resolve(options.timeout_ms, options.session)?;
         self.db.client.execute(&mut op, timeout, options.session)
     }
 
@@ -197,7 +269,7 @@ impl Collection {
         batch_size: Option<u32>,
         options: &OpOptions,
     ) -> Result<Cursor> {
-        let timeout_ms = self.resolve(options.timeout_ms, options.session);
+        let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         let target = RawBson::String(self.name.clone());
         crate::change_stream::open(
             &self.db.client,
@@ -213,9 +285,9 @@ impl Collection {
     /// Renames this collection within its database (`renameCollection` on admin).
     pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
         let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };
-        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        crate::operation::merge_extra(&mut body, self.writing(options)?.extra.as_deref())?;
         let mut op = RunCommand::new("admin", body, Criteria::Write);
-        let timeout = self.resolve(options.timeout_ms, options.session);
+        let timeout = self.resolve(options.timeout_ms, options.session)?;
         self.db
             .client
             .execute(&mut op, timeout, options.session)
@@ -239,6 +311,13 @@ impl Collection {
             None => Ok(0),
             Some(d) => number(d, "n"),
         }
+    }
+
+    /// The deprecated `count` command with a filter (CRUD spec).
+    pub fn count(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
+        let body = rawdoc! { "count": self.name.as_str(), "query": filter };
+        let reply = self.command(body, options, Retryability::Read)?;
+        number(&reply, "n")
     }
 
     pub fn estimated_document_count(&self, options: &OpOptions) -> Result<i64> {

@@ -226,12 +226,13 @@ impl Collection {
     /// Runs every batch of `op` under one deadline. Write errors come back in
     /// the result; a command that fails outright ends the write.
     fn write(&self, mut op: WriteCommand, options: &OpOptions) -> Result<WriteResult> {
+        let options = &self.writing(options)?;
         op.ordered = ordered(options);
         op.extra = Some(strip(options, &["ordered"])?.extra.unwrap_or_default());
         let budget = self
             .db
             .client
-            .start_timeout(self.resolve(options.timeout_ms, options.session));
+            .start_timeout(self.resolve(options.timeout_ms, options.session)?);
         while op.remaining() > 0 {
             let r = self
                 .db

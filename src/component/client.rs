@@ -27,9 +27,13 @@ impl GuestClient for ClientRes {
     }
 
     fn database(&self, name: String, options: CollectionOptions) -> Database {
-        Database::new(super::database::DatabaseRes(
-            self.0.database(&name, options.timeout_ms),
-        ))
+        let (rc, bad_rc) = super::option_doc(options.read_concern);
+        let (wc, bad_wc) = super::option_doc(options.write_concern);
+        let db = self
+            .0
+            .database(&name, options.timeout_ms)
+            .with_concerns(rc, wc);
+        Database::new(super::database::DatabaseRes(db.poisoned(bad_rc.or(bad_wc))))
     }
 
     fn start_session(&self, options: SessionOptions) -> WitResult<Session> {
@@ -47,33 +51,9 @@ impl GuestClient for ClientRes {
     }
 
     fn list_databases(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<Vec<Vec<u8>>> {
-        let filter = doc(filter)?;
-        let db = self.0.database("admin", None);
-        let mut cmd = bson::rawdoc! { "listDatabases": 1, "filter": filter };
-        wrap(crate::operation::merge_extra(
-            &mut cmd,
-            super::opt_doc(options.extra)?.as_deref(),
-        ))?;
-        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
-        let run = crate::RunCommandOptions {
-            timeout_ms: options.timeout_ms,
-            session,
-            read_preference: None,
-        };
-        let reply = wrap(db.run_command(cmd, &run))?;
-        let list = wrap(
-            reply
-                .get_array("databases")
-                .map_err(|_| crate::Error::protocol("listDatabases reply has no databases")),
-        )?;
-        let mut out = Vec::new();
-        for item in list {
-            let d = wrap(item.map_err(crate::Error::from))?;
-            if let Some(d) = d.as_document() {
-                out.push(d.as_bytes().to_vec());
-            }
-        }
-        Ok(out)
+        let opts = super::collection::op_options(&options)?;
+        let dbs = wrap(self.0.list_databases(doc(filter)?, false, &opts))?;
+        Ok(dbs.into_iter().map(|d| d.into_bytes()).collect())
     }
 
     fn list_database_names(
@@ -81,15 +61,8 @@ impl GuestClient for ClientRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        let dbs = self.list_databases(filter, options)?;
-        Ok(dbs
-            .into_iter()
-            .filter_map(|b| {
-                bson::RawDocument::from_bytes(&b)
-                    .ok()
-                    .and_then(|d| d.get_str("name").ok().map(str::to_string))
-            })
-            .collect())
+        let opts = super::collection::op_options(&options)?;
+        wrap(self.0.list_database_names(doc(filter)?, &opts))
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {

@@ -239,6 +239,10 @@ impl GuestCollection for CollectionRes {
         wrap(self.0.estimated_document_count(&op_options(&options)?))
     }
 
+    fn count(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
+        wrap(self.0.count(doc(filter)?, &op_options(&options)?))
+    }
+
     fn distinct(
         &self,
         field_name: String,

@@ -37,7 +37,13 @@ impl GuestDatabase for DatabaseRes {
     }
 
     fn collection(&self, name: String, options: CollectionOptions) -> Collection {
-        Collection::new(CollectionRes(self.0.collection(&name, options.timeout_ms)))
+        let (rc, bad_rc) = super::option_doc(options.read_concern);
+        let (wc, bad_wc) = super::option_doc(options.write_concern);
+        let coll = self
+            .0
+            .collection(&name, options.timeout_ms)
+            .with_concerns(rc, wc);
+        Collection::new(CollectionRes(coll.poisoned(bad_rc.or(bad_wc))))
     }
 
     fn gridfs_bucket(&self, options: BucketOptions) -> Bucket {
@@ -90,11 +96,8 @@ impl GuestDatabase for DatabaseRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
-        wrap(
-            self.0
-                .list_collection_names(doc(filter)?, options.timeout_ms, session),
-        )
+        let opts = super::collection::op_options(&options)?;
+        wrap(self.0.list_collection_names(doc(filter)?, &opts))
     }
 
     fn create_collection(&self, name: String, options: OpOptions<'_>) -> WitResult<Collection> {

@@ -60,6 +60,21 @@ pub(crate) fn docs(list: Vec<Vec<u8>>) -> WitResult<Vec<RawDocumentBuf>> {
     list.into_iter().map(doc).collect()
 }
 
+/// An accessor's optional document: the document, or the error a handle
+/// built from it must return (accessors themselves cannot fail).
+pub(crate) fn option_doc(bytes: Option<Vec<u8>>) -> (Option<RawDocumentBuf>, Option<Error>) {
+    match bytes.map(|b| RawDocumentBuf::from_bytes(b).map_err(Error::from)) {
+        None => (None, None),
+        Some(Ok(d)) if d.iter().all(|e| e.is_ok()) => (Some(d), None),
+        Some(_) => (
+            None,
+            Some(Error::invalid_argument(
+                "malformed read or write concern document",
+            )),
+        ),
+    }
+}
+
 pub(crate) fn not_implemented<T>(what: &str) -> WitResult<T> {
     Err(to_wit(Error::not_implemented(what)))
 }

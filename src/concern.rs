@@ -1,0 +1,98 @@
+//! Read and write concern (Read and Write Concern spec), sans I/O: the
+//! client's defaults from the URI, inherited by databases and collections,
+//! and added to an operation's command unless it runs in a transaction or
+//! the caller set one already.
+
+use crate::error::Result;
+use crate::uri::{UriOptions, W};
+use bson::raw::CStr;
+use bson::{cstr, RawDocumentBuf};
+
+/// The URI's `w`, `journal` and `wtimeoutMS` as a write concern document.
+pub fn write_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
+    let mut wc = RawDocumentBuf::new();
+    match &o.w {
+        Some(W::Nodes(n)) => wc.append(cstr!("w"), *n as i32),
+        Some(W::Majority) => wc.append(cstr!("w"), "majority"),
+        Some(W::Tag(t)) => wc.append(cstr!("w"), t.as_str()),
+        None => {}
+    }
+    if let Some(j) = o.journal {
+        wc.append(cstr!("j"), j);
+    }
+    if let Some(ms) = o.w_timeout_ms {
+        wc.append(cstr!("wtimeout"), ms as i64);
+    }
+    wc.iter().next().is_some().then_some(wc)
+}
+
+/// The URI's `readConcernLevel` as a read concern document.
+pub fn read_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
+    o.read_concern_level.as_deref().map(|level| {
+        let mut rc = RawDocumentBuf::new();
+        rc.append(cstr!("level"), level);
+        rc
+    })
+}
+
+pub const READ: &CStr = cstr!("readConcern");
+pub const WRITE: &CStr = cstr!("writeConcern");
+
+/// `extra` with `key: concern` added when absent. An empty concern (the
+/// server's default) is not sent.
+pub fn with_default(
+    extra: Option<&RawDocumentBuf>,
+    key: &CStr,
+    concern: Option<&RawDocumentBuf>,
+) -> Result<Option<RawDocumentBuf>> {
+    let Some(concern) = concern.filter(|c| c.iter().next().is_some()) else {
+        return Ok(extra.cloned());
+    };
+    let mut out = extra.cloned().unwrap_or_default();
+    if out.get(key.as_str())?.is_none() {
+        out.append(key, concern.clone());
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn from_the_uri() {
+        let cs = crate::uri::parse(
+            "mongodb://h/?w=majority&journal=true&wtimeoutMS=100&readConcernLevel=local",
+        )
+        .unwrap();
+        assert_eq!(
+            write_concern_from_uri(&cs.options),
+            Some(rawdoc! { "w": "majority", "j": true, "wtimeout": 100i64 })
+        );
+        assert_eq!(
+            read_concern_from_uri(&cs.options),
+            Some(rawdoc! { "level": "local" })
+        );
+        let plain = crate::uri::parse("mongodb://h/").unwrap();
+        assert_eq!(write_concern_from_uri(&plain.options), None);
+        assert_eq!(read_concern_from_uri(&plain.options), None);
+    }
+
+    #[test]
+    fn defaults_do_not_override_the_caller() {
+        let wc = rawdoc! { "w": 1 };
+        let added = with_default(None, WRITE, Some(&wc)).unwrap().unwrap();
+        assert_eq!(added, rawdoc! { "writeConcern": { "w": 1 } });
+        let own = rawdoc! { "writeConcern": { "w": 2 } };
+        assert_eq!(
+            with_default(Some(&own), WRITE, Some(&wc)).unwrap().unwrap(),
+            own
+        );
+        assert_eq!(
+            with_default(None, WRITE, Some(&rawdoc! {})).unwrap(),
+            None,
+            "empty: server default"
+        );
+    }
+}
