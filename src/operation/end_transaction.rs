@@ -24,6 +24,17 @@ impl EndTransaction {
         }
     }
 
+    /// A commit after a commit: the spec sends it as it sends a retry.
+    pub fn recommit(
+        write_concern: Option<RawDocumentBuf>,
+        max_commit_time_ms: Option<u64>,
+    ) -> Self {
+        EndTransaction {
+            attempts: 1,
+            ..Self::commit(write_concern, max_commit_time_ms)
+        }
+    }
+
     pub fn abort(write_concern: Option<RawDocumentBuf>) -> Self {
         EndTransaction {
             commit: false,
@@ -106,6 +117,16 @@ mod tests {
         let retry = op.build(&HelloReply::default()).unwrap();
         assert_eq!(
             retry.body.get_document("writeConcern").unwrap(),
+            &*rawdoc! { "w": "majority", "wtimeout": 10_000 }
+        );
+    }
+
+    #[test]
+    fn a_recommit_asks_for_majority_at_once() {
+        let mut op = EndTransaction::recommit(None, None);
+        let body = op.build(&HelloReply::default()).unwrap().body;
+        assert_eq!(
+            body.get_document("writeConcern").unwrap(),
             &*rawdoc! { "w": "majority", "wtimeout": 10_000 }
         );
     }

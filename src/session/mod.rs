@@ -186,7 +186,12 @@ impl Session {
         if action == EndAction::Nothing {
             return Ok(());
         }
-        let mut op = EndTransaction::commit(options.write_concern, options.max_commit_time_ms);
+        let mut op = match action {
+            EndAction::Resend => {
+                EndTransaction::recommit(options.write_concern, options.max_commit_time_ms)
+            }
+            _ => EndTransaction::commit(options.write_concern, options.max_commit_time_ms),
+        };
         self.run_end(&mut op, timeout_ms).map_err(|mut e| {
             if unknown_commit_result(&e) {
                 e.add_label("UnknownTransactionCommitResult");

@@ -40,6 +40,8 @@ pub enum EndAction {
     /// Nothing reached the server: no command, just the new state.
     Nothing,
     Send,
+    /// Committing again after a commit: sent as a retry is (w: majority).
+    Resend,
 }
 
 #[derive(Debug, Clone)]
@@ -115,11 +117,12 @@ impl Transaction {
                 self.state = State::CommittedEmpty;
                 Ok(EndAction::Nothing)
             }
-            // Committing again after a commit is allowed: it re-sends the commit.
-            State::InProgress | State::Committed => {
+            State::InProgress => {
                 self.state = State::Committed;
                 Ok(EndAction::Send)
             }
+            // Committing again after a commit is allowed: it re-sends the commit.
+            State::Committed => Ok(EndAction::Resend),
         }
     }
 
@@ -193,7 +196,11 @@ mod tests {
         );
         t.on_command();
         assert_eq!(t.commit().unwrap(), EndAction::Send);
-        assert_eq!(t.commit().unwrap(), EndAction::Send, "re-commit is allowed");
+        assert_eq!(
+            t.commit().unwrap(),
+            EndAction::Resend,
+            "re-commit is allowed"
+        );
         assert!(t.abort().is_err(), "abort after commit");
         let mut t = started();
         t.on_command();
