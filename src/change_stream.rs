@@ -5,7 +5,7 @@
 
 use crate::client::Client;
 use crate::collection::OpOptions;
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
 use crate::error::{Error, ErrorKind, Result};
 use crate::operation::{CursorCommand, RunCommand};
 use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
@@ -147,16 +147,15 @@ pub(crate) fn open(
     let session = client.session_for(options.session);
     let mut op = CursorCommand(RunCommand::read(db, state.command(None)?));
     let reply = client.execute_within(&mut op, &budget, Some(&session), None)?;
-    let cursor = Cursor::new(
-        client.clone(),
-        db,
-        reply,
+    // A change stream is a tailable awaitData cursor: iteration mode (CSOT spec).
+    let settings = CursorSettings {
         batch_size,
-        None,
+        mode: TimeoutMode::Iteration,
         timeout_ms,
-        budget,
-        Some(session),
-    )?;
+        tailable: true,
+        max_await_ms: state.options.max_await_ms,
+    };
+    let cursor = Cursor::new(client.clone(), db, reply, settings, budget, Some(session))?;
     Ok(cursor.into_change_stream(state))
 }
 

@@ -98,6 +98,55 @@ impl OpTimeout {
     }
 }
 
+/// CSOT: does timeoutMS bound a cursor's whole life, or each batch?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeoutMode {
+    #[default]
+    CursorLifetime,
+    Iteration,
+}
+
+/// What kind of cursor an operation opens, for the CSOT cursor rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CursorShape {
+    pub tailable: bool,
+    pub await_data: bool,
+    /// An aggregate with `$out`/`$merge`.
+    pub writes: bool,
+}
+
+/// How a cursor's operation is timed (CSOT spec, "Cursors"): the mode, and
+/// whether the initial command may carry a derived `maxTimeMS`.
+pub fn cursor_timeout(
+    mode: Option<TimeoutMode>,
+    timeout_ms: Option<u64>,
+    shape: CursorShape,
+    max_await_ms: Option<u64>,
+) -> Result<(TimeoutMode, bool)> {
+    let invalid = |m: &str| Err(Error::invalid_argument(m.to_string()));
+    if mode.is_some() && timeout_ms.is_none() {
+        return invalid("timeoutMode requires timeoutMS");
+    }
+    if let (Some(wait), Some(t)) = (max_await_ms, timeout_ms) {
+        if t > 0 && wait >= t {
+            return invalid("maxAwaitTimeMS must be less than timeoutMS");
+        }
+    }
+    if shape.tailable {
+        if mode == Some(TimeoutMode::CursorLifetime) {
+            return invalid("tailable cursors only support timeoutMode iteration");
+        }
+        return Ok((TimeoutMode::Iteration, shape.await_data));
+    }
+    match mode.unwrap_or_default() {
+        TimeoutMode::Iteration if shape.writes => {
+            invalid("timeoutMode iteration cannot apply to $out or $merge")
+        }
+        TimeoutMode::Iteration => Ok((TimeoutMode::Iteration, false)),
+        TimeoutMode::CursorLifetime => Ok((TimeoutMode::CursorLifetime, true)),
+    }
+}
+
 /// The deadline for best-effort cleanup with no operation of its own
 /// (killCursors from a dropped cursor): the client's timeoutMS when set,
 /// else this bound, so a drop never blocks indefinitely.
@@ -185,6 +234,58 @@ mod tests {
         assert!(err.is_timeout());
         assert!(err.cause.unwrap().contains("round trip"));
         assert!(t.max_time_ms(at(200), Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn cursor_rules() {
+        let plain = CursorShape::default();
+        let tailable = CursorShape {
+            tailable: true,
+            ..plain
+        };
+        let awaiting = CursorShape {
+            tailable: true,
+            await_data: true,
+            ..plain
+        };
+        let it = Some(TimeoutMode::Iteration);
+        let life = Some(TimeoutMode::CursorLifetime);
+        assert_eq!(
+            cursor_timeout(None, Some(100), plain, None).unwrap(),
+            (TimeoutMode::CursorLifetime, true)
+        );
+        assert_eq!(
+            cursor_timeout(it, Some(100), plain, None).unwrap(),
+            (TimeoutMode::Iteration, false)
+        );
+        assert!(
+            cursor_timeout(it, None, plain, None).is_err(),
+            "mode without timeoutMS"
+        );
+        assert!(cursor_timeout(
+            it,
+            Some(100),
+            CursorShape {
+                writes: true,
+                ..plain
+            },
+            None
+        )
+        .is_err());
+        assert_eq!(
+            cursor_timeout(None, Some(100), tailable, None).unwrap(),
+            (TimeoutMode::Iteration, false)
+        );
+        assert!(cursor_timeout(life, Some(100), tailable, None).is_err());
+        assert_eq!(
+            cursor_timeout(None, Some(100), awaiting, Some(50)).unwrap(),
+            (TimeoutMode::Iteration, true)
+        );
+        assert!(cursor_timeout(None, Some(100), awaiting, Some(100)).is_err());
+        assert!(
+            cursor_timeout(None, Some(0), awaiting, Some(100)).is_ok(),
+            "timeoutMS 0: no limit to exceed"
+        );
     }
 
     #[test]

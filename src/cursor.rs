@@ -9,12 +9,19 @@ use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunComm
 use crate::session::Session;
 use bson::RawDocumentBuf;
 
-/// CSOT: does timeoutMS bound the cursor's whole life, or each batch?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TimeoutMode {
-    #[default]
-    CursorLifetime,
-    Iteration,
+pub use crate::csot::TimeoutMode;
+
+/// How a cursor iterates, fixed when its operation ran.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CursorSettings {
+    pub batch_size: Option<u32>,
+    /// Already checked by `csot::cursor_timeout`.
+    pub mode: TimeoutMode,
+    pub timeout_ms: Option<u64>,
+    /// One getMore per call, empty batches allowed.
+    pub tailable: bool,
+    /// Sent as getMore's maxTimeMS (tailable awaitData cursors).
+    pub max_await_ms: Option<u64>,
 }
 
 pub struct Batch {
@@ -30,9 +37,7 @@ pub struct Cursor {
     id: i64,
     address: String,
     pending: Vec<RawDocumentBuf>,
-    batch_size: Option<u32>,
-    mode: TimeoutMode,
-    timeout_ms: Option<u64>,
+    settings: CursorSettings,
     /// The budget started by the command that opened the cursor.
     lifetime: OpTimeout,
     session: Option<Session>,
@@ -47,14 +52,11 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Client,
         db: &str,
         reply: CursorReply,
-        batch_size: Option<u32>,
-        mode: Option<TimeoutMode>,
-        timeout_ms: Option<u64>,
+        settings: CursorSettings,
         lifetime: OpTimeout,
         session: Option<Session>,
     ) -> Result<Cursor> {
@@ -68,9 +70,6 @@ impl Cursor {
                 )))
             }
         };
-        if mode == Some(TimeoutMode::Iteration) && timeout_ms.is_none() {
-            return Err(Error::invalid_argument("timeoutMode requires timeoutMS"));
-        }
         Ok(Cursor {
             client,
             db: db.to_string(),
@@ -78,9 +77,7 @@ impl Cursor {
             id: reply.id,
             address: reply.address,
             pending: reply.batch,
-            batch_size,
-            mode: mode.unwrap_or_default(),
-            timeout_ms,
+            settings,
             lifetime,
             session,
             resume_token: reply.post_batch_resume_token,
@@ -113,17 +110,20 @@ impl Cursor {
             return self.next_changes();
         }
         if self.pending.is_empty() && self.id != 0 {
-            let budget = match self.mode {
+            let budget = match self.settings.mode {
                 TimeoutMode::CursorLifetime => self.lifetime,
-                TimeoutMode::Iteration => self.client.start_timeout(self.timeout_ms),
+                TimeoutMode::Iteration => self.client.start_timeout(self.settings.timeout_ms),
             };
-            while self.pending.is_empty() && self.id != 0 {
+            // A tailable cursor may answer empty: one getMore per call.
+            let mut first = true;
+            while self.pending.is_empty() && self.id != 0 && (first || !self.settings.tailable) {
+                first = false;
                 let mut op = GetMore {
                     db: self.db.clone(),
                     coll: self.coll.clone(),
                     id: self.id,
-                    batch_size: self.batch_size,
-                    max_await_ms: None,
+                    batch_size: self.settings.batch_size,
+                    max_await_ms: self.settings.max_await_ms,
                 };
                 let reply = self
                     .client
@@ -150,7 +150,7 @@ impl Cursor {
     /// A change stream's next batch: each call has its own budget; a
     /// resumable error opens the stream again from the last token, once.
     fn next_changes(&mut self) -> Result<Batch> {
-        let budget = self.client.start_timeout(self.timeout_ms);
+        let budget = self.client.start_timeout(self.settings.timeout_ms);
         if self.resume_next {
             self.resume(&budget)?;
         } else if self.pending.is_empty() {
@@ -186,7 +186,7 @@ impl Cursor {
             db: self.db.clone(),
             coll: self.coll.clone(),
             id: self.id,
-            batch_size: self.batch_size,
+            batch_size: self.settings.batch_size,
             max_await_ms,
         };
         let reply = self.client.execute_within(
@@ -234,7 +234,8 @@ impl Cursor {
         self.id = 0;
         // A fresh budget: the cursor's own may be spent, and cleanup must still be bounded.
         let budget = self.client.start_timeout(Some(
-            self.timeout_ms
+            self.settings
+                .timeout_ms
                 .filter(|t| *t > 0)
                 .unwrap_or(CLEANUP_TIMEOUT_MS),
         ));

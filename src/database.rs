@@ -158,20 +158,30 @@ impl Database {
     ) -> Result<Cursor> {
         self.check()?;
         let timeout_ms = timeout_ms.or(self.timeout_ms);
+        let writes = op.criteria == Criteria::Write;
+        let shape = crate::csot::CursorShape {
+            writes,
+            ..Default::default()
+        };
+        let (mode, max_time) = crate::csot::cursor_timeout(mode, timeout_ms, shape, None)?;
         let budget = self.client.start_timeout(timeout_ms);
-        let mut op = CursorCommand(op);
+        let mut op = CursorCommand(RunCommand { max_time, ..op });
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.client.session_for(session);
         let parsed = self
             .client
             .execute_within(&mut op, &budget, Some(&session), None)?;
+        let settings = crate::cursor::CursorSettings {
+            batch_size,
+            mode,
+            timeout_ms,
+            ..Default::default()
+        };
         Cursor::new(
             self.client.clone(),
             &self.name,
             parsed,
-            batch_size,
-            mode,
-            timeout_ms,
+            settings,
             budget,
             Some(session),
         )

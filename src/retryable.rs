@@ -45,10 +45,12 @@ pub fn is_retryable_read_error(e: &Error) -> bool {
     }
 }
 
-/// Writes are retried on network errors and on errors the server labelled
-/// `RetryableWriteError` (4.4+ servers label them themselves).
+/// Writes are retried on network errors (a socket timeout is one) and on
+/// errors the server labelled `RetryableWriteError` (4.4+ servers label them).
 pub fn is_retryable_write_error(e: &Error) -> bool {
-    e.kind == ErrorKind::Network || e.has_label("RetryableWriteError")
+    e.kind == ErrorKind::Network
+        || (e.kind == ErrorKind::Timeout && e.code.is_none())
+        || e.has_label("RetryableWriteError")
 }
 
 /// Whether attempt `attempts + 1` may run after `err`.
@@ -106,6 +108,10 @@ mod tests {
         assert!(
             !is_retryable_write_error(&server(134)),
             "134 is a read-only retryable code"
+        );
+        assert!(
+            is_retryable_write_error(&Error::timeout("socket read")),
+            "a socket timeout"
         );
     }
 

@@ -41,7 +41,7 @@ impl Collection {
             cursor_opts.append(cstr!("batchSize"), i64::from(b));
         }
         let body = rawdoc! { "listIndexes": self.name.as_str(), "cursor": cursor_opts };
-        self.cursor_command(body, batch_size, options, None, Retryability::Read)
+        self.cursor_command(body, batch_size, options, None, Retryability::Read, false)
     }
 
     /// Drops one index by name (`"*"`: all but `_id`).

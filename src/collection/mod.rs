@@ -3,10 +3,11 @@
 mod indexes;
 mod writes;
 
-use crate::cursor::{Cursor, TimeoutMode};
+use crate::csot::{cursor_timeout, CursorShape};
+use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
 use crate::database::Database;
 use crate::error::{Error, Result};
-use crate::operation::{CursorCommand, Find, RunCommand};
+use crate::operation::{take_field, CursorCommand, Find, RunCommand};
 use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
 use crate::session::Session;
@@ -145,6 +146,24 @@ impl Collection {
 
     pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
+        let flag = |name: &str| {
+            options
+                .extra
+                .as_ref()
+                .is_some_and(|e| e.get_bool(name).unwrap_or(false))
+        };
+        let (tailable, await_data) = (flag("tailable"), flag("awaitData"));
+        // maxAwaitTimeMS is for getMore, not for find itself.
+        let (max_await, extra) = take_field(options.extra.as_ref(), "maxAwaitTimeMS")?;
+        let max_await = max_await
+            .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+            .map(|v| v.max(0) as u64);
+        let shape = CursorShape {
+            tailable,
+            await_data,
+            writes: false,
+        };
+        let (mode, max_time) = cursor_timeout(options.timeout_mode, timeout_ms, shape, max_await)?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
@@ -158,25 +177,31 @@ impl Collection {
             limit: options.limit,
             batch_size: options.batch_size,
             extra: match options.session.is_some_and(Session::in_transaction) {
-                true => options.extra.clone(),
+                true => extra,
                 false => crate::concern::with_default(
-                    options.extra.as_ref(),
+                    extra.as_ref(),
                     crate::concern::READ,
                     self.read_concern.as_ref(),
                 )?,
             },
+            max_time,
         };
         let reply = self
             .db
             .client
             .execute_within(&mut op, &budget, Some(&session), None)?;
+        let settings = CursorSettings {
+            batch_size: options.batch_size,
+            mode,
+            timeout_ms,
+            tailable,
+            max_await_ms: max_await.filter(|_| await_data),
+        };
         Cursor::new(
             self.db.client.clone(),
             &self.db.name,
             reply,
-            options.batch_size,
-            options.timeout_mode,
-            timeout_ms,
+            settings,
             budget,
             Some(session),
         )
@@ -205,12 +230,13 @@ impl Collection {
     ) -> Result<Cursor> {
         let body = aggregate_command(self.name.as_str().into(), pipeline, batch_size);
         // $out/$merge write: not retried as a read, and the write concern applies.
-        let (retry, options) = if pipeline_writes(pipeline) {
+        let writes = pipeline_writes(pipeline);
+        let (retry, options) = if writes {
             (Retryability::None, self.writing(&self.reading(options)?)?)
         } else {
             (Retryability::Read, self.reading(options)?)
         };
-        self.cursor_command(body, batch_size, &options, timeout_mode, retry)
+        self.cursor_command(body, batch_size, &options, timeout_mode, retry, writes)
     }
 
     fn cursor_command(
@@ -220,25 +246,44 @@ impl Collection {
         options: &OpOptions,
         timeout_mode: Option<TimeoutMode>,
         retry: Retryability,
+        writes: bool,
     ) -> Result<Cursor> {
-        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
+        // maxAwaitTimeMS is for getMore, not for the command itself.
+        let (max_await, extra) = take_field(options.extra.as_ref(), "maxAwaitTimeMS")?;
+        let max_await = max_await
+            .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+            .map(|v| v.max(0) as u64);
+        let shape = CursorShape {
+            tailable: false,
+            await_data: max_await.is_some(),
+            writes,
+        };
+        let (mode, max_time) = cursor_timeout(timeout_mode, timeout_ms, shape, max_await)?;
+        crate::operation::merge_extra(&mut body, extra.as_deref())?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
-        let mut op = CursorCommand(command_op(&self.db.name, body, retry));
+        let mut op = CursorCommand(RunCommand {
+            max_time,
+            ..command_op(&self.db.name, body, retry)
+        });
         let reply = self
             .db
             .client
             .execute_within(&mut op, &budget, Some(&session), None)?;
-        let client = self.db.client.clone();
+        let settings = CursorSettings {
+            batch_size,
+            mode,
+            timeout_ms,
+            tailable: false,
+            max_await_ms: max_await,
+        };
         Cursor::new(
-            client,
+            self.db.client.clone(),
             &self.db.name,
             reply,
-            batch_size,
-            timeout_mode,
-            timeout_ms,
+            settings,
             budget,
             Some(session),
         )

@@ -3,6 +3,7 @@
 //! limits, retryable when single-document); findAndModify is its own command.
 
 use super::{array, Collection, OpOptions, UpdateResult, UpdateSpec};
+use crate::csot::OpTimeout;
 use crate::error::{Error, ErrorKind, Result};
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
@@ -133,11 +134,16 @@ impl Collection {
         let bulk::Plan { runs, inserted } = bulk::plan(models)?;
         let ordered = ordered(options);
         let mut total = Totals::default();
+        // One deadline bounds the whole bulk write, every run of it.
+        let budget = self
+            .db
+            .client
+            .start_timeout(self.resolve(options.timeout_ms, options.session)?);
         for run in runs {
             let mut op = self.write_op(run.kind, run.statements, run.first_index);
             op.ordered = ordered;
             op.retryable = run.retryable;
-            let r = self.write(op, options)?;
+            let r = self.write_within(op, options, &budget)?;
             let stop = ordered && !r.write_errors.is_empty();
             total.add(run.kind, r);
             if stop {
@@ -225,19 +231,29 @@ impl Collection {
 
     /// Runs every batch of `op` under one deadline. Write errors come back in
     /// the result; a command that fails outright ends the write.
-    fn write(&self, mut op: WriteCommand, options: &OpOptions) -> Result<WriteResult> {
-        let options = &self.writing(options)?;
-        op.ordered = ordered(options);
-        op.extra = Some(strip(options, &["ordered"])?.extra.unwrap_or_default());
+    fn write(&self, op: WriteCommand, options: &OpOptions) -> Result<WriteResult> {
         let budget = self
             .db
             .client
             .start_timeout(self.resolve(options.timeout_ms, options.session)?);
+        self.write_within(op, options, &budget)
+    }
+
+    /// Runs every batch of `op` under `budget`.
+    fn write_within(
+        &self,
+        mut op: WriteCommand,
+        options: &OpOptions,
+        budget: &OpTimeout,
+    ) -> Result<WriteResult> {
+        let options = &self.writing(options)?;
+        op.ordered = ordered(options);
+        op.extra = Some(strip(options, &["ordered"])?.extra.unwrap_or_default());
         while op.remaining() > 0 {
             let r = self
                 .db
                 .client
-                .execute_within(&mut op, &budget, options.session, None);
+                .execute_within(&mut op, budget, options.session, None);
             op.finish_batch();
             r?;
         }

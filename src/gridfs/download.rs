@@ -60,13 +60,12 @@ impl DownloadStream {
             let reply = bucket
                 .client
                 .execute_within(&mut op, &budget, Some(&session), None)?;
+            // The stream's budget bounds its chunk reads (a lifetime cursor).
             let cursor = Cursor::new(
                 bucket.client.clone(),
                 &bucket.db,
                 reply,
-                None,
-                None,
-                None,
+                Default::default(),
                 budget,
                 Some(session),
             )?;

@@ -116,6 +116,7 @@ impl Bucket {
             limit: Some(-1),
             batch_size: None,
             extra: None,
+            max_time: true,
         };
         let reply: CursorReply = self.run(&mut op, call)?;
         Ok(reply.batch.into_iter().next())
@@ -216,13 +217,15 @@ impl Bucket {
             .client
             .execute_within(&mut op, &call.budget, Some(&session), None)?;
         let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        let settings = crate::cursor::CursorSettings {
+            timeout_ms,
+            ..Default::default()
+        };
         Cursor::new(
             self.client.clone(),
             &self.db,
             reply,
-            None,
-            None,
-            timeout_ms,
+            settings,
             call.budget,
             Some(session),
         )
@@ -275,6 +278,7 @@ impl Bucket {
             limit: Some(-1),
             batch_size: None,
             extra: None,
+            max_time: true,
         };
         if self.run(&mut probe, call)?.batch.is_empty() {
             self.ensure_index(

@@ -61,6 +61,8 @@ pub struct Find {
     pub limit: Option<i64>,
     pub batch_size: Option<u32>,
     pub extra: Option<RawDocumentBuf>,
+    /// Whether a derived maxTimeMS may go on it (CSOT cursor rules).
+    pub max_time: bool,
 }
 
 impl Operation for Find {
@@ -115,6 +117,10 @@ impl Operation for Find {
 
     fn retryability(&self) -> Retryability {
         Retryability::Read
+    }
+
+    fn sends_max_time(&self) -> bool {
+        self.max_time
     }
 }
 
@@ -190,10 +196,6 @@ impl Operation for KillCursors {
     fn handle_reply(&mut self, _: RawDocumentBuf, _: &str) -> Result<()> {
         Ok(())
     }
-
-    fn sends_max_time(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(test)]
@@ -212,6 +214,7 @@ mod tests {
             limit: None,
             batch_size: None,
             extra: None,
+            max_time: true,
         }
     }
 

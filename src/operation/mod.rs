@@ -70,6 +70,27 @@ pub fn merge_extra(body: &mut RawDocumentBuf, extra: Option<&RawDocument>) -> Re
     Ok(())
 }
 
+/// Takes `name` out of `extra`: its value, and `extra` without it.
+pub fn take_field(
+    extra: Option<&RawDocumentBuf>,
+    name: &str,
+) -> Result<(Option<bson::RawBson>, Option<RawDocumentBuf>)> {
+    let Some(extra) = extra else {
+        return Ok((None, None));
+    };
+    let mut rest = RawDocumentBuf::new();
+    let mut value = None;
+    for item in extra {
+        let (k, v) = item?;
+        if k.as_str() == name {
+            value = Some(v.into());
+        } else {
+            rest.append(k, v);
+        }
+    }
+    Ok((value, Some(rest)))
+}
+
 /// Copies each document of a raw array (a batch) out of a reply.
 pub fn documents_of(array: &RawArray) -> Result<Vec<RawDocumentBuf>> {
     array

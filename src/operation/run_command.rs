@@ -12,6 +12,8 @@ pub struct RunCommand {
     pub criteria: Criteria,
     /// Set by the helpers that know the command is a retryable read.
     pub retryability: Retryability,
+    /// Whether a derived maxTimeMS may go on it (CSOT cursor rules).
+    pub max_time: bool,
 }
 
 impl RunCommand {
@@ -22,6 +24,7 @@ impl RunCommand {
             command,
             criteria,
             retryability: Retryability::None,
+            max_time: true,
         }
     }
 
@@ -32,6 +35,7 @@ impl RunCommand {
             command,
             criteria: Criteria::Read(crate::sdam::selection::ReadMode::Primary),
             retryability: Retryability::Read,
+            max_time: true,
         }
     }
 }
@@ -70,7 +74,7 @@ impl Operation for RunCommand {
 
     fn sends_max_time(&self) -> bool {
         // A caller's own maxTimeMS wins over the derived one.
-        self.command.get("maxTimeMS").ok().flatten().is_none()
+        self.max_time && self.command.get("maxTimeMS").ok().flatten().is_none()
     }
 }
 
