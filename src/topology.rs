@@ -25,6 +25,9 @@ pub struct TopologySettings {
     pub local_threshold: Duration,
     pub metadata: RawDocumentBuf,
     pub max_pool_size: usize,
+    /// How often a known server is checked again (SDAM single-threaded
+    /// default: 60 s), which also keeps RTT samples fresh for CSOT.
+    pub heartbeat: Duration,
 }
 
 #[derive(Default)]
@@ -71,8 +74,13 @@ impl Topology {
                     .map(|s| s.address.clone())
                     .collect();
             if !found.is_empty() {
-                let pick = self.next_random() as usize % found.len();
-                return Ok(found[pick].clone());
+                let pick = found[self.next_random() as usize % found.len()].clone();
+                if !self.check_due(&pick) {
+                    return Ok(pick);
+                }
+                // Due for its heartbeat: check it, then select again on what it said.
+                self.check(&pick, criteria, timeout, deadline)?;
+                continue;
             }
             let now = runtime::now();
             if deadline.is_expired(now) {
@@ -106,25 +114,47 @@ impl Topology {
             .map(|s| s.address.clone())
             .collect();
         for address in &due {
-            self.state(address).last_check = Some(runtime::now());
-            let connect = timeout.connect_deadline(runtime::now()).min(deadline);
-            match self.establish(address, connect) {
-                Ok(conn) => self.checkin(conn),
-                Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
-                    // The selection budget ran out mid-check. Under CSOT the
-                    // operation's own deadline expired: report the section
-                    // that was waiting (e.g. the handshake), not selection.
-                    let now = runtime::now();
-                    self.description.update(address, Err(e.to_string()));
-                    return Err(match timeout.csot {
-                        Some(op) if op.is_expired(now) => e,
-                        _ => timeout.selection_error(now, self.selection_failure(criteria)),
-                    });
-                }
-                Err(e) => self.description.update(address, Err(e.to_string())),
-            }
+            self.check(address, criteria, timeout, deadline)?;
         }
         Ok(!due.is_empty())
+    }
+
+    /// Whether `address` was last checked a heartbeat ago or more.
+    fn check_due(&mut self, address: &str) -> bool {
+        let heartbeat = self.settings.heartbeat;
+        let now = runtime::now();
+        self.state(address)
+            .last_check
+            .is_some_and(|t| now.since(t) >= heartbeat)
+    }
+
+    /// One server check: a new connection's handshake (an RTT sample, and
+    /// the server's description); the connection then joins the pool.
+    fn check(
+        &mut self,
+        address: &str,
+        criteria: Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<()> {
+        self.state(address).last_check = Some(runtime::now());
+        let connect = timeout.connect_deadline(runtime::now()).min(deadline);
+        match self.establish(address, connect) {
+            Ok(conn) => self.checkin(conn),
+            Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
+                // The selection budget ran out mid-check. Under CSOT the
+                // operation's own deadline expired: report the section
+                // that was waiting (e.g. the handshake), not selection.
+                let now = runtime::now();
+                self.description.update(address, Err(e.to_string()));
+                return Err(match timeout.csot {
+                    Some(op) if op.is_expired(now) => e,
+                    _ => timeout.selection_error(now, self.selection_failure(criteria)),
+                });
+            }
+            Err(e) => self.description.update(address, Err(e.to_string())),
+        }
+        Ok(())
     }
 
     /// A connection to `address`: an idle one, or a new one.

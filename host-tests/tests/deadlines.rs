@@ -1,6 +1,7 @@
 //! Every blocking section honours the deadline: against loopback listeners
 //! that never answer, operations fail with a timeout error that names the
 //! section, within the deadline plus a tolerance for a loaded CI machine.
+//! The RTT test at the end goes through the failpoint proxy to nx-27017.
 
 use host_tests::bindings::exports::mongo_wasi::driver::types::ErrorKind;
 use host_tests::guest::Guest;
@@ -165,4 +166,55 @@ fn addresses_outside_the_allow_list_are_refused_by_the_host() {
     let err = r.expect_err("the host's socket policy refuses the connect");
     assert_eq!(err.kind, ErrorKind::ServerSelection, "{err:?}");
     assert_eq!(listener.accepted(), 0);
+}
+
+/// With RTT samples from periodic checks (hello slowed to ~60 ms by the
+/// proxy for this appName), maxTimeMS is what remains minus the minimum RTT.
+#[test]
+fn max_time_ms_subtracts_the_measured_round_trip() {
+    let (_, backend) = host_tests::test_server();
+    let proxy =
+        mongo_wasi_proxy::Proxy::start(mongo_wasi_proxy::ProxyConfig::new(backend)).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut g = Guest::new(&[addr]).unwrap();
+    // A separate client slows hello (~60 ms) for the measured client's appName,
+    // before that client exists: all of its RTT samples are slow.
+    let setup = g
+        .connect(&format!("mongodb://{addr}/"), None, false)
+        .unwrap()
+        .unwrap();
+    let admin = g.database(setup, "admin", None).unwrap();
+    let fp = bson::rawdoc! {
+        "configureFailPoint": "failCommand", "mode": "alwaysOn",
+        "data": { "failCommands": ["hello", "isMaster"], "appName": "rttTest", "blockConnection": true, "blockTimeMS": 60 },
+    };
+    g.run_command(admin, &fp, Some(5000)).unwrap().unwrap();
+    let uri = format!("mongodb://{addr}/?appName=rttTest&heartbeatFrequencyMS=500&timeoutMS=500");
+    let client = g.connect(&uri, None, true).unwrap().unwrap();
+    let db = g.database(client, "rtt", None).unwrap();
+    let ping = bson::rawdoc! { "ping": 1 };
+    // The first handshake is one sample; after a heartbeat the next
+    // selection checks again: a second (CSOT needs two).
+    g.run_command(db, &ping, Some(100_000)).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    g.take_events(client).unwrap();
+    g.run_command(db, &ping, None).unwrap().unwrap();
+    let started = g
+        .take_events(client)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.command_name == "ping")
+        .unwrap();
+    let cmd = bson::RawDocument::from_bytes(started.command.as_deref().unwrap()).unwrap();
+    let max_time = cmd.get_i64("maxTimeMS").unwrap();
+    // The check itself takes ~60 ms (500 -> ~440 left); subtracting the
+    // ~60 ms minimum RTT leaves ~380. Without the RTT it would be ~440.
+    assert!(max_time > 0 && max_time <= 400, "expected ~380: {max_time}");
+    g.run_command(
+        admin,
+        &bson::rawdoc! { "configureFailPoint": "failCommand", "mode": "off" },
+        Some(5000),
+    )
+    .unwrap()
+    .unwrap();
 }
