@@ -35,6 +35,19 @@ pub fn read_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
     })
 }
 
+/// Under CSOT the deadline replaces `wtimeout`: it is dropped from the
+/// write concern an operation inherits (CSOT spec, deprecated options).
+pub fn without_wtimeout(wc: &RawDocumentBuf) -> Result<RawDocumentBuf> {
+    let mut out = RawDocumentBuf::new();
+    for item in wc {
+        let (k, v) = item?;
+        if k.as_str() != "wtimeout" {
+            out.append(k, v);
+        }
+    }
+    Ok(out)
+}
+
 pub const READ: &CStr = cstr!("readConcern");
 pub const WRITE: &CStr = cstr!("writeConcern");
 
@@ -77,6 +90,12 @@ mod tests {
         let plain = crate::uri::parse("mongodb://h/").unwrap();
         assert_eq!(write_concern_from_uri(&plain.options), None);
         assert_eq!(read_concern_from_uri(&plain.options), None);
+    }
+
+    #[test]
+    fn csot_drops_wtimeout() {
+        let wc = rawdoc! { "w": 1, "wtimeout": 100 };
+        assert_eq!(without_wtimeout(&wc).unwrap(), rawdoc! { "w": 1 });
     }
 
     #[test]

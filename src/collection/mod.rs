@@ -103,7 +103,14 @@ impl Collection {
         if options.session.is_some_and(Session::in_transaction) {
             return Ok(options.clone());
         }
-        let extra = crate::concern::with_default(options.extra.as_ref(), key, concern)?;
+        let csot = self.resolve(options.timeout_ms, options.session)?.is_some();
+        let concern = match concern {
+            Some(c) if csot && key == crate::concern::WRITE => {
+                Some(crate::concern::without_wtimeout(c)?)
+            }
+            other => other.cloned(),
+        };
+        let extra = crate::concern::with_default(options.extra.as_ref(), key, concern.as_ref())?;
         Ok(OpOptions {
             extra,
             ..options.clone()

@@ -35,6 +35,15 @@ impl EndTransaction {
         }
     }
 
+    /// Under CSOT the deadline replaces wtimeout and maxCommitTimeMS.
+    pub fn under_csot(&mut self) -> Result<()> {
+        self.max_commit_time_ms = None;
+        if let Some(wc) = &self.write_concern {
+            self.write_concern = Some(crate::concern::without_wtimeout(wc)?);
+        }
+        Ok(())
+    }
+
     pub fn abort(write_concern: Option<RawDocumentBuf>) -> Self {
         EndTransaction {
             commit: false,
@@ -129,6 +138,18 @@ mod tests {
             body.get_document("writeConcern").unwrap(),
             &*rawdoc! { "w": "majority", "wtimeout": 10_000 }
         );
+    }
+
+    #[test]
+    fn csot_replaces_wtimeout_and_max_commit_time() {
+        let mut op = EndTransaction::commit(Some(rawdoc! { "w": 1, "wtimeout": 5 }), Some(500));
+        op.under_csot().unwrap();
+        let body = op.build(&HelloReply::default()).unwrap().body;
+        assert_eq!(
+            body,
+            rawdoc! { "commitTransaction": 1, "writeConcern": { "w": 1 } }
+        );
+        assert!(op.sends_max_time(), "the deadline's maxTimeMS instead");
     }
 
     #[test]

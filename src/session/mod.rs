@@ -221,6 +221,9 @@ impl Session {
         let timeout = timeout_ms
             .or(self.default_timeout_ms)
             .or(client.timeout_ms());
+        if timeout.is_some() {
+            op.under_csot()?;
+        }
         client.execute(op, timeout, Some(self))
     }
 
