@@ -9,6 +9,7 @@ pub mod bindings {
 
 pub mod guest;
 pub mod listeners;
+pub mod unified;
 
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
@@ -51,10 +52,15 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| Engine::new(&Config::new()).expect("wasmtime engine"))
 }
 
-/// Loads the component at `path`. Cranelift output is cached beside it as
-/// `<name>-<hash>.cwasm`, so only the first test process after a build pays
-/// for compilation (seconds in a debug host).
+/// Loads the component at `path` for the default engine.
 pub fn load(path: &Path) -> Result<Component> {
+    load_with(engine(), path, "")
+}
+
+/// Loads the component at `path` for `engine`. Cranelift output is cached
+/// beside it as `<name>-<tag><hash>.cwasm` (engines configured differently
+/// need different tags), so only the first process after a build compiles.
+pub fn load_with(engine: &Engine, path: &Path, tag: &str) -> Result<Component> {
     let bytes = std::fs::read(path).map_err(|e| {
         wasmtime::Error::from(e).context(format!(
             "reading {} (run `cargo xtask build` first)",
@@ -67,22 +73,23 @@ pub fn load(path: &Path) -> Result<Component> {
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("component");
-    let cached = path.with_file_name(format!("{stem}-{:016x}.cwasm", hasher.finish()));
+    let cached = path.with_file_name(format!("{stem}-{tag}{:016x}.cwasm", hasher.finish()));
     if cached.exists() {
-        // SAFETY: the file was written by `precompile_component` below, by this
-        // same engine configuration, into the build's own target directory.
-        if let Ok(c) = unsafe { Component::deserialize_file(engine(), &cached) } {
+        // SAFETY: the file was written by `precompile_component` below, by an
+        // engine configured as this one (the tag says so), into the build's
+        // own target directory.
+        if let Ok(c) = unsafe { Component::deserialize_file(engine, &cached) } {
             return Ok(c);
         }
     }
-    let compiled = engine().precompile_component(&bytes)?;
+    let compiled = engine.precompile_component(&bytes)?;
     // Write then rename, so a parallel test process never reads half a file.
     let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
     if std::fs::write(&tmp, &compiled).is_ok() {
         let _ = std::fs::rename(&tmp, &cached);
     }
     // SAFETY: `compiled` was just produced by this engine.
-    unsafe { Component::deserialize(engine(), &compiled) }
+    unsafe { Component::deserialize(engine, &compiled) }
 }
 
 /// The driver component, compiled once per process and linked with WASI.

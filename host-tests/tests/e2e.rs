@@ -1,6 +1,9 @@
 //! End to end through the component against the real server (nx-27017,
 //! started by `cargo xtask test`, which sets MONGO_WASI_URI).
 
+// Helpers return the WIT binding's error record as it is, large as it is.
+#![allow(clippy::result_large_err)]
+
 use bson::{rawdoc, RawDocumentBuf};
 use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
 use host_tests::guest::{find_options, no_options, Client, Database, Guest};

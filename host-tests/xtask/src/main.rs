@@ -5,6 +5,7 @@
 mod run;
 mod server;
 mod setup;
+mod spec;
 mod steps;
 
 use std::process::ExitCode;
@@ -22,10 +23,13 @@ commands:
                       host tests, and check the component exports the driver
   demo                setup, build, then run examples/notes against a local nx-27017
   test                setup, then unit/spec tests, build, host tests against nx-27017,
-                      proxy tests
+                      proxy tests, the unified spec suites (fails if a test on
+                      host-tests/spec/expected-pass.txt does not pass)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
-  spec                the spec-test runner (not yet)";
+  spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
+                      setup, build, then the unified-format spec tests through
+                      spec-runner against a fresh nx-27017";
 
 /// Set by SIGINT/SIGTERM: the running child gets the signal too and exits, then the
 /// remaining steps are skipped and servers are stopped on the way out.
@@ -71,8 +75,7 @@ fn main() -> ExitCode {
             Ok(port) => server::stop_port(&ctx, port),
             Err(_) => Err(format!("not a port: {port}")),
         },
-        // Placeholder for the spec-test runner: it gets its own module and its own arm here.
-        ["spec", ..] => Err("cargo xtask spec: not yet".into()),
+        ["spec", rest @ ..] => spec::spec(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

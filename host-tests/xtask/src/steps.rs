@@ -10,6 +10,7 @@ use std::process::Command;
 use crate::run::{exec, output, Ctx, Result, Run};
 use crate::server::Server;
 use crate::setup;
+use crate::spec;
 
 /// What the component must export, all from `mongo-wasi:driver`.
 const INTERFACES: [&str; 7] = [
@@ -47,7 +48,7 @@ pub fn test(ctx: &Ctx) -> Result<()> {
     run.finish()
 }
 
-fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
+pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
     // the notes guest the component glue it links without. The guest goes first: its
@@ -77,7 +78,10 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step("test: host tests and proxy tests against nx-27017", || {
         host_tests(ctx)
     });
-    // Further test steps (e.g. `cargo xtask spec` once it exists) go here.
+    let _ = run.step(
+        "test: unified spec suites against nx-27017 (expected-pass list)",
+        || spec::expected_pass_step(ctx),
+    );
     Ok(())
 }
 

@@ -1,0 +1,281 @@
+"""Reproduces each nx-27017 gap that host-tests/spec/skips.txt skips tests for.
+
+Usage: .work/venv/bin/python host-tests/spec/nx-gaps.py mongodb://127.0.0.1:PORT/
+(`cargo xtask server start` prints such a URI; pymongo comes with `cargo xtask setup`).
+
+Talks to nx-27017 directly with PyMongo, so what it shows is the server's behaviour,
+not the mongo-wasi driver's. Each gap prints `GAP` (still there) or `fixed` with what
+mongod 7.0 does and what nx-27017 did; a `fixed` gap means its skip-list entries
+can go. Gaps of the failpoint proxy (not of nx-27017) are listed at the end.
+"""
+
+import datetime
+import sys
+import uuid
+
+import pymongo
+from bson import Binary, Decimal128, ObjectId
+from pymongo.errors import PyMongoError
+
+GAPS = []
+
+
+def gap(name, mongod):
+    def register(probe):
+        GAPS.append((name, mongod, probe))
+        return probe
+
+    return register
+
+
+def attempt(f):
+    try:
+        return f(), None
+    except PyMongoError as e:
+        return None, f"{type(e).__name__}: {e}".split(", full error")[0][:160]
+
+
+@gap("identifiers", "accepts collection names with '-' or '.' (coll-default, fs.files)")
+def identifiers(db):
+    _, err = attempt(lambda: db.create_collection("coll-default"))
+    _, err2 = attempt(lambda: db.create_collection("fs.files"))
+    db["fs.chunks"].insert_one({"_id": 1})
+    db.drop_collection("fs.chunks")
+    _, err3 = attempt(lambda: db["fs.chunks"].insert_one({"_id": 1}))
+    errs = [e for e in (err, err2, err3) if e]
+    return bool(errs), "; ".join(errs) or "all accepted"
+
+
+@gap("decimal128", "stores Decimal128 values")
+def decimal128(db):
+    _, err = attempt(lambda: db.c.insert_one({"x": Decimal128("1.5")}))
+    return err is not None, err or "stored"
+
+
+@gap("out-stage", "runs $out")
+def out_stage(db):
+    db.c.insert_one({"_id": 1})
+    _, err = attempt(lambda: list(db.c.aggregate([{"$out": "other"}])))
+    return err is not None, err or "ran"
+
+
+@gap("database-aggregate", "runs database-level aggregate ($listLocalSessions, $currentOp)")
+def database_aggregate(db):
+    _, err = attempt(lambda: list(db.client.admin.aggregate([{"$listLocalSessions": {}}])))
+    return err is not None, err or "ran"
+
+
+@gap("pipeline-update", "applies an update given as a pipeline")
+def pipeline_update(db):
+    db.c.insert_one({"_id": 1})
+    _, err = attempt(lambda: db.c.update_one({"_id": 1}, [{"$set": {"y": 1}}]))
+    return err is not None, err or "applied"
+
+
+@gap("array-filters", "applies arrayFilters (modifiedCount 1)")
+def array_filters(db):
+    db.a.insert_one({"_id": 1, "y": [{"b": 3}, {"b": 1}]})
+    r = db.a.update_one({"_id": 1}, {"$set": {"y.$[i].b": 2}}, array_filters=[{"i.b": 3}])
+    return r.modified_count != 1, f"modifiedCount {r.modified_count}"
+
+
+@gap("collation", "honours collation (strength 2 matches 'ping' and 'PING')")
+def collation(db):
+    db.p.insert_many([{"_id": 1, "x": "ping"}, {"_id": 2, "x": "PING"}])
+    r = db.p.delete_many({"x": "ping"}, collation={"locale": "en_US", "strength": 2})
+    return r.deleted_count != 2, f"deletedCount {r.deleted_count}"
+
+
+@gap("let", "binds let variables ($$id in $expr)")
+def let(db):
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    found, err = attempt(lambda: list(db.c.find({"$expr": {"$eq": ["$_id", "$$id"]}}, let={"id": 1})))
+    return found != [{"_id": 1}], err or f"found {found}"
+
+
+@gap("distinct-order", "answers distinct in index/insertion order for these tests (11, 22, 33)")
+def distinct_order(db):
+    db.c.insert_many([{"_id": i, "x": i * 11} for i in (1, 2, 3)])
+    values = db.c.distinct("x")
+    return values != [11, 22, 33], f"values {values}"
+
+
+@gap("null-id", "finds a document whose _id is null")
+def null_id(db):
+    db.n.insert_one({"_id": None})
+    n = db.n.count_documents({"_id": None})
+    return n != 1, f"count {n}"
+
+
+@gap("unknown-operator", "rejects an unknown query operator even on an empty collection")
+def unknown_operator(db):
+    found, err = attempt(lambda: list(db.empty.find({"x": {"$unsupportedQueryOperator": 1}})))
+    return err is None, err or f"found {found}"
+
+
+@gap("no-auth", "fails saslStart without users (no authentication configured)")
+def no_auth(db):
+    reply, err = attempt(lambda: db.command({"saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": b"x"}))
+    return err is None, err or f"reply {reply}"
+
+
+@gap("update-sort", "7.0 rejects `sort` in an update statement (8.0 added it)")
+def update_sort(db):
+    db.c.insert_one({"_id": 1})
+    reply, err = attempt(lambda: db.command({"update": "c", "updates": [{"q": {}, "u": {"x": 1}, "sort": {"_id": 1}}]}))
+    return err is None, err or f"reply {reply}"
+
+
+@gap("dollar-id", "rejects a dollar-prefixed key inside _id")
+def dollar_id(db):
+    _, err = attempt(lambda: db.c.insert_one({"_id": {"$a": 1}}))
+    return err is None, err or "inserted"
+
+
+@gap("retry-dedup", "executes a retried write (same lsid and txnNumber) once")
+def retry_dedup(db):
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    cmd = {"insert": "c", "documents": [{"_id": 7}], "lsid": lsid, "txnNumber": 1}
+    db.command(cmd)
+    reply, err = attempt(lambda: db.command(dict(cmd)))
+    dup = err is not None or bool((reply or {}).get("writeErrors"))
+    return dup, err or f"second reply {reply}"
+
+
+@gap("replace-id", "keeps _id (and its type) on a findAndModify replacement; an upsert takes _id from the query")
+def replace_id(db):
+    db.r.insert_many([{"_id": 1, "x": 11}, {"_id": 2, "x": 22}])
+    db.command({"findAndModify": "r", "query": {"_id": {"$gt": 1}}, "update": {"x": 32}, "new": True})
+    db.command({"findAndModify": "r", "query": {"_id": 4}, "update": {"x": 44}, "upsert": True})
+    ids = [d["_id"] for d in db.r.find()]
+    return ids != [1, 2, 4], f"_ids {ids}"
+
+
+@gap("return-key", "honours returnKey and showRecordId in find")
+def return_key(db):
+    db.c.insert_one({"_id": 1, "x": 11})
+    docs = list(db.c.find({}, return_key=True, show_record_id=True))
+    return "x" in docs[0], f"documents {docs}"
+
+
+@gap("tailable", "keeps a tailable cursor on a capped collection open after its last document")
+def tailable(db):
+    db.create_collection("cap", capped=True, size=500)
+    db.cap.insert_many([{"_id": 0}, {"_id": 1}])
+    first = db.command({"find": "cap", "tailable": True, "awaitData": True, "batchSize": 1})
+    more = db.command({"getMore": first["cursor"]["id"], "collection": "cap"})
+    cid = more["cursor"]["id"]
+    return cid == 0, f"cursor id {cid} after the getMore that returned the last document"
+
+
+@gap("insert-comment", "treats an insert command's `comment` as a comment")
+def insert_comment(db):
+    db.command({"insert": "c", "documents": [{"_id": 2}], "comment": {"key": "value"}})
+    n = db.c.count_documents({})
+    return n != 1, f"{n} documents after inserting one"
+
+
+@gap("collstats", "reports capped and maxSize in $collStats storageStats")
+def collstats(db):
+    db.create_collection("cap2", capped=True, size=4096)
+    stats = list(db.cap2.aggregate([{"$collStats": {"storageStats": {}}}]))
+    s = stats[0].get("storageStats", {}) if stats else {}
+    return "capped" not in s, f"storageStats {s}"
+
+
+@gap("chunks-unique", "accepts two fs.chunks documents with the same (files_id, n) when no index says otherwise")
+def chunks_unique(db):
+    chunk = {"files_id": 3, "n": 0, "data": b""}
+    _, err = attempt(lambda: db["fs.chunks"].insert_many([dict(chunk, _id=1), dict(chunk, _id=2)]))
+    return err is not None, err or "inserted both"
+
+
+@gap("unique-upsert", "fails a findAndModify upsert that violates a unique index (DuplicateKey)")
+def unique_upsert(db):
+    db.c.insert_one({"_id": 1, "x": "foo"})
+    db.c.create_index([("x", 1)], unique=True)
+    reply, err = attempt(lambda: db.command(
+        {"findAndModify": "c", "query": {"_id": 2}, "update": {"$set": {"x": "foo"}}, "upsert": True}))
+    return err is None, err or f"reply {reply}, documents {list(db.c.find())}"
+
+
+@gap("objectid-field", "matches an ObjectId-valued field other than _id (files_id in fs.chunks)")
+def objectid_field(db):
+    a, b = ObjectId("000000000000000000000001"), ObjectId("000000000000000000000002")
+    db.ch.insert_many([{"_id": 1, "f": a, "n": 1}, {"_id": 2, "f": b, "n": 1}])
+    n = db.ch.count_documents({"f": a, "n": 1})
+    return n != 1, f"count {n}"
+
+
+@gap("views", "counts the documents of a view")
+def views(db):
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    db.create_collection("v", viewOn="c", pipeline=[])
+    n = db.command({"count": "v"})["n"]
+    return n != 2, f"count {n}"
+
+
+@gap("isolation", "hides a transaction's uncommitted writes from reads outside it")
+def isolation(db):
+    txn = {"lsid": {"id": Binary(uuid.uuid4().bytes, 4)}, "txnNumber": 1, "autocommit": False}
+    db.command(dict({"insert": "c", "documents": [{"_id": 1}], "startTransaction": True}, **txn))
+    seen = list(db.c.find())
+    db.client.admin.command(dict({"abortTransaction": 1}, **txn))
+    return seen != [], f"a plain find saw {seen} before the abort"
+
+
+@gap("distinct-id", "answers distinct on _id")
+def distinct_id(db):
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    values, err = attempt(lambda: db.c.distinct("_id"))
+    return err is not None, err or f"values {values}"
+
+
+@gap("gridfs-files", "stores fs.files documents as given (dates stay dates) and honours skip on them")
+def gridfs_files(db):
+    files = [{"_id": i, "filename": "abc", "length": 1, "chunkSize": 4,
+              "uploadDate": datetime.datetime(1970, 1, i)} for i in (1, 2, 3)]
+    db["fs.files"].insert_many(files)
+    newest_but_one = [d["_id"] for d in db["fs.files"].find().sort("uploadDate", -1).skip(1).limit(1)]
+    date = db["fs.files"].find_one({"_id": 1})["uploadDate"]
+    gap_there = newest_but_one != [2] or not isinstance(date, datetime.datetime)
+    return gap_there, f"uploadDate came back as {date!r}; sort -1, skip 1 gave {newest_but_one}"
+
+
+@gap("dup-key-message", "words a duplicate key error 'E11000 duplicate key error ...'")
+def dup_key_message(db):
+    db.c.insert_one({"_id": 1})
+    _, err = attempt(lambda: db.c.insert_one({"_id": 1}))
+    return "E11000" not in (err or ""), err or "no error"
+
+
+PROXY_GAPS = [
+    ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
+    ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
+]
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    client = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=5000)
+    present = 0
+    for name, mongod, probe in GAPS:
+        db = client[f"nx_gaps_{name.replace('-', '_')}"]
+        client.drop_database(db.name)
+        try:
+            there, observed = probe(db)
+        except Exception as e:  # a probe that breaks says so instead of stopping the rest
+            there, observed = True, f"probe failed: {type(e).__name__}: {e}"[:160]
+        finally:
+            client.drop_database(db.name)
+        present += there
+        status = "GAP  " if there else "fixed"
+        print(f"{status} {name:<20} mongod {mongod}; nx-27017: {observed}")
+    for name, what in PROXY_GAPS:
+        print(f"proxy {name:<20} {what}")
+    print(f"{present} of {len(GAPS)} nx-27017 gaps present")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+//! Runs the MongoDB unified-format spec tests against the mongo-wasi component.
+//!
+//! ```text
+//! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
+//!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
+//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS]
+//! ```
+//!
+//! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
+//! (a standalone and a single-member replica set). A suite is a directory under the
+//! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
+//! an absolute path. Exit status: 0 when the run completed (failing tests are
+//! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
+//! the run could not start.
+
+use host_tests::unified::deployment::Deployment;
+use host_tests::unified::report::Report;
+use host_tests::unified::runner::{self, Config, ALL_SUITES};
+use host_tests::unified::skips::{self, SkipList};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const USAGE: &str =
+    "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
+[--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
+[--test-timeout SECS] [--loop-ms MS]";
+
+struct Cli {
+    backend: SocketAddr,
+    suites: Vec<String>,
+    json: Option<PathBuf>,
+    filter: Option<String>,
+    verbose: bool,
+    skips: PathBuf,
+    expected: Option<PathBuf>,
+    update_expected: Option<PathBuf>,
+    cap: Duration,
+    loop_budget: Duration,
+}
+
+fn parse(args: &[String]) -> Result<Cli, String> {
+    let root = host_tests::repo_root();
+    let mut backend = None;
+    let mut cli = Cli {
+        backend: SocketAddr::from(([127, 0, 0, 1], 0)),
+        suites: Vec::new(),
+        json: None,
+        filter: None,
+        verbose: false,
+        skips: root.join("host-tests/spec/skips.txt"),
+        expected: None,
+        update_expected: None,
+        cap: Duration::from_secs(60),
+        loop_budget: Duration::from_millis(1000),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag} {v}: {e}"));
+        match flag.as_str() {
+            "--backend" => {
+                let v = value()?;
+                backend = Some(
+                    v.parse::<SocketAddr>()
+                        .map_err(|e| format!("--backend {v}: {e}"))?,
+                );
+            }
+            "--suite" => cli.suites.push(value()?),
+            "--all" => cli.suites.extend(ALL_SUITES.iter().map(|s| s.to_string())),
+            "--json" => cli.json = Some(value()?.into()),
+            "--filter" => cli.filter = Some(value()?),
+            "--verbose" => cli.verbose = true,
+            "--skips" => cli.skips = value()?.into(),
+            "--expected" => cli.expected = Some(value()?.into()),
+            "--update-expected" => cli.update_expected = Some(value()?.into()),
+            "--test-timeout" => cli.cap = Duration::from_secs(number(value()?)?.max(1)),
+            "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    cli.backend = backend.ok_or("--backend is required")?;
+    if cli.suites.is_empty() {
+        return Err("name at least one --suite, or --all".into());
+    }
+    Ok(cli)
+}
+
+/// `MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`.
+fn spec_root() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("MONGO_WASI_SPEC_TESTS") {
+        let dir = PathBuf::from(dir);
+        return match dir.is_dir() {
+            true => Ok(dir),
+            false => Err(format!(
+                "MONGO_WASI_SPEC_TESTS={} is not a directory",
+                dir.display()
+            )),
+        };
+    }
+    let shared = host_tests::repo_root().join("../shared/spec-tests");
+    match shared.is_dir() {
+        true => Ok(shared),
+        false => Err(format!(
+            "no spec tests: MONGO_WASI_SPEC_TESTS is not set and {} does not exist; \
+             point MONGO_WASI_SPEC_TESTS at a checkout of the specifications repository's source/",
+            shared.display()
+        )),
+    }
+}
+
+fn read_skips(path: &Path) -> Result<SkipList, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => SkipList::parse(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn read_expected(path: &Path) -> Result<BTreeSet<(String, String)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    skips::parse_expected(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Replaces the entries of the files this run covered with this run's passes.
+fn update_expected(path: &Path, report: &Report) -> Result<usize, String> {
+    let mut list = if path.exists() {
+        read_expected(path)?
+    } else {
+        BTreeSet::new()
+    };
+    let covered: BTreeSet<&str> = report.results.iter().map(|r| r.file.as_str()).collect();
+    list.retain(|(file, _)| !covered.contains(file.as_str()));
+    list.extend(report.passed());
+    std::fs::write(path, skips::format_expected(&list))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(list.len())
+}
+
+fn run(cli: &Cli) -> Result<bool, String> {
+    let spec_root = spec_root()?;
+    let skips = read_skips(&cli.skips)?;
+    let expected = cli.expected.as_deref().map(read_expected).transpose()?;
+    let mut deployment = Deployment::start(cli.backend)?;
+    let v = deployment.info.version;
+    println!(
+        "spec-runner: {} (proxies report {}.{}.{}), spec tests in {}, {} skip-list entries, {} s per test",
+        cli.backend,
+        v[0],
+        v[1],
+        v[2],
+        spec_root.display(),
+        skips.len(),
+        cli.cap.as_secs()
+    );
+    let config = Config {
+        spec_root,
+        filter: cli.filter.clone(),
+        verbose: cli.verbose,
+        cap: cli.cap,
+        loop_budget: cli.loop_budget,
+        skips,
+    };
+    let started = Instant::now();
+    let mut report = Report::default();
+    for suite in &cli.suites {
+        println!("==> {suite}");
+        runner::run_suite(&mut deployment, &config, suite, &mut report)?;
+    }
+    report.print_summary();
+    println!("    took {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(path) = &cli.json {
+        report.write_json(path)?;
+        println!("    JSON report: {}", path.display());
+    }
+    if let Some(path) = &cli.update_expected {
+        let n = update_expected(path, &report)?;
+        println!("    wrote {} ({n} tests)", path.display());
+    }
+    let Some(expected) = expected else {
+        return Ok(true);
+    };
+    // A partial run answers for the suites it ran; with --filter, for the tests it ran.
+    let suites: Vec<String> = cli
+        .suites
+        .iter()
+        .map(|s| format!("{}/", s.trim_end_matches('/')))
+        .collect();
+    let ran: BTreeSet<(&str, &str)> = report
+        .results
+        .iter()
+        .map(|r| (r.file.as_str(), r.test.as_str()))
+        .collect();
+    let in_scope = |file: &str, test: &str| match cli.filter {
+        Some(_) => ran.contains(&(file, test)),
+        None => suites.iter().any(|s| file.starts_with(s.as_str())),
+    };
+    let (regressions, new) = report.compare(&expected, &in_scope);
+    if !new.is_empty() {
+        println!(
+            "==> {} tests pass that are not on the expected-pass list:",
+            new.len()
+        );
+        for t in &new {
+            println!("    {t}");
+        }
+    }
+    if regressions.is_empty() {
+        let checked = expected.iter().filter(|(f, t)| in_scope(f, t)).count();
+        println!("==> all {checked} tests of the expected-pass list in this run passed");
+        return Ok(true);
+    }
+    println!(
+        "==> {} tests on the expected-pass list did not pass:",
+        regressions.len()
+    );
+    for t in &regressions {
+        println!("    {t}");
+    }
+    Ok(false)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let cli = match parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spec-runner: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("spec-runner: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The test deployment: two failpoint proxies in front of one nx-27017 (a
+//! standalone and a single-member replica set), and an admin instance of the
+//! component on this thread for probing and for cleaning up after abandoned tests.
+
+use super::engine;
+use super::internal;
+use super::requirements::{self, parse_version, Topology};
+use crate::guest::Guest;
+use bson::{doc, Bson, Document};
+use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use std::net::SocketAddr;
+use wasmtime::component::ResourceAny;
+
+pub const SET_NAME: &str = "rs0";
+
+pub struct Deployment {
+    /// Kept alive for the run; dropping them stops the proxies.
+    _proxies: Vec<Proxy>,
+    uris: Vec<(Topology, String)>,
+    pub allowed: Vec<SocketAddr>,
+    pub info: requirements::Deployment,
+    admin: Guest,
+    admin_clients: Vec<(Topology, ResourceAny)>,
+}
+
+impl Deployment {
+    pub fn start(backend: SocketAddr) -> Result<Deployment, String> {
+        if !backend.ip().is_loopback() {
+            return Err(format!(
+                "--backend {backend}: only loopback addresses are used"
+            ));
+        }
+        let start = |config| Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"));
+        let single = start(ProxyConfig::new(backend))?;
+        let rs = start(ProxyConfig::replica_set(backend, SET_NAME, 1))?;
+        let single_addr = single.addresses()[0];
+        let rs_addr = rs.addresses()[0];
+        let uris = vec![
+            (Topology::Single, format!("mongodb://{single_addr}/")),
+            (
+                Topology::ReplicaSet,
+                format!("mongodb://{rs_addr}/?replicaSet={SET_NAME}"),
+            ),
+        ];
+        let allowed = vec![single_addr, rs_addr];
+        let mut admin = engine::instantiate(&allowed, None).map_err(|e| format!("{e:#}"))?;
+        let mut admin_clients = Vec::new();
+        for (t, uri) in &uris {
+            let client = internal::connect(&mut admin, uri).map_err(|f| f.0)?;
+            admin_clients.push((*t, client));
+        }
+        let single_client = admin_clients[0].1;
+        let mut run = |cmd: Document| -> Result<Document, String> {
+            let name = cmd.keys().next().cloned().unwrap_or_default();
+            internal::command(&mut admin, single_client, "admin", &cmd)
+                .map_err(|f| f.0)?
+                .map_err(|e| format!("{name} through the proxy: {}", super::errors::describe(&e)))
+        };
+        run(doc! { "ping": 1 })
+            .map_err(|e| format!("nx-27017 at {backend} does not answer: {e}"))?;
+        let build = run(doc! { "buildInfo": 1 })?;
+        let parameters = run(doc! { "getParameter": "*" })?;
+        let info = requirements::Deployment {
+            version: version(&build)?,
+            parameters,
+        };
+        Ok(Deployment {
+            _proxies: vec![single, rs],
+            uris,
+            allowed,
+            info,
+            admin,
+            admin_clients,
+        })
+    }
+
+    pub fn uri(&self, t: Topology) -> &str {
+        self.uris
+            .iter()
+            .find(|(u, _)| *u == t)
+            .map(|(_, uri)| uri.as_str())
+            .unwrap_or_default()
+    }
+
+    /// Switches fail points off after a test that could not clean up itself.
+    pub fn failpoints_off(&mut self, t: Topology, names: &[String]) {
+        let Some(&(_, client)) = self.admin_clients.iter().find(|(u, _)| *u == t) else {
+            return;
+        };
+        for name in names {
+            let cmd = doc! { "configureFailPoint": name.as_str(), "mode": "off" };
+            if let Err(e) = internal::command(&mut self.admin, client, "admin", &cmd) {
+                eprintln!("warning: could not switch fail point {name} off: {}", e.0);
+            }
+        }
+    }
+}
+
+/// `buildInfo.versionArray` (or `version`) as `[major, minor, patch]`.
+fn version(build: &Document) -> Result<[u64; 3], String> {
+    if let Ok(array) = build.get_array("versionArray") {
+        let mut v = [0u64; 3];
+        for (slot, part) in v.iter_mut().zip(array) {
+            *slot = match part {
+                Bson::Int32(i) => u64::try_from(*i).unwrap_or(0),
+                Bson::Int64(i) => u64::try_from(*i).unwrap_or(0),
+                _ => 0,
+            };
+        }
+        return Ok(v);
+    }
+    let text = build
+        .get_str("version")
+        .map_err(|_| "buildInfo has neither versionArray nor version".to_string())?;
+    parse_version(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_prefers_the_array() {
+        assert_eq!(
+            version(&doc! { "versionArray": [7, 0, 2, 0], "version": "x" }).unwrap(),
+            [7, 0, 2]
+        );
+        assert_eq!(
+            version(&doc! { "version": "6.0.1-rc0" }).unwrap(),
+            [6, 0, 1]
+        );
+        assert!(version(&doc! {}).is_err());
+    }
+}

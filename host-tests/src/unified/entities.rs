@@ -1,0 +1,441 @@
+//! The entity map and `createEntities`: each client entity is one `connect` on
+//! the component with command monitoring on; databases, collections, sessions and
+//! buckets are the WIT resources made from it.
+
+use super::args::bytes;
+use super::events::EventLog;
+use super::matching::Lookup;
+use super::{Fail, Step};
+use crate::bindings::exports::mongo_wasi::driver::client::{ClientOptions, SessionOptions};
+use crate::bindings::exports::mongo_wasi::driver::database::CollectionOptions;
+use crate::bindings::exports::mongo_wasi::driver::gridfs::BucketOptions;
+use crate::bindings::exports::mongo_wasi::driver::session::TransactionOptions;
+use crate::guest::Guest;
+use bson::{Bson, Document};
+use std::collections::{HashMap, VecDeque};
+use wasmtime::component::ResourceAny;
+
+pub struct ClientEntity {
+    pub handle: ResourceAny,
+    pub log: EventLog,
+}
+
+pub struct DatabaseEntity {
+    pub handle: ResourceAny,
+    pub name: String,
+}
+
+pub struct CollectionEntity {
+    pub handle: ResourceAny,
+    pub database: String,
+    pub name: String,
+}
+
+pub struct SessionEntity {
+    pub handle: ResourceAny,
+    /// Read once at creation: `$$sessionLsid` must work after the session ended.
+    pub lsid: Document,
+    pub client: String,
+}
+
+/// A find, command or change-stream cursor. The WIT hands over whole batches; the
+/// runner hands them out one document at a time.
+pub struct CursorEntity {
+    pub handle: ResourceAny,
+    pub buffer: VecDeque<Document>,
+    /// `next-batch` calls so far: the first one returns the initial batch without a round trip.
+    pub batches: usize,
+    pub exhausted: bool,
+}
+
+pub enum Entity {
+    Client(ClientEntity),
+    Database(DatabaseEntity),
+    Collection(CollectionEntity),
+    Session(SessionEntity),
+    Bucket(ResourceAny),
+    Cursor(CursorEntity),
+    /// A saved result, an iteration count, an error list...
+    Value(Bson),
+}
+
+impl Entity {
+    fn kind(&self) -> &'static str {
+        match self {
+            Entity::Client(_) => "client",
+            Entity::Database(_) => "database",
+            Entity::Collection(_) => "collection",
+            Entity::Session(_) => "session",
+            Entity::Bucket(_) => "bucket",
+            Entity::Cursor(_) => "cursor",
+            Entity::Value(_) => "BSON value",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Entities {
+    map: HashMap<String, Entity>,
+}
+
+macro_rules! getter {
+    ($get:ident, $get_mut:ident, $variant:ident, $ty:ty) => {
+        pub fn $get(&self, name: &str) -> Step<&$ty> {
+            match self.map.get(name) {
+                Some(Entity::$variant(e)) => Ok(e),
+                other => Err(Self::wrong(name, stringify!($get), other)),
+            }
+        }
+        #[allow(dead_code)]
+        pub fn $get_mut(&mut self, name: &str) -> Step<&mut $ty> {
+            match self.map.get_mut(name) {
+                Some(Entity::$variant(e)) => Ok(e),
+                other => Err(Self::wrong(name, stringify!($get), other.map(|e| &*e))),
+            }
+        }
+    };
+}
+
+impl Entities {
+    fn wrong(name: &str, want: &str, got: Option<&Entity>) -> Fail {
+        match got {
+            None => Fail(format!("no entity named {name:?}")),
+            Some(e) => Fail(format!("entity {name:?} is a {}, not a {want}", e.kind())),
+        }
+    }
+
+    getter!(client, client_mut, Client, ClientEntity);
+    getter!(database, database_mut, Database, DatabaseEntity);
+    getter!(collection, collection_mut, Collection, CollectionEntity);
+    getter!(session, session_mut, Session, SessionEntity);
+    getter!(bucket, bucket_mut, Bucket, ResourceAny);
+    getter!(cursor, cursor_mut, Cursor, CursorEntity);
+    getter!(value, value_mut, Value, Bson);
+
+    pub fn get(&self, name: &str) -> Option<&Entity> {
+        self.map.get(name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Entity> {
+        self.map.get_mut(name)
+    }
+
+    pub fn insert(&mut self, name: &str, entity: Entity) -> Step<()> {
+        if self.map.contains_key(name) {
+            return Err(Fail(format!("an entity named {name:?} already exists")));
+        }
+        self.map.insert(name.to_string(), entity);
+        Ok(())
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+
+    pub fn clients_mut(&mut self) -> impl Iterator<Item = &mut ClientEntity> {
+        self.map.values_mut().filter_map(|e| match e {
+            Entity::Client(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Entity> {
+        self.map.remove(name)
+    }
+
+    /// Creates one `{<type>: {id, ...}}` entity; `base_uri` is the topology's.
+    pub fn create(&mut self, guest: &mut Guest, spec: &Document, base_uri: &str) -> Step<()> {
+        let mut it = spec.iter();
+        let (Some((kind, Bson::Document(fields))), None) = (it.next(), it.next()) else {
+            return Err(Fail(
+                "an entity needs exactly one key, with a document".into(),
+            ));
+        };
+        let id = fields
+            .get_str("id")
+            .map_err(|_| Fail(format!("{kind} entity without an id")))?;
+        let entity = match kind.as_str() {
+            "client" => Entity::Client(client(guest, fields, base_uri)?),
+            "database" => {
+                let client = self.client(str_field(fields, "client")?)?.handle;
+                let name = str_field(fields, "databaseName")?;
+                let opts = options(fields.get("databaseOptions"))?;
+                let handle = guest
+                    .driver
+                    .mongo_wasi_driver_client()
+                    .client()
+                    .call_database(&mut guest.store, client, name, &opts)?;
+                Entity::Database(DatabaseEntity {
+                    handle,
+                    name: name.to_string(),
+                })
+            }
+            "collection" => {
+                let db = self.database(str_field(fields, "database")?)?;
+                let (db_handle, db_name) = (db.handle, db.name.clone());
+                let name = str_field(fields, "collectionName")?;
+                let opts = options(fields.get("collectionOptions"))?;
+                let handle = guest
+                    .driver
+                    .mongo_wasi_driver_database()
+                    .database()
+                    .call_collection(&mut guest.store, db_handle, name, &opts)?;
+                Entity::Collection(CollectionEntity {
+                    handle,
+                    database: db_name,
+                    name: name.to_string(),
+                })
+            }
+            "session" => {
+                let client_id = str_field(fields, "client")?;
+                let client = self.client(client_id)?.handle;
+                let opts = session_options(fields.get("sessionOptions"))?;
+                let api = guest.driver.mongo_wasi_driver_client().client();
+                let handle = api
+                    .call_start_session(&mut guest.store, client, &opts)?
+                    .map_err(|e| Fail(format!("startSession: {}", super::errors::describe(&e))))?;
+                let lsid = guest
+                    .driver
+                    .mongo_wasi_driver_session()
+                    .session()
+                    .call_id(&mut guest.store, handle)?;
+                let lsid = Document::from_reader(lsid.as_slice())
+                    .map_err(|e| Fail(format!("session id is not BSON: {e}")))?;
+                Entity::Session(SessionEntity {
+                    handle,
+                    lsid,
+                    client: client_id.to_string(),
+                })
+            }
+            "bucket" => {
+                let db = self.database(str_field(fields, "database")?)?.handle;
+                let opts = bucket_options(fields.get("bucketOptions"))?;
+                let handle = guest
+                    .driver
+                    .mongo_wasi_driver_database()
+                    .database()
+                    .call_gridfs_bucket(&mut guest.store, db, &opts)?;
+                Entity::Bucket(handle)
+            }
+            "thread" => {
+                return Err(Fail(
+                    "thread entities need concurrency; a component instance is single-threaded"
+                        .into(),
+                ))
+            }
+            other => return Err(Fail(format!("unsupported entity type {other:?}"))),
+        };
+        self.insert(id, entity)
+    }
+}
+
+impl Lookup for Entities {
+    fn bson_entity(&self, name: &str) -> Option<Bson> {
+        match self.map.get(name)? {
+            Entity::Value(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn session_lsid(&self, name: &str) -> Option<Document> {
+        match self.map.get(name)? {
+            Entity::Session(s) => Some(s.lsid.clone()),
+            _ => None,
+        }
+    }
+}
+
+fn str_field<'a>(d: &'a Document, key: &str) -> Step<&'a str> {
+    d.get_str(key)
+        .map_err(|_| Fail(format!("entity field {key} is missing or not a string")))
+}
+
+fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEntity> {
+    for key in fields.keys() {
+        match key.as_str() {
+            "id"
+            | "uriOptions"
+            | "observeEvents"
+            | "ignoreCommandMonitoringEvents"
+            | "observeSensitiveCommands"
+            | "observeLogMessages" => {}
+            // One address per topology here: there is never more than one mongos to use.
+            "useMultipleMongoses" => {}
+            // minPoolSize still goes to the driver in the URI; the runner does not wait
+            // for the pool to fill (the driver reports no CMAP events to wait on).
+            "awaitMinPoolSizeMS" => {}
+            other => return Err(Fail(format!("unsupported client entity option {other}"))),
+        }
+    }
+    let uri_options = match fields.get("uriOptions") {
+        None => Document::new(),
+        Some(Bson::Document(d)) => d.clone(),
+        Some(_) => return Err(Fail("uriOptions is not a document".into())),
+    };
+    let uri = super::uri::client_uri(base_uri, &uri_options).map_err(Fail)?;
+    let log = EventLog::from_spec(fields).map_err(Fail)?;
+    let opts = ClientOptions {
+        timeout_ms: None,
+        monitor_commands: true,
+    };
+    let handle = guest
+        .driver
+        .mongo_wasi_driver_client()
+        .client()
+        .call_connect(&mut guest.store, &uri, opts)?
+        .map_err(|e| Fail(format!("connect {uri}: {}", super::errors::describe(&e))))?;
+    Ok(ClientEntity { handle, log })
+}
+
+fn doc_field(d: &Document, key: &str) -> Step<Option<Vec<u8>>> {
+    match d.get(key) {
+        None => Ok(None),
+        Some(Bson::Document(v)) => bytes(v).map(Some),
+        Some(other) => Err(Fail(format!("{key} should be a document, not {other}"))),
+    }
+}
+
+fn u64_field(d: &Document, key: &str) -> Step<Option<u64>> {
+    match d.get(key) {
+        None => Ok(None),
+        Some(v) => match super::matching::number(v) {
+            Some(n) if n >= 0.0 && n.fract() == 0.0 => Ok(Some(n as u64)),
+            _ => Err(Fail(format!(
+                "{key} should be a non-negative integer, not {v}"
+            ))),
+        },
+    }
+}
+
+fn only(d: &Document, what: &str, known: &[&str]) -> Step<()> {
+    match d.keys().find(|k| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) => Err(Fail(format!("{what}: no WIT field for {k}"))),
+    }
+}
+
+fn sub_doc(spec: Option<&Bson>) -> Step<Document> {
+    match spec {
+        None => Ok(Document::new()),
+        Some(Bson::Document(d)) => Ok(d.clone()),
+        Some(other) => Err(Fail(format!(
+            "entity options should be a document, not {other}"
+        ))),
+    }
+}
+
+/// collectionOrDatabaseOptions (plus timeoutMS).
+fn options(spec: Option<&Bson>) -> Step<CollectionOptions> {
+    let d = sub_doc(spec)?;
+    only(
+        &d,
+        "collection/database options",
+        &["readConcern", "writeConcern", "readPreference", "timeoutMS"],
+    )?;
+    Ok(CollectionOptions {
+        timeout_ms: u64_field(&d, "timeoutMS")?,
+        read_concern: doc_field(&d, "readConcern")?,
+        write_concern: doc_field(&d, "writeConcern")?,
+        read_preference: doc_field(&d, "readPreference")?,
+    })
+}
+
+pub fn transaction_options(d: &Document) -> Step<TransactionOptions> {
+    only(
+        d,
+        "transaction options",
+        &[
+            "readConcern",
+            "writeConcern",
+            "readPreference",
+            "maxCommitTimeMS",
+        ],
+    )?;
+    Ok(TransactionOptions {
+        read_concern: doc_field(d, "readConcern")?,
+        write_concern: doc_field(d, "writeConcern")?,
+        read_preference: doc_field(d, "readPreference")?,
+        max_commit_time_ms: u64_field(d, "maxCommitTimeMS")?,
+    })
+}
+
+fn session_options(spec: Option<&Bson>) -> Step<SessionOptions> {
+    let d = sub_doc(spec)?;
+    only(
+        &d,
+        "sessionOptions",
+        &[
+            "causalConsistency",
+            "snapshot",
+            "defaultTimeoutMS",
+            "defaultTransactionOptions",
+        ],
+    )?;
+    let txn = match d.get("defaultTransactionOptions") {
+        None => None,
+        Some(Bson::Document(t)) => Some(transaction_options(t)?),
+        Some(other) => return Err(Fail(format!("defaultTransactionOptions: {other}"))),
+    };
+    Ok(SessionOptions {
+        causal_consistency: d.get_bool("causalConsistency").ok(),
+        snapshot: d.get_bool("snapshot").ok(),
+        default_timeout_ms: u64_field(&d, "defaultTimeoutMS")?,
+        default_transaction_options: txn,
+    })
+}
+
+fn bucket_options(spec: Option<&Bson>) -> Step<BucketOptions> {
+    let d = sub_doc(spec)?;
+    only(
+        &d,
+        "bucketOptions",
+        &[
+            "bucketName",
+            "chunkSizeBytes",
+            "writeConcern",
+            "readConcern",
+            "readPreference",
+            "timeoutMS",
+        ],
+    )?;
+    let chunk = u64_field(&d, "chunkSizeBytes")?
+        .map(|n| u32::try_from(n).map_err(|_| Fail(format!("chunkSizeBytes {n} does not fit u32"))))
+        .transpose()?;
+    Ok(BucketOptions {
+        bucket_name: d.get_str("bucketName").ok().map(String::from),
+        chunk_size_bytes: chunk,
+        write_concern: doc_field(&d, "writeConcern")?,
+        read_concern: doc_field(&d, "readConcern")?,
+        read_preference: doc_field(&d, "readPreference")?,
+        timeout_ms: u64_field(&d, "timeoutMS")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn options_refuse_what_the_wit_cannot_carry() {
+        let o = options(Some(&Bson::Document(
+            doc! { "timeoutMS": 5, "readConcern": { "level": "local" } },
+        )))
+        .unwrap();
+        assert_eq!(o.timeout_ms, Some(5));
+        assert!(o.read_concern.is_some() && o.write_concern.is_none());
+        let err = options(Some(&Bson::Document(doc! { "bogus": 1 })))
+            .err()
+            .unwrap();
+        assert!(err.0.contains("bogus"));
+        let s = session_options(Some(&Bson::Document(doc! {
+            "defaultTransactionOptions": { "maxCommitTimeMS": 10 }, "causalConsistency": false,
+        })))
+        .unwrap();
+        assert_eq!(
+            s.default_transaction_options.unwrap().max_commit_time_ms,
+            Some(10)
+        );
+        assert_eq!(s.causal_consistency, Some(false));
+    }
+}

@@ -1,0 +1,384 @@
+//! Command monitoring events as a client entity observes them, and `expectEvents`.
+//!
+//! The driver exposes command events only (`take-command-events`); CMAP, SDAM and
+//! log-message expectations fail with that reason.
+
+use super::matching::{self, Lookup};
+use crate::bindings::exports::mongo_wasi::driver::types::{CommandEvent, CommandEventKind};
+use bson::{Bson, Document};
+
+/// Commands whose events are hidden unless `observeSensitiveCommands` (Command
+/// Logging and Monitoring, "Security").
+const SENSITIVE: &[&str] = &[
+    "authenticate",
+    "saslStart",
+    "saslContinue",
+    "getnonce",
+    "createUser",
+    "updateUser",
+    "copydbgetnonce",
+    "copydbsaslstart",
+    "copydb",
+];
+
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub kind: CommandEventKind,
+    pub command_name: String,
+    pub database_name: String,
+    pub command: Option<Document>,
+    pub reply: Option<Document>,
+    pub server_connection_id: Option<i64>,
+    request_id: i32,
+}
+
+fn decode(bytes: Option<&Vec<u8>>) -> Option<Document> {
+    bytes.and_then(|b| Document::from_reader(b.as_slice()).ok())
+}
+
+impl Observed {
+    pub fn from_wit(e: &CommandEvent) -> Observed {
+        Observed {
+            kind: e.kind,
+            command_name: e.command_name.clone(),
+            database_name: e.database_name.clone(),
+            command: decode(e.command.as_ref()),
+            reply: decode(e.reply.as_ref()),
+            server_connection_id: e.server_connection_id,
+            request_id: e.request_id,
+        }
+    }
+
+    fn key(&self) -> &'static str {
+        match self.kind {
+            CommandEventKind::Started => "commandStartedEvent",
+            CommandEventKind::Succeeded => "commandSucceededEvent",
+            CommandEventKind::Failed => "commandFailedEvent",
+        }
+    }
+
+    /// Sensitive by name, or a hello that carries `speculativeAuthenticate`; the
+    /// driver redacts those, so an empty hello command or reply counts too.
+    fn is_sensitive(&self) -> bool {
+        let name = self.command_name.as_str();
+        let hello = matches!(name, "hello" | "isMaster" | "ismaster");
+        let redacted = |d: &Option<Document>| {
+            d.as_ref()
+                .is_some_and(|d| d.is_empty() || d.contains_key("speculativeAuthenticate"))
+        };
+        SENSITIVE.iter().any(|s| s.eq_ignore_ascii_case(name))
+            || hello && (redacted(&self.command) || redacted(&self.reply))
+    }
+}
+
+/// What one client entity records, per its `observeEvents` and friends.
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    observe: Vec<&'static str>,
+    ignore: Vec<String>,
+    sensitive: bool,
+    /// Request ids of sensitive started events: their replies are hidden too.
+    hidden: Vec<i32>,
+    pub events: Vec<Observed>,
+}
+
+impl EventLog {
+    pub fn from_spec(client: &Document) -> Result<EventLog, String> {
+        let mut log = EventLog::default();
+        if let Ok(kinds) = client.get_array("observeEvents") {
+            for kind in kinds.iter().filter_map(Bson::as_str) {
+                match kind {
+                    "commandStartedEvent" => log.observe.push("commandStartedEvent"),
+                    "commandSucceededEvent" => log.observe.push("commandSucceededEvent"),
+                    "commandFailedEvent" => log.observe.push("commandFailedEvent"),
+                    // CMAP and SDAM events: the driver has none to record; tests that
+                    // expect them fail in `check`.
+                    _ => {}
+                }
+            }
+        }
+        if let Ok(names) = client.get_array("ignoreCommandMonitoringEvents") {
+            log.ignore = names
+                .iter()
+                .filter_map(Bson::as_str)
+                .map(String::from)
+                .collect();
+        }
+        log.sensitive = client.get_bool("observeSensitiveCommands").unwrap_or(false);
+        Ok(log)
+    }
+
+    /// Keeps what this client observes: not configureFailPoint (the runner's own),
+    /// not ignored names, not sensitive commands unless asked for.
+    pub fn record(&mut self, events: &[CommandEvent]) {
+        for e in events {
+            let o = Observed::from_wit(e);
+            let sensitive = if o.kind == CommandEventKind::Started {
+                let s = o.is_sensitive();
+                if s {
+                    self.hidden.push(o.request_id);
+                }
+                s
+            } else {
+                o.is_sensitive() || self.hidden.contains(&o.request_id)
+            };
+            let wanted = self.observe.contains(&o.key())
+                && o.command_name != "configureFailPoint"
+                && !self.ignore.contains(&o.command_name)
+                && (self.sensitive || !sensitive);
+            if wanted {
+                self.events.push(o);
+            }
+        }
+    }
+
+    /// The command documents of the started events, newest last.
+    pub fn started_commands(&self) -> Vec<&Document> {
+        self.events
+            .iter()
+            .filter(|e| e.kind == CommandEventKind::Started)
+            .filter_map(|e| e.command.as_ref())
+            .collect()
+    }
+}
+
+/// One `expectedEventsForClient` against what the client recorded.
+pub fn check(expected: &Document, log: &EventLog, lookup: &dyn Lookup) -> Result<(), String> {
+    let kind = expected.get_str("eventType").unwrap_or("command");
+    let want = expected
+        .get_array("events")
+        .map_err(|_| "expectEvents entry without an events array".to_string())?;
+    match kind {
+        "command" => {}
+        "cmap" => return Err("expects CMAP events: the driver exposes command events only".into()),
+        "sdam" => return Err("expects SDAM events: the driver exposes command events only".into()),
+        other => return Err(format!("unknown eventType {other:?}")),
+    }
+    let ignore_extra = expected.get_bool("ignoreExtraEvents").unwrap_or(false);
+    let got = &log.events;
+    for (i, e) in want.iter().enumerate() {
+        let e = e
+            .as_document()
+            .ok_or("an expected event is not a document")?;
+        let Some(actual) = got.get(i) else {
+            return Err(format!(
+                "expected {} events, observed {}: {}",
+                want.len(),
+                got.len(),
+                summary(got)
+            ));
+        };
+        event_matches(e, actual, lookup)
+            .map_err(|m| format!("event {i}: {m} (observed: {})", summary(got)))?;
+    }
+    if !ignore_extra && got.len() > want.len() {
+        return Err(format!(
+            "expected {} events, observed {}: {}",
+            want.len(),
+            got.len(),
+            summary(got)
+        ));
+    }
+    Ok(())
+}
+
+/// One `expectedCommandEvent` (`{commandStartedEvent: {...}}` and the like).
+pub fn event_matches(
+    expected: &Document,
+    actual: &Observed,
+    lookup: &dyn Lookup,
+) -> Result<(), String> {
+    let (key, fields) = expected.iter().next().ok_or("an expected event is empty")?;
+    if expected.len() != 1 {
+        return Err("an expected event needs exactly one key".into());
+    }
+    if key != actual.key() {
+        return Err(format!(
+            "expected {key}, observed {} for {}",
+            actual.key(),
+            actual.command_name
+        ));
+    }
+    let fields = fields
+        .as_document()
+        .ok_or("expected event fields are not a document")?;
+    for (field, want) in fields {
+        let result = match field.as_str() {
+            "commandName" => same_str(want, &actual.command_name, "commandName"),
+            "databaseName" => same_str(want, &actual.database_name, "databaseName"),
+            "command" => document(want, actual.command.as_ref(), "command", lookup),
+            "reply" => document(want, actual.reply.as_ref(), "reply", lookup),
+            "hasServiceId" => match want.as_bool() {
+                Some(false) => Ok(()),
+                Some(true) => Err("hasServiceId: the WIT command-event has no service id".into()),
+                None => Err("hasServiceId needs a bool".into()),
+            },
+            "hasServerConnectionId" => {
+                let has = actual.server_connection_id.is_some_and(|id| id > 0);
+                match want.as_bool() {
+                    Some(w) if w == has => Ok(()),
+                    Some(w) => Err(format!(
+                        "hasServerConnectionId: expected {w}, the event has {:?}",
+                        actual.server_connection_id
+                    )),
+                    None => Err("hasServerConnectionId needs a bool".into()),
+                }
+            }
+            other => Err(format!("unknown field {other:?} in {key}")),
+        };
+        result.map_err(|m| format!("{key} {}: {m}", actual.command_name))?;
+    }
+    Ok(())
+}
+
+fn same_str(want: &Bson, got: &str, what: &str) -> Result<(), String> {
+    match want.as_str() {
+        Some(w) if w == got => Ok(()),
+        Some(w) => Err(format!("{what}: expected {w:?}, got {got:?}")),
+        None => Err(format!("{what} needs a string")),
+    }
+}
+
+fn document(
+    want: &Bson,
+    got: Option<&Document>,
+    what: &str,
+    lookup: &dyn Lookup,
+) -> Result<(), String> {
+    let got = got.map(|d| Bson::Document(d.clone()));
+    matching::matches(want, got.as_ref(), true, lookup).map_err(|m| format!("{what}: {m}"))
+}
+
+/// `find(started), find(succeeded), ...` for failure messages.
+fn summary(events: &[Observed]) -> String {
+    let parts: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let kind = match e.kind {
+                CommandEventKind::Started => "started",
+                CommandEventKind::Succeeded => "succeeded",
+                CommandEventKind::Failed => "failed",
+            };
+            format!("{}({kind})", e.command_name)
+        })
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unified::matching::NoEntities;
+    use bson::doc;
+
+    fn event(kind: CommandEventKind, name: &str, command: Option<Document>) -> CommandEvent {
+        // Started and finished events of one command share a request id.
+        let request_id = name.len() as i32;
+        CommandEvent {
+            kind,
+            command_name: name.into(),
+            database_name: "db".into(),
+            request_id,
+            operation_id: 1,
+            connection_id: 1,
+            server_connection_id: Some(7),
+            server_address: "127.0.0.1:1".into(),
+            duration_micros: None,
+            command: command.map(|c| c.to_vec().unwrap()),
+            reply: None,
+            failure: None,
+        }
+    }
+
+    fn log(spec: Document, events: &[CommandEvent]) -> EventLog {
+        let mut log = EventLog::from_spec(&spec).unwrap();
+        log.record(events);
+        log
+    }
+
+    #[test]
+    fn records_what_the_client_observes_only() {
+        let events = [
+            event(CommandEventKind::Started, "find", Some(doc! {"find": "c"})),
+            event(CommandEventKind::Succeeded, "find", None),
+            event(
+                CommandEventKind::Started,
+                "configureFailPoint",
+                Some(doc! {}),
+            ),
+            event(CommandEventKind::Started, "killCursors", Some(doc! {})),
+            event(CommandEventKind::Started, "saslStart", Some(doc! {})),
+            event(
+                CommandEventKind::Started,
+                "hello",
+                Some(doc! {"hello": 1, "speculativeAuthenticate": {}}),
+            ),
+            event(CommandEventKind::Started, "hello", Some(doc! {})),
+        ];
+        let spec = doc! {
+            "observeEvents": ["commandStartedEvent"],
+            "ignoreCommandMonitoringEvents": ["killCursors"],
+        };
+        let names: Vec<String> = log(spec, &events)
+            .events
+            .iter()
+            .map(|e| e.command_name.clone())
+            .collect();
+        assert_eq!(names, ["find"]);
+        let all =
+            doc! { "observeEvents": ["commandStartedEvent"], "observeSensitiveCommands": true };
+        assert_eq!(log(all, &events).events.len(), 5);
+        assert!(log(doc! {}, &events).events.is_empty());
+    }
+
+    #[test]
+    fn a_redacted_hello_hides_its_reply_too() {
+        let mut reply = event(CommandEventKind::Succeeded, "hello", None);
+        reply.reply = Some(doc! { "ok": 1 }.to_vec().unwrap());
+        let events = [
+            event(CommandEventKind::Started, "hello", Some(doc! {})),
+            reply,
+        ];
+        let spec = doc! { "observeEvents": ["commandStartedEvent", "commandSucceededEvent"] };
+        assert!(log(spec, &events).events.is_empty());
+    }
+
+    #[test]
+    fn expected_events_in_order_with_root_command_matching() {
+        let events = [
+            event(
+                CommandEventKind::Started,
+                "insert",
+                Some(doc! {"insert": "c", "ordered": true, "lsid": {"id": 1}}),
+            ),
+            event(CommandEventKind::Succeeded, "insert", None),
+        ];
+        let spec = doc! { "observeEvents": ["commandStartedEvent", "commandSucceededEvent"] };
+        let log = log(spec, &events);
+        let expected = doc! { "client": "c0", "events": [
+            { "commandStartedEvent": { "command": { "insert": "c" }, "commandName": "insert", "databaseName": "db", "hasServerConnectionId": true } },
+            { "commandSucceededEvent": { "commandName": "insert" } },
+        ]};
+        check(&expected, &log, &NoEntities).unwrap();
+        let short = doc! { "events": [ { "commandStartedEvent": { "commandName": "insert" } } ] };
+        assert!(check(&short, &log, &NoEntities)
+            .unwrap_err()
+            .contains("expected 1 events, observed 2"));
+        let lenient =
+            doc! { "ignoreExtraEvents": true, "events": [ { "commandStartedEvent": {} } ] };
+        check(&lenient, &log, &NoEntities).unwrap();
+        let wrong =
+            doc! { "events": [ { "commandFailedEvent": {} }, { "commandSucceededEvent": {} } ] };
+        assert!(check(&wrong, &log, &NoEntities)
+            .unwrap_err()
+            .contains("expected commandFailedEvent"));
+        let cmap = doc! { "eventType": "cmap", "events": [] };
+        assert!(check(&cmap, &log, &NoEntities)
+            .unwrap_err()
+            .contains("CMAP"));
+    }
+}

@@ -1,0 +1,53 @@
+//! A runner for the MongoDB unified test format (`unified-test-format.md` in the
+//! specifications repository) that drives the mongo-wasi component through its
+//! WIT exports, as a guest's host would.
+//!
+//! - `runner`: suites and files; which tests run, on which topology, or why not.
+//! - `deployment`: the failpoint proxies in front of nx-27017 and what they report.
+//! - `worker` / `testcase` / `engine`: one test on its own thread and component
+//!   instance, trapped by epoch interruption at its wall-clock cap.
+//! - `entities`, `uri`, `operations/*`, `internal`: the entity map and client URIs,
+//!   the WIT calls per entity type and test-runner operation, the internal client.
+//! - `matching`, `errors`, `events`: expectResult, expectError, expectEvents.
+//! - `requirements`, `skips`, `report`: runOnRequirements, the checked-in lists,
+//!   the results.
+
+pub mod args;
+pub mod deployment;
+pub mod engine;
+pub mod entities;
+pub mod errors;
+pub mod events;
+mod internal;
+pub mod matching;
+mod operations;
+pub mod report;
+pub mod requirements;
+pub mod runner;
+pub mod skips;
+pub mod testcase;
+pub mod uri;
+pub mod worker;
+
+/// Why a test did not pass: the first assertion that failed, or why the runner
+/// could not go on with it.
+#[derive(Debug)]
+pub struct Fail(pub String);
+
+pub type Step<T> = Result<T, Fail>;
+
+impl From<wasmtime::Error> for Fail {
+    fn from(e: wasmtime::Error) -> Fail {
+        if engine::is_interrupt(&e) {
+            Fail("exceeded the per-test time cap (the guest was interrupted)".into())
+        } else {
+            Fail(format!("the guest trapped: {e:#}"))
+        }
+    }
+}
+
+impl From<String> for Fail {
+    fn from(s: String) -> Fail {
+        Fail(s)
+    }
+}

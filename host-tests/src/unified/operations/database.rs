@@ -1,0 +1,131 @@
+//! Database operations on the WIT `database`.
+
+use super::collection::{aggregate_options, op_options};
+use super::cursor;
+use super::{decode, output, OpResult, Output};
+use crate::bindings::exports::mongo_wasi::driver::database::{
+    CollectionOptions, RunCommandOptions,
+};
+use crate::unified::args::{bytes, Args};
+use crate::unified::entities::{CollectionEntity, Entity};
+use crate::unified::testcase::TestRun;
+use crate::unified::{Fail, Step};
+use bson::Bson;
+
+fn pipeline(args: &mut Args) -> Step<Vec<Vec<u8>>> {
+    args.docs("pipeline")?.iter().map(bytes).collect()
+}
+
+impl TestRun {
+    pub(super) fn database_operation(
+        &mut self,
+        object: &str,
+        name: &str,
+        mut args: Args,
+    ) -> Step<OpResult> {
+        let (db, db_name) = {
+            let d = self.entities.database(object)?;
+            (d.handle, d.name.clone())
+        };
+        let session = self.session_arg(&mut args)?;
+        let g = &mut self.guest;
+        let api = g.driver.mongo_wasi_driver_database().database();
+        let s = &mut g.store;
+        match name {
+            "runCommand" => {
+                let command = bytes(&args.req_doc("command")?)?;
+                // The command document keeps its key order, so commandName is not needed.
+                args.take("commandName");
+                let read_preference = args.doc("readPreference")?.map(|d| bytes(&d)).transpose()?;
+                let opts = RunCommandOptions {
+                    timeout_ms: args.timeout()?,
+                    session,
+                    read_preference,
+                };
+                args.done()?;
+                let r = api.call_run_command(s, db, &command, &opts)?;
+                output(r, |d| {
+                    Ok(Output::Value(decode(&d, "the command reply")?.into()))
+                })
+            }
+            "runCursorCommand" | "createCommandCursor" => {
+                let command = bytes(&args.req_doc("command")?)?;
+                args.take("commandName");
+                let r = api.call_run_cursor_command(
+                    s,
+                    db,
+                    &command,
+                    &aggregate_options(&mut args, session)?,
+                )?;
+                match name {
+                    "runCursorCommand" => cursor::documents(g, r),
+                    _ => cursor::entity(r),
+                }
+            }
+            "aggregate" => {
+                let p = pipeline(&mut args)?;
+                let r = api.call_aggregate(s, db, &p, &aggregate_options(&mut args, session)?)?;
+                cursor::documents(g, r)
+            }
+            "listCollections" | "listCollectionObjects" => {
+                let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
+                let r = api.call_list_collections(
+                    s,
+                    db,
+                    &filter,
+                    &aggregate_options(&mut args, session)?,
+                )?;
+                cursor::documents(g, r)
+            }
+            "listCollectionNames" => {
+                let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
+                let r = api.call_list_collection_names(
+                    s,
+                    db,
+                    &filter,
+                    &op_options(&mut args, session)?,
+                )?;
+                output(r, |names| {
+                    Ok(Output::Value(Bson::Array(
+                        names.into_iter().map(Bson::String).collect(),
+                    )))
+                })
+            }
+            "createCollection" => {
+                let coll = args.req_string("collection")?;
+                let r =
+                    api.call_create_collection(s, db, &coll, &op_options(&mut args, session)?)?;
+                output(r, |handle| {
+                    Ok(Output::Entity(Entity::Collection(CollectionEntity {
+                        handle,
+                        database: db_name,
+                        name: coll,
+                    })))
+                })
+            }
+            "dropCollection" => {
+                let coll = args.req_string("collection")?;
+                let opts = CollectionOptions {
+                    timeout_ms: None,
+                    read_concern: None,
+                    write_concern: None,
+                    read_preference: None,
+                };
+                let handle = api.call_collection(&mut *s, db, &coll, &opts)?;
+                let r = g
+                    .driver
+                    .mongo_wasi_driver_collection()
+                    .collection()
+                    .call_drop(&mut g.store, handle, &op_options(&mut args, session)?)?;
+                handle.resource_drop(&mut g.store)?;
+                output(r, |()| Ok(Output::None))
+            }
+            "createChangeStream" => {
+                let p = pipeline(&mut args)?;
+                let r = api.call_watch(s, db, &p, &aggregate_options(&mut args, session)?)?;
+                cursor::entity(r)
+            }
+            other => Err(Fail(format!("database.{other}: no WIT method for it"))),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The special test operations (`object: testRunner`).
+
+use crate::unified::entities::Entity;
+use crate::unified::errors::describe;
+use crate::unified::events::{self, EventLog};
+use crate::unified::internal;
+use crate::unified::testcase::TestRun;
+use crate::unified::{Fail, Step};
+use bson::{doc, Bson, Document};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long `waitForEvent` waits, as the spec says.
+const EVENT_WAIT: Duration = Duration::from_secs(10);
+
+fn arg<'a>(args: Option<&'a Document>, key: &str) -> Step<&'a Bson> {
+    args.and_then(|a| a.get(key))
+        .ok_or_else(|| Fail(format!("missing argument {key}")))
+}
+
+fn str_arg<'a>(args: Option<&'a Document>, key: &str) -> Step<&'a str> {
+    arg(args, key)?
+        .as_str()
+        .ok_or_else(|| Fail(format!("argument {key} is not a string")))
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl TestRun {
+    pub(super) fn runner_operation(&mut self, name: &str, args: Option<&Document>) -> Step<()> {
+        match name {
+            "failPoint" => {
+                let fp = arg(args, "failPoint")?
+                    .as_document()
+                    .ok_or_else(|| Fail("failPoint is not a document".into()))?;
+                let client = self.entities.client(str_arg(args, "client")?)?.handle;
+                let fp_name = fp.get_str("configureFailPoint").unwrap_or("failCommand");
+                // Recorded before sending: even a half-applied fail point gets switched off.
+                self.failpoints.push(fp_name.to_string());
+                match internal::command(&mut self.guest, client, "admin", fp)? {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(Fail(format!("configureFailPoint: {}", describe(&e)))),
+                }
+            }
+            "targetedFailPoint" | "assertSessionPinned" => {
+                self.entities.session(str_arg(args, "session")?)?;
+                Err(Fail(format!(
+                    "{name}: the session is not pinned (only a mongos or load balancer pins one)"
+                )))
+            }
+            // Pinning only exists for mongos and load balancers, which these topologies lack.
+            "assertSessionUnpinned" => self.entities.session(str_arg(args, "session")?).map(drop),
+            "assertSessionTransactionState" => {
+                let session = self.entities.session(str_arg(args, "session")?)?.handle;
+                let state = str_arg(args, "state")?;
+                let g = &mut self.guest;
+                let in_txn = g
+                    .driver
+                    .mongo_wasi_driver_session()
+                    .session()
+                    .call_in_transaction(&mut g.store, session)?;
+                let want_in = matches!(state, "starting" | "in_progress");
+                if in_txn != want_in {
+                    return Err(Fail(format!("expected state {state}, in-transaction() is {in_txn}")));
+                }
+                Err(Fail(format!(
+                    "assertSessionTransactionState {state}: the WIT session exposes in-transaction() only, not the state"
+                )))
+            }
+            "assertSessionDirty" | "assertSessionNotDirty" => Err(Fail(format!(
+                "{name}: the WIT session does not expose whether it is dirty"
+            ))),
+            "assertSameLsidOnLastTwoCommands" | "assertDifferentLsidOnLastTwoCommands" => {
+                let log = &self.entities.client(str_arg(args, "client")?)?.log;
+                self.last_two_lsids(name, log)
+            }
+            "assertCollectionExists" | "assertCollectionNotExists" => {
+                let db = str_arg(args, "databaseName")?;
+                let coll = str_arg(args, "collectionName")?;
+                let exists = self.collection_names(db)?.iter().any(|n| n == coll);
+                match (exists, name == "assertCollectionExists") {
+                    (true, true) | (false, false) => Ok(()),
+                    (false, true) => Err(Fail(format!("collection {db}.{coll} does not exist"))),
+                    (true, false) => Err(Fail(format!("collection {db}.{coll} exists"))),
+                }
+            }
+            "assertIndexExists" | "assertIndexNotExists" => {
+                let db = str_arg(args, "databaseName")?;
+                let coll = str_arg(args, "collectionName")?;
+                let index = str_arg(args, "indexName")?;
+                let names = self.index_names(db, coll)?;
+                let exists = names.iter().any(|n| n == index);
+                match (exists, name == "assertIndexExists") {
+                    (true, true) | (false, false) => Ok(()),
+                    (false, true) => Err(Fail(format!("no index {index} on {db}.{coll} (has {names:?})"))),
+                    (true, false) => Err(Fail(format!("index {index} exists on {db}.{coll}"))),
+                }
+            }
+            "createEntities" => {
+                let list = arg(args, "entities")?
+                    .as_array()
+                    .ok_or_else(|| Fail("entities is not an array".into()))?;
+                for spec in list {
+                    let spec = spec
+                        .as_document()
+                        .ok_or_else(|| Fail("an entity is not a document".into()))?;
+                    self.entities.create(&mut self.guest, spec, &self.uri)?;
+                }
+                Ok(())
+            }
+            "loop" => self.run_loop(args),
+            "wait" => {
+                let ms = arg(args, "ms")?
+                    .as_i64()
+                    .or_else(|| arg(args, "ms").ok().and_then(Bson::as_i32).map(i64::from))
+                    .ok_or_else(|| Fail("ms is not an integer".into()))?;
+                std::thread::sleep(Duration::from_millis(ms.max(0) as u64));
+                Ok(())
+            }
+            "waitForEvent" | "assertEventCount" => self.count_events(name, args),
+            "assertNumberConnectionsCheckedOut" => Err(Fail(
+                "assertNumberConnectionsCheckedOut: needs CMAP events, which the driver does not expose".into(),
+            )),
+            "recordTopologyDescription" | "assertTopologyType" | "waitForPrimaryChange" => Err(Fail(format!(
+                "{name}: the WIT exposes no topology description (SDAM)"
+            ))),
+            "runOnThread" | "waitForThread" => Err(Fail(format!(
+                "{name}: a component instance is single-threaded"
+            ))),
+            other => Err(Fail(format!("unknown test runner operation {other}"))),
+        }
+    }
+
+    fn last_two_lsids(&self, name: &str, log: &EventLog) -> Step<()> {
+        let started = log.started_commands();
+        let [.., a, b] = started.as_slice() else {
+            return Err(Fail(format!(
+                "{name}: fewer than two commandStartedEvents observed"
+            )));
+        };
+        let (Some(x), Some(y)) = (a.get("lsid"), b.get("lsid")) else {
+            return Err(Fail(format!("{name}: a command has no lsid")));
+        };
+        match (x == y, name == "assertSameLsidOnLastTwoCommands") {
+            (true, true) | (false, false) => Ok(()),
+            (false, true) => Err(Fail(format!("{name}: lsids differ: {x} and {y}"))),
+            (true, false) => Err(Fail(format!("{name}: both commands used lsid {x}"))),
+        }
+    }
+
+    fn count_events(&mut self, name: &str, args: Option<&Document>) -> Step<()> {
+        let client = str_arg(args, "client")?.to_string();
+        let event = arg(args, "event")?
+            .as_document()
+            .ok_or_else(|| Fail("event is not a document".into()))?;
+        let want = arg(args, "count")?
+            .as_i32()
+            .map(i64::from)
+            .or_else(|| arg(args, "count").ok().and_then(Bson::as_i64))
+            .ok_or_else(|| Fail("count is not an integer".into()))?;
+        let key = event.keys().next().map(String::as_str).unwrap_or_default();
+        if !key.starts_with("command") {
+            return Err(Fail(format!(
+                "{name} {key}: the driver exposes command monitoring events only"
+            )));
+        }
+        let deadline = Instant::now() + EVENT_WAIT;
+        loop {
+            let log = &self.entities.client(&client)?.log;
+            let seen = log
+                .events
+                .iter()
+                .filter(|e| events::event_matches(event, e, &self.entities).is_ok())
+                .count() as i64;
+            if seen == want || (name == "waitForEvent" && seen > want) {
+                return Ok(());
+            }
+            if name == "assertEventCount" || Instant::now() >= deadline {
+                return Err(Fail(format!(
+                    "{name}: {seen} matching {key}, expected {want}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            self.drain_events()?;
+        }
+    }
+
+    /// `loop`: runs its operations until the runner asks it to stop, which
+    /// spec-runner does after its loop budget (no workload executor sends a signal).
+    fn run_loop(&mut self, args: Option<&Document>) -> Step<()> {
+        let ops = arg(args, "operations")?
+            .as_array()
+            .ok_or_else(|| Fail("operations is not an array".into()))?
+            .clone();
+        let get = |key: &str| args.and_then(|a| a.get_str(key).ok()).map(String::from);
+        let (errors, failures) = (get("storeErrorsAsEntity"), get("storeFailuresAsEntity"));
+        // This runner does not tell errors from failures: both go to one list.
+        let store = failures.clone().or(errors.clone());
+        for list in [&errors, &failures].into_iter().flatten() {
+            match self.entities.get(list) {
+                None => self
+                    .entities
+                    .insert(list, Entity::Value(Bson::Array(Vec::new())))?,
+                Some(Entity::Value(Bson::Array(_))) => {}
+                Some(_) => return Err(Fail(format!("loop: entity {list} is not an array"))),
+            }
+        }
+        let stop = Instant::now() + self.loop_budget;
+        let (mut successes, mut iterations) = (0i64, 0i64);
+        while Instant::now() < stop {
+            iterations += 1;
+            for op in &ops {
+                let op = op
+                    .as_document()
+                    .ok_or_else(|| Fail("loop: an operation is not a document".into()))?;
+                match (self.operation(op), &store) {
+                    (Ok(()), _) => successes += 1,
+                    (Err(f), Some(list)) => {
+                        let entry = doc! { "error": f.0, "time": now_secs() };
+                        if let Some(Entity::Value(Bson::Array(a))) = self.entities.get_mut(list) {
+                            a.push(entry.into());
+                        }
+                        break;
+                    }
+                    (Err(f), None) => return Err(f),
+                }
+            }
+        }
+        for (key, n) in [
+            ("storeSuccessesAsEntity", successes),
+            ("storeIterationsAsEntity", iterations),
+        ] {
+            if let Some(name) = get(key) {
+                self.entities.insert(&name, Entity::Value(Bson::Int64(n)))?;
+            }
+        }
+        Ok(())
+    }
+}

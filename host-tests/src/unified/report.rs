@@ -1,0 +1,236 @@
+//! Results: per-file lines as the run goes, per-suite counts, the JSON report,
+//! and the comparison with the expected-pass list.
+
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+impl Status {
+    fn word(self) -> &'static str {
+        match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TestResult {
+    pub suite: String,
+    /// Relative to the spec tests' root, e.g. `crud/tests/unified/find.json`.
+    pub file: String,
+    pub test: String,
+    pub status: Status,
+    pub reason: String,
+    pub millis: u128,
+}
+
+#[derive(Default)]
+pub struct Report {
+    pub results: Vec<TestResult>,
+}
+
+/// Counts of one suite (or file).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+impl Counts {
+    fn add(&mut self, s: Status) {
+        match s {
+            Status::Passed => self.passed += 1,
+            Status::Failed => self.failed += 1,
+            Status::Skipped => self.skipped += 1,
+        }
+    }
+}
+
+impl Report {
+    pub fn add(&mut self, r: TestResult) {
+        self.results.push(r);
+    }
+
+    /// One line for the file, then one per failure (and with `verbose`, per skip).
+    pub fn print_file(&self, file: &str, verbose: bool) {
+        let mut counts = Counts::default();
+        let mut millis = 0;
+        let of_file: Vec<&TestResult> = self.results.iter().filter(|r| r.file == file).collect();
+        for r in &of_file {
+            counts.add(r.status);
+            millis += r.millis;
+        }
+        println!(
+            "{file}: {} passed, {} failed, {} skipped ({:.1} s)",
+            counts.passed,
+            counts.failed,
+            counts.skipped,
+            millis as f64 / 1000.0
+        );
+        for r in of_file {
+            match r.status {
+                Status::Failed => println!("    FAIL {}: {}", r.test, r.reason),
+                Status::Skipped if verbose => println!("    skip {}: {}", r.test, r.reason),
+                Status::Passed if verbose => println!("    ok   {}", r.test),
+                _ => {}
+            }
+        }
+    }
+
+    pub fn suites(&self) -> BTreeMap<&str, Counts> {
+        let mut out: BTreeMap<&str, Counts> = BTreeMap::new();
+        for r in &self.results {
+            out.entry(r.suite.as_str()).or_default().add(r.status);
+        }
+        out
+    }
+
+    pub fn print_summary(&self) {
+        println!("==> spec suites");
+        let mut total = Counts::default();
+        for (suite, c) in self.suites() {
+            println!(
+                "    {suite:<55} {:>5} passed {:>5} failed {:>5} skipped",
+                c.passed, c.failed, c.skipped
+            );
+            total.passed += c.passed;
+            total.failed += c.failed;
+            total.skipped += c.skipped;
+        }
+        println!(
+            "    {:<55} {:>5} passed {:>5} failed {:>5} skipped",
+            "total", total.passed, total.failed, total.skipped
+        );
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let suites: serde_json::Map<String, serde_json::Value> = self
+            .suites()
+            .into_iter()
+            .map(|(s, c)| {
+                let counts =
+                    json!({ "passed": c.passed, "failed": c.failed, "skipped": c.skipped });
+                (s.to_string(), counts)
+            })
+            .collect();
+        let tests: Vec<serde_json::Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                json!({
+                    "suite": r.suite, "file": r.file, "test": r.test,
+                    "result": r.status.word(), "reason": r.reason, "ms": r.millis as u64,
+                })
+            })
+            .collect();
+        json!({ "suites": suites, "tests": tests })
+    }
+
+    pub fn write_json(&self, path: &Path) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(&self.to_json()).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// `(file, test)` of every passing test.
+    pub fn passed(&self) -> BTreeSet<(String, String)> {
+        self.results
+            .iter()
+            .filter(|r| r.status == Status::Passed)
+            .map(|r| (r.file.clone(), r.test.clone()))
+            .collect()
+    }
+
+    /// Listed tests that did not pass (with why), and passing tests not on the list.
+    /// `in_scope` says which listed tests this run was meant to cover.
+    pub fn compare(
+        &self,
+        expected: &BTreeSet<(String, String)>,
+        in_scope: &dyn Fn(&str, &str) -> bool,
+    ) -> (Vec<String>, Vec<String>) {
+        let by_name: BTreeMap<(&str, &str), &TestResult> = self
+            .results
+            .iter()
+            .map(|r| ((r.file.as_str(), r.test.as_str()), r))
+            .collect();
+        let mut regressions = Vec::new();
+        for (file, test) in expected.iter().filter(|(f, t)| in_scope(f, t)) {
+            match by_name.get(&(file.as_str(), test.as_str())) {
+                Some(r) if r.status == Status::Passed => {}
+                Some(r) => regressions.push(format!(
+                    "{file}: {test}: {} ({})",
+                    r.status.word(),
+                    r.reason
+                )),
+                None => regressions.push(format!("{file}: {test}: missing from this run")),
+            }
+        }
+        let new = self
+            .passed()
+            .into_iter()
+            .filter(|t| !expected.contains(t))
+            .map(|(f, t)| format!("{f}: {t}"))
+            .collect();
+        (regressions, new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(file: &str, test: &str, status: Status) -> TestResult {
+        TestResult {
+            suite: "crud/tests/unified".into(),
+            file: file.into(),
+            test: test.into(),
+            status,
+            reason: if status == Status::Passed {
+                String::new()
+            } else {
+                "why".into()
+            },
+            millis: 3,
+        }
+    }
+
+    #[test]
+    fn counts_json_and_the_expected_list() {
+        let mut report = Report::default();
+        report.add(result("a.json", "one", Status::Passed));
+        report.add(result("a.json", "two", Status::Failed));
+        report.add(result("a.json", "three", Status::Skipped));
+        report.add(result("b.json", "four", Status::Passed));
+        let counts = report.suites()["crud/tests/unified"];
+        assert_eq!((counts.passed, counts.failed, counts.skipped), (2, 1, 1));
+        let json = report.to_json();
+        assert_eq!(json["suites"]["crud/tests/unified"]["failed"], 1);
+        assert_eq!(json["tests"][1]["result"], "failed");
+        assert_eq!(json["tests"][1]["reason"], "why");
+        let expected: BTreeSet<(String, String)> =
+            [("a.json", "one"), ("a.json", "two"), ("c.json", "gone")]
+                .into_iter()
+                .map(|(f, t)| (f.to_string(), t.to_string()))
+                .collect();
+        let (regressions, new) = report.compare(&expected, &|_, _| true);
+        assert_eq!(
+            regressions,
+            [
+                "a.json: two: failed (why)",
+                "c.json: gone: missing from this run"
+            ]
+        );
+        assert_eq!(new, ["b.json: four"]);
+        let (regressions, _) = report.compare(&expected, &|f, _| f != "c.json");
+        assert_eq!(regressions, ["a.json: two: failed (why)"]);
+    }
+}

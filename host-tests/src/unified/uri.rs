@@ -1,0 +1,117 @@
+//! A client entity's connection string: the topology's URI with the entity's
+//! `uriOptions` as query parameters.
+
+use bson::{Bson, Document};
+
+/// The topology's URI with `uriOptions` as query parameters (overriding the URI's own).
+pub fn client_uri(base: &str, options: &Document) -> Result<String, String> {
+    let (head, query) = match base.split_once('?') {
+        Some((h, q)) => (h.to_string(), q.to_string()),
+        None if base.contains('/') && base.matches('/').count() > 2 => {
+            (base.to_string(), String::new())
+        }
+        None => (format!("{base}/"), String::new()),
+    };
+    let mut params: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .filter(|(k, _)| !options.keys().any(|o| o.eq_ignore_ascii_case(k)))
+        .collect();
+    for (key, value) in options {
+        match value {
+            // readPreferenceTags: one parameter per tag set.
+            Bson::Array(sets) => {
+                for set in sets {
+                    params.push((key.clone(), uri_value(key, set)?));
+                }
+            }
+            other => params.push((key.clone(), uri_value(key, other)?)),
+        }
+    }
+    if params.is_empty() {
+        return Ok(head);
+    }
+    let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(format!("{head}?{}", query.join("&")))
+}
+
+fn uri_value(key: &str, v: &Bson) -> Result<String, String> {
+    Ok(match v {
+        Bson::String(s) => encode(s),
+        Bson::Boolean(b) => b.to_string(),
+        Bson::Int32(i) => i.to_string(),
+        Bson::Int64(i) => i.to_string(),
+        Bson::Double(d) if d.fract() == 0.0 => format!("{}", *d as i64),
+        Bson::Double(d) => d.to_string(),
+        // authMechanismProperties, a tag set: `k:v,k:v`.
+        Bson::Document(d) if super::matching::special(d).is_some() => {
+            return Err(format!(
+                "uriOptions.{key}: $$placeholder values are not supported"
+            ))
+        }
+        Bson::Document(d) => {
+            let pairs: Result<Vec<String>, String> = d
+                .iter()
+                .map(|(k, v)| Ok(format!("{}:{}", encode(k), uri_value(key, v)?)))
+                .collect();
+            pairs?.join(",")
+        }
+        other => return Err(format!("uriOptions.{key}: cannot put {other} in a URI")),
+    })
+}
+
+/// Percent-encodes all but unreserved characters (and the `:`/`,` of tag sets).
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn uri_options_become_query_parameters() {
+        let base = "mongodb://127.0.0.1:5/?replicaSet=rs0";
+        assert_eq!(client_uri(base, &doc! {}).unwrap(), base);
+        let uri = client_uri(
+            base,
+            &doc! { "retryWrites": false, "w": "majority", "timeoutMS": 250 },
+        )
+        .unwrap();
+        assert_eq!(
+            uri,
+            "mongodb://127.0.0.1:5/?replicaSet=rs0&retryWrites=false&w=majority&timeoutMS=250"
+        );
+        let over = client_uri(base, &doc! { "replicaset": "other" }).unwrap();
+        assert_eq!(over, "mongodb://127.0.0.1:5/?replicaset=other");
+        let plain = client_uri("mongodb://127.0.0.1:5", &doc! { "appname": "my app" }).unwrap();
+        assert_eq!(plain, "mongodb://127.0.0.1:5/?appname=my%20app");
+    }
+
+    #[test]
+    fn tag_sets_and_placeholders() {
+        let tags = doc! { "readPreferenceTags": [{ "dc": "ny", "rack": 1 }, {}] };
+        let uri = client_uri("mongodb://h:1/", &tags).unwrap();
+        assert_eq!(
+            uri,
+            "mongodb://h:1/?readPreferenceTags=dc:ny,rack:1&readPreferenceTags="
+        );
+        let placeholder = doc! { "authMechanismProperties": { "$$placeholder": 1 } };
+        assert!(client_uri("mongodb://h:1/", &placeholder)
+            .unwrap_err()
+            .contains("placeholder"));
+    }
+}

@@ -1,0 +1,163 @@
+//! `cargo xtask spec`: the unified-format spec tests through `spec-runner`, against a
+//! throw-away nx-27017; and the spec step of `cargo xtask test`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::run::{exec, Ctx, Result, Run};
+use crate::server::Server;
+use crate::setup;
+use crate::steps;
+
+/// The checked-in list of tests that must keep passing, relative to the repo root.
+const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
+
+pub const USAGE: &str = "\
+usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
+                        [--update-expected]
+  <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
+  --all                every unified-format suite
+  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes";
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Args {
+    suites: Vec<String>,
+    all: bool,
+    json: Option<String>,
+    filter: Option<String>,
+    verbose: bool,
+    update_expected: bool,
+}
+
+impl Args {
+    pub fn parse(args: &[&str]) -> Result<Args> {
+        let mut out = Args::default();
+        let mut it = args.iter();
+        while let Some(&arg) = it.next() {
+            let mut value = || {
+                it.next()
+                    .map(|v| v.to_string())
+                    .ok_or(format!("{arg} needs a value\n\n{USAGE}"))
+            };
+            match arg {
+                "--all" => out.all = true,
+                "--json" => out.json = Some(value()?),
+                "--filter" => out.filter = Some(value()?),
+                "--verbose" => out.verbose = true,
+                "--update-expected" => out.update_expected = true,
+                flag if flag.starts_with("--") => {
+                    return Err(format!("unknown option {flag}\n\n{USAGE}"))
+                }
+                suite => out.suites.push(suite.to_string()),
+            }
+        }
+        if out.suites.is_empty() && !out.all {
+            return Err(format!("name a suite directory, or --all\n\n{USAGE}"));
+        }
+        Ok(out)
+    }
+
+    /// spec-runner's arguments, after `--backend`.
+    fn runner_args(&self, ctx: &Ctx) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.all {
+            v.push("--all".to_string());
+        }
+        for s in &self.suites {
+            v.extend(["--suite".to_string(), s.clone()]);
+        }
+        for (flag, value) in [("--json", &self.json), ("--filter", &self.filter)] {
+            if let Some(value) = value {
+                v.extend([flag.to_string(), value.clone()]);
+            }
+        }
+        if self.verbose {
+            v.push("--verbose".into());
+        }
+        if self.update_expected {
+            let path = ctx.root.join(EXPECTED);
+            v.extend(["--update-expected".into(), path.display().to_string()]);
+        }
+        v
+    }
+}
+
+pub fn spec(ctx: &Ctx, args: &[&str]) -> Result<()> {
+    if args.iter().any(|a| matches!(*a, "--help" | "-h")) {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let args = Args::parse(args)?;
+    let mut run = Run::new("spec");
+    let _ = setup::steps(&mut run, ctx)
+        .and_then(|()| steps::build_steps(&mut run, ctx))
+        .and_then(|()| {
+            run.step("spec: unified-format tests against nx-27017", || {
+                run_spec_runner(ctx, &args.runner_args(ctx))
+            })
+        });
+    run.finish()
+}
+
+/// The step of `cargo xtask test`: every suite, failing only when a test on the
+/// expected-pass list does not pass (spec-runner prints the new passes too).
+pub fn expected_pass_step(ctx: &Ctx) -> Result<()> {
+    let report = ctx.work.join("spec-report.json");
+    let args = vec![
+        "--all".to_string(),
+        "--expected".to_string(),
+        ctx.root.join(EXPECTED).display().to_string(),
+        "--json".to_string(),
+        report.display().to_string(),
+    ];
+    run_spec_runner(ctx, &args)
+}
+
+fn run_spec_runner(ctx: &Ctx, args: &[String]) -> Result<()> {
+    let runner: PathBuf = ctx.target_dir()?.join("debug/spec-runner");
+    let server = Server::start(ctx)?;
+    let mut cmd = Command::new(runner);
+    cmd.arg("--backend").arg(server.addr()).args(args);
+    let result = exec(&mut cmd);
+    result.and(server.stop())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suites_and_flags() {
+        let a = Args::parse(&["crud/tests/unified", "--json", "r.json", "--verbose"]).unwrap();
+        assert_eq!(a.suites, ["crud/tests/unified"]);
+        assert_eq!(a.json.as_deref(), Some("r.json"));
+        assert!(a.verbose && !a.all);
+        let ctx = Ctx::locate();
+        let args = a.runner_args(&ctx);
+        assert_eq!(
+            args,
+            [
+                "--suite",
+                "crud/tests/unified",
+                "--json",
+                "r.json",
+                "--verbose"
+            ]
+        );
+        let all = Args::parse(&["--all", "--update-expected"]).unwrap();
+        let args = all.runner_args(&ctx);
+        assert_eq!(args[0], "--all");
+        assert!(args[2].ends_with("host-tests/spec/expected-pass.txt"));
+    }
+
+    #[test]
+    fn refuses_nothing_to_run_and_unknown_options() {
+        assert!(Args::parse(&[]).unwrap_err().contains("name a suite"));
+        assert!(Args::parse(&["--bogus"])
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(Args::parse(&["--json"])
+            .unwrap_err()
+            .contains("needs a value"));
+    }
+}
