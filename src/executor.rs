@@ -84,6 +84,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
                 if in_txn && !op.ends_transaction() && transient(&e) {
                     e.add_label("TransientTransactionError");
                 }
+                // A network error on a retryable write says so (Retryable Writes spec).
+                if kind == Retryability::Write && state.retry_supported && is_network(&e) {
+                    e.add_label("RetryableWriteError");
+                }
                 e
             }
         };
@@ -287,6 +291,11 @@ fn attach_session(
         }
     }
     Ok(())
+}
+
+/// A network error, a socket timeout included.
+fn is_network(e: &Error) -> bool {
+    e.kind == ErrorKind::Network || (e.kind == ErrorKind::Timeout && e.code.is_none())
 }
 
 /// Errors that leave a transaction retryable as a whole (Transactions spec).

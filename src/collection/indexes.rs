@@ -1,7 +1,7 @@
 //! Index management (Index Management spec): create, list, drop.
 
 use super::{Collection, OpOptions};
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, TimeoutMode};
 use crate::error::{Error, Result};
 use crate::retryable::Retryability;
 use bson::{cstr, rawdoc, RawArrayBuf, RawDocument, RawDocumentBuf};
@@ -35,13 +35,18 @@ impl Collection {
         Ok(names)
     }
 
-    pub fn list_indexes(&self, batch_size: Option<u32>, options: &OpOptions) -> Result<Cursor> {
+    pub fn list_indexes(
+        &self,
+        batch_size: Option<u32>,
+        options: &OpOptions,
+        mode: Option<TimeoutMode>,
+    ) -> Result<Cursor> {
         let mut cursor_opts = RawDocumentBuf::new();
         if let Some(b) = batch_size {
             cursor_opts.append(cstr!("batchSize"), i64::from(b));
         }
         let body = rawdoc! { "listIndexes": self.name.as_str(), "cursor": cursor_opts };
-        self.cursor_command(body, batch_size, options, None, Retryability::Read, false)
+        self.cursor_command(body, batch_size, options, mode, Retryability::Read, false)
     }
 
     /// Drops one index by name (`"*"`: all but `_id`).

@@ -104,6 +104,14 @@ impl Collection {
             return Ok(options.clone());
         }
         let csot = self.resolve(options.timeout_ms, options.session)?.is_some();
+        // Under timeoutMS a caller's maxTimeMS is ignored (CSOT spec).
+        let options = &match csot {
+            true => OpOptions {
+                extra: take_field(options.extra.as_ref(), "maxTimeMS")?.1,
+                ..options.clone()
+            },
+            false => options.clone(),
+        };
         let concern = match concern {
             Some(c) if csot && key == crate::concern::WRITE => {
                 Some(crate::concern::without_wtimeout(c)?)
@@ -161,10 +169,12 @@ impl Collection {
         };
         let (tailable, await_data) = (flag("tailable"), flag("awaitData"));
         // maxAwaitTimeMS is for getMore, not for find itself.
-        let (max_await, extra) = take_field(options.extra.as_ref(), "maxAwaitTimeMS")?;
-        let max_await = max_await
-            .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
-            .map(|v| v.max(0) as u64);
+        let (max_await, extra) = max_await_time(options.extra.as_ref())?;
+        // Under timeoutMS a caller's maxTimeMS is ignored (CSOT spec).
+        let extra = match timeout_ms {
+            Some(_) => take_field(extra.as_ref(), "maxTimeMS")?.1,
+            None => extra,
+        };
         let shape = CursorShape {
             tailable,
             await_data,
@@ -257,10 +267,7 @@ impl Collection {
     ) -> Result<Cursor> {
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         // maxAwaitTimeMS is for getMore, not for the command itself.
-        let (max_await, extra) = take_field(options.extra.as_ref(), "maxAwaitTimeMS")?;
-        let max_await = max_await
-            .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
-            .map(|v| v.max(0) as u64);
+        let (max_await, extra) = max_await_time(options.extra.as_ref())?;
         let shape = CursorShape {
             tailable: false,
             await_data: max_await.is_some(),
@@ -407,6 +414,24 @@ impl Collection {
             other => other.map(|_| ()),
         }
     }
+}
+
+/// `maxAwaitTimeMS` taken out of `extra`: it is for getMore, not for the
+/// command that opens the cursor.
+fn max_await_time(extra: Option<&RawDocumentBuf>) -> Result<(Option<u64>, Option<RawDocumentBuf>)> {
+    let (value, rest) = take_field(extra, "maxAwaitTimeMS")?;
+    let ms = match value {
+        None => None,
+        Some(v) => match v.as_i64().or(v.as_i32().map(i64::from)) {
+            Some(ms) if ms >= 0 => Some(ms as u64),
+            _ => {
+                return Err(Error::invalid_argument(
+                    "maxAwaitTimeMS must be a non-negative integer",
+                ))
+            }
+        },
+    };
+    Ok((ms, rest))
 }
 
 /// Reads go to a readable server and may be retried; everything else is a write.

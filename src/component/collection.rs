@@ -279,9 +279,9 @@ impl GuestCollection for CollectionRes {
     }
 
     fn list_indexes(&self, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        let (opts, batch_size, mode) = aggregate_parts(&options)?;
         Ok(CursorRes::wit(wrap(
-            self.0.list_indexes(batch_size, &opts),
+            self.0.list_indexes(batch_size, &opts, mode),
         )?))
     }
 
