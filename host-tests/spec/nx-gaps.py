@@ -142,6 +142,16 @@ def retry_dedup(db):
     return dup, err or f"second reply {reply}"
 
 
+@gap("recommit", "accepts commitTransaction again after a commit (the Transactions spec re-commits)")
+def recommit(db):
+    with db.client.start_session() as session:
+        session.start_transaction()
+        db.c.insert_one({"_id": 1}, session=session)
+        session.commit_transaction()
+        _, err = attempt(session.commit_transaction)
+    return err is not None, err or "re-commit accepted"
+
+
 @gap("replace-id", "keeps _id (and its type) on a findAndModify replacement; an upsert takes _id from the query")
 def replace_id(db):
     db.r.insert_many([{"_id": 1, "x": 11}, {"_id": 2, "x": 22}])

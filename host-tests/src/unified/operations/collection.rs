@@ -278,6 +278,11 @@ impl TestRun {
                     api.call_count_documents(s, coll, &filter, &op_options(&mut args, session)?)?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
+            "count" => {
+                let filter = bytes(&args.req_doc("filter")?)?;
+                let r = api.call_count(s, coll, &filter, &op_options(&mut args, session)?)?;
+                output(r, |n| Ok(Output::Value(Bson::Int64(n))))
+            }
             "estimatedDocumentCount" => {
                 let r =
                     api.call_estimated_document_count(s, coll, &op_options(&mut args, session)?)?;
