@@ -94,14 +94,7 @@ pub struct HelloReply {
 
 impl HelloReply {
     pub fn parse(doc: &RawDocument) -> Result<HelloReply> {
-        let int = |k: &str| -> Option<i64> {
-            match doc.get(k).ok().flatten()? {
-                bson::RawBsonRef::Int32(v) => Some(v as i64),
-                bson::RawBsonRef::Int64(v) => Some(v),
-                bson::RawBsonRef::Double(v) => Some(v as i64),
-                _ => None,
-            }
-        };
+        let int = |k: &str| crate::operation::int_field(doc, k);
         let flag = |k: &str| doc.get_bool(k).unwrap_or(false);
         let string = |k: &str| doc.get_str(k).ok().map(str::to_string);
         let strings = |k: &str| -> Vec<String> {

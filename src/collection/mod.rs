@@ -475,10 +475,6 @@ fn array(docs: &[RawDocumentBuf]) -> RawArrayBuf {
 }
 
 fn number(doc: &RawDocument, key: &str) -> Result<i64> {
-    match doc.get(key)? {
-        Some(bson::RawBsonRef::Int32(v)) => Ok(v.into()),
-        Some(bson::RawBsonRef::Int64(v)) => Ok(v),
-        Some(bson::RawBsonRef::Double(v)) => Ok(v as i64),
-        _ => Err(Error::protocol(format!("reply has no numeric {key}"))),
-    }
+    crate::operation::int_field(doc, key)
+        .ok_or_else(|| Error::protocol(format!("reply has no numeric {key}")))
 }

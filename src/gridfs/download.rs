@@ -148,15 +148,7 @@ impl DownloadStream {
 }
 
 fn number(doc: &RawDocumentBuf, key: &str) -> Result<u64> {
-    let v = match doc.get(key)? {
-        Some(bson::RawBsonRef::Int32(v)) => i64::from(v),
-        Some(bson::RawBsonRef::Int64(v)) => v,
-        Some(bson::RawBsonRef::Double(v)) if v.fract() == 0.0 => v as i64,
-        _ => {
-            return Err(Error::protocol(format!(
-                "GridFS document has no numeric {key}"
-            )))
-        }
-    };
+    let v = crate::operation::int_field(doc, key)
+        .ok_or_else(|| Error::protocol(format!("GridFS document has no numeric {key}")))?;
     u64::try_from(v).map_err(|_| Error::protocol(format!("GridFS document has a negative {key}")))
 }

@@ -70,6 +70,17 @@ pub fn merge_extra(body: &mut RawDocumentBuf, extra: Option<&RawDocument>) -> Re
     Ok(())
 }
 
+/// An integer field sent as int32, int64 or an integral double (servers
+/// and nx-27017 use all three for counts and sizes); `None` otherwise.
+pub fn int_field(doc: &RawDocument, key: &str) -> Option<i64> {
+    match doc.get(key).ok().flatten()? {
+        bson::RawBsonRef::Int32(v) => Some(v.into()),
+        bson::RawBsonRef::Int64(v) => Some(v),
+        bson::RawBsonRef::Double(v) if v.fract() == 0.0 => Some(v as i64),
+        _ => None,
+    }
+}
+
 /// Takes `name` out of `extra`: its value, and `extra` without it.
 pub fn take_field(
     extra: Option<&RawDocumentBuf>,
@@ -134,6 +145,16 @@ pub fn check_write_errors(reply: &RawDocument) -> Result<()> {
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn int_fields_of_any_integer_type() {
+        let d = rawdoc! { "a": 1, "b": 2i64, "c": 3.0, "d": 3.5, "e": "4" };
+        let got: Vec<Option<i64>> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|k| int_field(&d, k))
+            .collect();
+        assert_eq!(got, [Some(1), Some(2), Some(3), None, None, None]);
+    }
 
     #[test]
     fn merge_extra_keeps_existing_fields() {

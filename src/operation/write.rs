@@ -223,12 +223,7 @@ fn labels(reply: &RawDocument) -> impl Iterator<Item = &str> {
 }
 
 fn number(doc: &RawDocument, key: &str) -> i64 {
-    match doc.get(key) {
-        Ok(Some(bson::RawBsonRef::Int32(v))) => v.into(),
-        Ok(Some(bson::RawBsonRef::Int64(v))) => v,
-        Ok(Some(bson::RawBsonRef::Double(v))) => v as i64,
-        _ => 0,
-    }
+    super::int_field(doc, key).unwrap_or(0)
 }
 
 /// Ensures `_id` comes first, generating an ObjectId when absent (CRUD spec).
