@@ -116,7 +116,9 @@ impl Client {
             direct: o.direct_connection == Some(true),
             replica_set: o.replica_set.clone(),
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
-            metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+            connect: crate::conn::ConnectSettings {
+                metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+            },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),

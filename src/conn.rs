@@ -30,6 +30,15 @@ pub struct Connection {
     broken: bool,
 }
 
+/// What every new connection needs besides its address, derived once per
+/// client from the URI and client options (TLS, credentials and the Stable
+/// API join the metadata here).
+#[derive(Debug, Clone, Default)]
+pub struct ConnectSettings {
+    /// The handshake's `client` document.
+    pub metadata: RawDocumentBuf,
+}
+
 /// What establishing a connection measured.
 pub struct Established {
     pub conn: Connection,
@@ -42,7 +51,7 @@ impl Connection {
         address: &str,
         host: &str,
         port: u16,
-        metadata: &RawDocument,
+        settings: &ConnectSettings,
         id: u64,
         generation: u64,
         deadline: Deadline,
@@ -62,9 +71,9 @@ impl Connection {
             broken: false,
         };
         let started = runtime::now();
-        let reply = match conn.hello(metadata, false, deadline) {
+        let reply = match conn.hello(settings, false, deadline) {
             Err(e) if e.kind == ErrorKind::Server && handshake::wants_legacy_fallback(&e) => {
-                conn.hello(metadata, true, deadline)
+                conn.hello(settings, true, deadline)
             }
             other => other,
         }
@@ -77,11 +86,11 @@ impl Connection {
 
     fn hello(
         &mut self,
-        metadata: &RawDocument,
+        settings: &ConnectSettings,
         legacy: bool,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
-        let cmd = handshake::hello_command(metadata, legacy);
+        let cmd = handshake::hello_command(&settings.metadata, legacy);
         let request_id = next_request_id();
         self.buf.clear();
         if legacy {

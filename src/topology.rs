@@ -3,7 +3,7 @@
 //! servers are checked when selection finds nothing suitable, and the
 //! handshake's connection goes straight into the pool.
 
-use crate::conn::{Connection, Established};
+use crate::conn::{ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -11,7 +11,6 @@ use crate::runtime;
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
 use crate::sdam::{ServerType, TopologyDescription};
-use bson::RawDocumentBuf;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ pub struct TopologySettings {
     pub direct: bool,
     pub replica_set: Option<String>,
     pub local_threshold: Duration,
-    pub metadata: RawDocumentBuf,
+    pub connect: ConnectSettings,
     pub max_pool_size: usize,
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
@@ -182,7 +181,7 @@ impl Topology {
             address,
             &host,
             port,
-            &self.settings.metadata,
+            &self.settings.connect,
             id,
             generation,
             deadline,
