@@ -2,6 +2,7 @@
 //! computes a timeout ad hoc. Pure arithmetic over monotonic instants, so it
 //! unit-tests natively; `runtime::clock::now` supplies the instant.
 
+use crate::error::{Error, Result};
 use std::time::Duration;
 
 /// A reading of the monotonic clock, in nanoseconds.
@@ -67,6 +68,16 @@ impl Deadline {
     pub fn is_infinite(self) -> bool {
         self == Deadline::Infinite
     }
+
+    /// A timeout error naming `section` once the deadline has passed. I/O
+    /// loops call it on every pass, data or not, so a server that keeps
+    /// sending (or a `ready()` that keeps answering true) cannot outlast it.
+    pub fn check(self, now: Instant, section: &str) -> Result<()> {
+        match self.is_expired(now) {
+            true => Err(Error::timeout(section)),
+            false => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +115,21 @@ mod tests {
         assert_eq!(Deadline::Infinite.cap_ms(T0, Some(10)), short);
         assert_eq!(short.cap_ms(T0, Some(1000)), short);
         assert_eq!(long.cap_ms(T0, None), long);
+    }
+
+    #[test]
+    fn check_fails_from_the_deadline_on_and_names_the_section() {
+        let d = Deadline::from_ms(T0, Some(100));
+        assert!(d.check(T0, "socket read").is_ok());
+        assert!(d
+            .check(T0.saturating_add(Duration::from_millis(99)), "x")
+            .is_ok());
+        let err = d
+            .check(T0.saturating_add(Duration::from_millis(100)), "socket read")
+            .unwrap_err();
+        assert!(err.is_timeout());
+        assert!(err.message.contains("socket read"), "{err}");
+        assert!(Deadline::Infinite.check(Instant(u64::MAX), "x").is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A TCP stream over wasi:sockets/tcp whose every wait honours a `Deadline`.
 
-use super::{dns, wait};
+use super::dns;
+use super::wait::{check, wait};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use std::net::IpAddr;
@@ -63,14 +64,17 @@ impl TcpStream {
         })
     }
 
-    /// Writes all of `bytes`: one `write` when the permit allows (it usually does).
+    /// Writes all of `bytes`: one `write` when the permit allows (it usually
+    /// does). Every pass checks the deadline, the flush wait's included.
     pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        const SECTION: &str = "socket write";
         let pollable = self.output.subscribe();
         let mut off = 0;
         while off < bytes.len() {
+            check(deadline, SECTION)?;
             let permit = self.output.check_write().map_err(stream_err)?;
             if permit == 0 {
-                wait(&pollable, deadline, "socket write")?;
+                wait(&pollable, deadline, SECTION)?;
                 continue;
             }
             let n = (bytes.len() - off).min(usize::try_from(permit).unwrap_or(usize::MAX));
@@ -82,29 +86,47 @@ impl TcpStream {
         self.output.flush().map_err(stream_err)?;
         // The flush is done once the stream accepts writes again.
         while self.output.check_write().map_err(stream_err)? == 0 {
-            wait(&pollable, deadline, "socket write")?;
+            wait(&pollable, deadline, SECTION)?;
         }
         Ok(())
     }
 
-    /// Appends to `buf` until it holds at least `want` bytes.
+    /// Appends to `buf` until it holds at least `want` bytes, never reading
+    /// past `want` nor growing `buf` beyond it. Every pass checks the
+    /// deadline, so a reply trickled or flooded past it fails in time.
     pub fn read_to_len(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
         deadline: Deadline,
     ) -> Result<()> {
+        const SECTION: &str = "socket read";
         let pollable = self.input.subscribe();
         while buf.len() < want {
+            check(deadline, SECTION)?;
             let ask = ((want - buf.len()) as u64).clamp(1, READ_CHUNK);
             let chunk = self.input.read(ask).map_err(stream_err)?;
             if chunk.is_empty() {
-                wait(&pollable, deadline, "socket read")?;
+                wait(&pollable, deadline, SECTION)?;
             } else {
+                reserve_within(buf, chunk.len(), want);
                 buf.extend_from_slice(&chunk);
             }
         }
         Ok(())
+    }
+}
+
+/// Room for `more` bytes, growing geometrically but never past `limit` (the
+/// frame length), so a reply claiming a large frame costs only what arrived.
+fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
+    let need = buf.len() + more;
+    if need > buf.capacity() {
+        let target = buf
+            .capacity()
+            .saturating_mul(2)
+            .clamp(need, limit.max(need));
+        buf.reserve_exact(target - buf.len());
     }
 }
 
@@ -150,5 +172,28 @@ pub(super) fn from_wasi_ip(ip: IpAddress) -> IpAddr {
     match ip {
         IpAddress::Ipv4((a, b, c, d)) => IpAddr::from([a, b, c, d]),
         IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::from([a, b, c, d, e, f, g, h]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reserve_within;
+
+    #[test]
+    fn the_read_buffer_never_grows_past_the_frame() {
+        let mut buf = Vec::new();
+        let frame = 1_000_000;
+        while buf.len() < frame {
+            let n = (frame - buf.len()).min(64 * 1024);
+            reserve_within(&mut buf, n, frame);
+            buf.extend(std::iter::repeat_n(0u8, n));
+            assert!(buf.capacity() <= frame, "{} > {frame}", buf.capacity());
+        }
+        assert_eq!(buf.len(), frame);
+        // Growth stays geometric: few reallocations, not one per chunk.
+        let mut small = Vec::with_capacity(10);
+        reserve_within(&mut small, 10, 1000);
+        reserve_within(&mut small, 11, 1000);
+        assert!(small.capacity() >= 20);
     }
 }

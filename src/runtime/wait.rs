@@ -2,13 +2,25 @@
 //! pollable for the deadline. Every blocking section goes through here.
 
 use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use wasi::clocks::monotonic_clock;
 use wasi::io::poll::{poll, Pollable};
 
+/// Fails with a timeout naming `section` once `deadline` has passed. Every
+/// pass of an I/O loop calls it (directly, or through `wait`), whether data
+/// arrived or not: a server that keeps sending cannot outlast the deadline.
+pub fn check(deadline: Deadline, section: &str) -> Result<()> {
+    match deadline {
+        Deadline::Infinite => Ok(()),
+        Deadline::At(_) => deadline.check(super::now(), section),
+    }
+}
+
 /// Blocks until `pollable` is ready or `deadline` passes; the timeout error
-/// names `section` (e.g. "socket read").
+/// names `section` (e.g. "socket read"). The deadline is checked first, so a
+/// pollable that is always ready (or a host whose `ready()` lies) still ends.
 pub fn wait(pollable: &Pollable, deadline: Deadline, section: &str) -> Result<()> {
+    check(deadline, section)?;
     match deadline {
         Deadline::Infinite => {
             pollable.block();
@@ -18,16 +30,10 @@ pub fn wait(pollable: &Pollable, deadline: Deadline, section: &str) -> Result<()
             if pollable.ready() {
                 return Ok(());
             }
-            if deadline.is_expired(super::now()) {
-                return Err(Error::timeout(section));
-            }
             let timer = monotonic_clock::subscribe_instant(at.0);
-            let ready = poll(&[pollable, &timer]);
-            if ready.contains(&0) {
-                Ok(())
-            } else {
-                Err(Error::timeout(section))
-            }
+            poll(&[pollable, &timer]);
+            // Whichever woke us, the deadline decides.
+            check(deadline, section)
         }
     }
 }
