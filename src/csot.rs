@@ -8,6 +8,7 @@
 
 use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind, Result};
+use bson::RawDocument;
 use std::time::Duration;
 
 /// The legacy timeouts of a client (URI options), in milliseconds; 0 = none.
@@ -98,6 +99,24 @@ impl OpTimeout {
     }
 }
 
+impl OpTimeout {
+    /// The check just before any command is sent (CSOT spec, "Command
+    /// Execution"): under a finite timeoutMS every command is refused when no
+    /// more than the server's minimum RTT is left, whether or not it carries
+    /// a `maxTimeMS` (getMore, killCursors, a caller's own maxTimeMS). Returns
+    /// the `maxTimeMS` to append when `sends_max_time`. A refusal sent nothing:
+    /// the caller returns the connection to its pool, and no retry can find
+    /// more time, so the error is final.
+    pub fn before_send(
+        &self,
+        now: Instant,
+        min_rtt: Duration,
+        sends_max_time: bool,
+    ) -> Result<Option<u64>> {
+        Ok(self.max_time_ms(now, min_rtt)?.filter(|_| sends_max_time))
+    }
+}
+
 /// CSOT: does timeoutMS bound a cursor's whole life, or each batch?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimeoutMode {
@@ -113,6 +132,24 @@ pub struct CursorShape {
     pub await_data: bool,
     /// An aggregate with `$out`/`$merge`.
     pub writes: bool,
+}
+
+impl CursorShape {
+    /// The shape a command declares with its own `tailable` and `awaitData`
+    /// fields, or `options` with the same fields (the run-command spec's
+    /// `cursorType`): what run-cursor-command knows of the cursor it opens.
+    pub fn of_command(command: &RawDocument, options: Option<&RawDocument>) -> CursorShape {
+        let flag = |name: &str| {
+            std::iter::once(command)
+                .chain(options)
+                .any(|d| d.get_bool(name).unwrap_or(false))
+        };
+        CursorShape {
+            tailable: flag("tailable"),
+            await_data: flag("awaitData"),
+            writes: false,
+        }
+    }
 }
 
 /// How a cursor's operation is timed (CSOT spec, "Cursors"): the mode, and
@@ -237,6 +274,24 @@ mod tests {
     }
 
     #[test]
+    fn every_command_is_refused_before_sending_once_the_deadline_is_spent() {
+        let t = OpTimeout::start(T0, Some(100), LegacyTimeouts::default());
+        let rtt = Duration::from_millis(10);
+        // A getMore carries no maxTimeMS, but is still checked.
+        assert_eq!(t.before_send(at(30), rtt, false).unwrap(), None);
+        assert_eq!(t.before_send(at(30), rtt, true).unwrap(), Some(60));
+        for sends in [false, true] {
+            assert!(t.before_send(at(95), rtt, sends).unwrap_err().is_timeout());
+            assert!(t.before_send(at(150), Duration::ZERO, sends).is_err());
+        }
+        // Without a finite deadline nothing is refused.
+        for ms in [None, Some(0)] {
+            let t = OpTimeout::start(T0, ms, LegacyTimeouts::default());
+            assert_eq!(t.before_send(at(1_000_000), rtt, true).unwrap(), None);
+        }
+    }
+
+    #[test]
     fn cursor_rules() {
         let plain = CursorShape::default();
         let tailable = CursorShape {
@@ -285,6 +340,28 @@ mod tests {
         assert!(
             cursor_timeout(None, Some(0), awaiting, Some(100)).is_ok(),
             "timeoutMS 0: no limit to exceed"
+        );
+    }
+
+    #[test]
+    fn run_cursor_command_shapes_come_from_the_command_or_its_options() {
+        let plain = CursorShape::of_command(&bson::rawdoc! { "find": "c" }, None);
+        assert_eq!(plain, CursorShape::default());
+        let tailable =
+            CursorShape::of_command(&bson::rawdoc! { "find": "c", "tailable": true }, None);
+        assert!(tailable.tailable && !tailable.await_data);
+        let opts = bson::rawdoc! { "tailable": true, "awaitData": true };
+        let awaiting = CursorShape::of_command(&bson::rawdoc! { "find": "c" }, Some(&opts));
+        assert!(awaiting.tailable && awaiting.await_data);
+        let off = CursorShape::of_command(&bson::rawdoc! { "find": "c", "tailable": false }, None);
+        assert!(!off.tailable);
+        // A tailable command: iteration mode, no derived maxTimeMS.
+        assert_eq!(
+            cursor_timeout(None, Some(100), tailable, None).unwrap(),
+            (TimeoutMode::Iteration, false)
+        );
+        assert!(
+            cursor_timeout(Some(TimeoutMode::CursorLifetime), Some(100), awaiting, None).is_err()
         );
     }
 

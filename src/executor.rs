@@ -30,6 +30,8 @@ struct Attempts {
     txn_number: Option<i64>,
     /// The selected server can retry this kind of operation.
     retry_supported: bool,
+    /// The attempt failed in a way no retry can fix (refused before sending).
+    final_error: bool,
 }
 
 /// Runs `op` with the context's session, or an implicit one.
@@ -72,6 +74,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
     let mut state = Attempts {
         txn_number: None,
         retry_supported: true,
+        final_error: false,
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
@@ -98,7 +101,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             _ => err,
         };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        if !state.retry_supported || !may_retry(kind, &err, attempts, csot, expired) {
+        if state.final_error
+            || !state.retry_supported
+            || !may_retry(kind, &err, attempts, csot, expired)
+        {
             return Err(err);
         }
         previous = Some(err);
@@ -135,9 +141,18 @@ fn attempt<O: Operation>(
         state,
         &mut body,
     )?;
-    if op.sends_max_time() {
-        if let Some(ms) = ctx.timeout.max_time_ms(runtime::now(), min_rtt)? {
-            body.append(cstr!("maxTimeMS"), ms as i64);
+    // Every command is checked before it is sent (csot.rs). A refused one was
+    // never sent: its connection goes back to the pool, and the error is final.
+    match ctx
+        .timeout
+        .before_send(runtime::now(), min_rtt, op.sends_max_time())
+    {
+        Ok(Some(ms)) => body.append(cstr!("maxTimeMS"), ms as i64),
+        Ok(None) => {}
+        Err(e) => {
+            client.topology.borrow_mut().checkin(conn);
+            state.final_error = true;
+            return Err(e);
         }
     }
     let sequences: Vec<(&str, &[RawDocumentBuf])> = cmd
