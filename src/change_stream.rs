@@ -152,7 +152,6 @@ pub(crate) fn open(
         batch_size,
         mode: TimeoutMode::Iteration,
         timeout_ms,
-        tailable: true,
         max_await_ms: state.options.max_await_ms,
     };
     let cursor = Cursor::new(client.clone(), db, reply, settings, budget, Some(session))?;

@@ -18,9 +18,7 @@ pub struct CursorSettings {
     /// Already checked by `csot::cursor_timeout`.
     pub mode: TimeoutMode,
     pub timeout_ms: Option<u64>,
-    /// One getMore per call, empty batches allowed.
-    pub tailable: bool,
-    /// Sent as getMore's maxTimeMS (tailable awaitData cursors).
+    /// Sent as getMore's maxTimeMS (tailable awaitData cursors, run-cursor-command's option).
     pub max_await_ms: Option<u64>,
 }
 
@@ -103,8 +101,10 @@ impl Cursor {
         self.resume_token.clone()
     }
 
-    /// The buffered batch, else the next non-empty one from the server. A
-    /// change stream returns after one getMore, possibly with no changes.
+    /// The buffered batch, else the next one from the server: one getMore
+    /// per call, so the batch may be empty while the cursor stays open (a
+    /// tailable cursor, a change stream, a server that answers nothing yet).
+    /// The caller decides whether to ask again; one call never loops.
     pub fn next_batch(&mut self) -> Result<Batch> {
         if self.stream.is_some() {
             return self.next_changes();
@@ -114,31 +114,26 @@ impl Cursor {
                 TimeoutMode::CursorLifetime => self.lifetime,
                 TimeoutMode::Iteration => self.client.start_timeout(self.settings.timeout_ms),
             };
-            // A tailable cursor may answer empty: one getMore per call.
-            let mut first = true;
-            while self.pending.is_empty() && self.id != 0 && (first || !self.settings.tailable) {
-                first = false;
-                let mut op = GetMore {
-                    db: self.db.clone(),
-                    coll: self.coll.clone(),
-                    id: self.id,
-                    batch_size: self.settings.batch_size,
-                    max_await_ms: self.settings.max_await_ms,
-                };
-                let reply = self
-                    .client
-                    .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
-                    .inspect_err(|e| {
-                        // A network error loses the cursor with its connection.
-                        if e.kind == crate::ErrorKind::Network {
-                            self.id = 0;
-                        }
-                    })?;
-                self.id = reply.id;
-                self.pending = reply.batch;
-                if reply.post_batch_resume_token.is_some() {
-                    self.resume_token = reply.post_batch_resume_token;
-                }
+            let mut op = GetMore {
+                db: self.db.clone(),
+                coll: self.coll.clone(),
+                id: self.id,
+                batch_size: self.settings.batch_size,
+                max_await_ms: self.settings.max_await_ms,
+            };
+            let reply = self
+                .client
+                .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+                .inspect_err(|e| {
+                    // A network error loses the cursor with its connection.
+                    if e.kind == crate::ErrorKind::Network {
+                        self.id = 0;
+                    }
+                })?;
+            self.id = reply.id;
+            self.pending = reply.batch;
+            if reply.post_batch_resume_token.is_some() {
+                self.resume_token = reply.post_batch_resume_token;
             }
         }
         Ok(Batch {

@@ -2,7 +2,7 @@ use crate::client::Client;
 use crate::collection::Collection;
 use crate::collection::OpOptions;
 use crate::cursor::{Cursor, TimeoutMode};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, RunCommand};
 use crate::sdam::selection::{Criteria, ReadMode};
 use crate::session::Session;
@@ -98,18 +98,44 @@ impl Database {
     }
 
     /// Runs a command whose reply is a cursor and returns that cursor. As a
-    /// command the caller wrote, it is not retried.
+    /// command the caller wrote, it is not retried. `options.extra` holds the
+    /// cursor's options, not sent with the command (run-command spec):
+    /// `tailable`/`awaitData` (its `cursorType`; the command's own fields
+    /// count too) and `maxTimeMS` for each getMore.
     pub fn run_cursor_command(
         &self,
         command: RawDocumentBuf,
-        timeout_ms: Option<u64>,
-        mode: Option<TimeoutMode>,
         batch_size: Option<u32>,
-        session: Option<&Session>,
+        options: &OpOptions,
+        mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
+        let extra = options.extra.as_deref();
+        let shape = crate::csot::CursorShape::of_command(&command, extra);
+        let get_more_max_time = match extra.and_then(|e| e.get("maxTimeMS").ok().flatten()) {
+            None => None,
+            Some(_) => match extra.and_then(|e| crate::operation::int_field(e, "maxTimeMS")) {
+                Some(ms) if ms >= 0 => Some(ms as u64),
+                _ => {
+                    return Err(Error::invalid_argument(
+                        "maxTimeMS must be a non-negative integer",
+                    ))
+                }
+            },
+        };
         let criteria = Criteria::Read(ReadMode::Primary);
         let op = RunCommand::new(&self.name, command, criteria);
-        self.cursor_command(op, timeout_ms, mode, batch_size, session)
+        let cursor = CursorOptions {
+            shape,
+            get_more_max_time,
+        };
+        self.cursor_command(
+            op,
+            options.timeout_ms,
+            mode,
+            batch_size,
+            options.session,
+            cursor,
+        )
     }
 
     /// `listCollections` (a retryable read), as a cursor.
@@ -127,7 +153,14 @@ impl Database {
         let mut command = rawdoc! { "listCollections": 1, "filter": filter, "cursor": cursor_opts };
         crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
         let op = RunCommand::read(&self.name, command);
-        self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
+        self.cursor_command(
+            op,
+            options.timeout_ms,
+            mode,
+            batch_size,
+            options.session,
+            CursorOptions::default(),
+        )
     }
 
     /// A database-level `aggregate: 1`; retried unless the pipeline writes.
@@ -145,7 +178,14 @@ impl Database {
         } else {
             RunCommand::read(&self.name, command)
         };
-        self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
+        self.cursor_command(
+            op,
+            options.timeout_ms,
+            mode,
+            batch_size,
+            options.session,
+            CursorOptions::default(),
+        )
     }
 
     fn cursor_command(
@@ -155,15 +195,17 @@ impl Database {
         mode: Option<TimeoutMode>,
         batch_size: Option<u32>,
         session: Option<&Session>,
+        cursor: CursorOptions,
     ) -> Result<Cursor> {
         self.check()?;
         let timeout_ms = timeout_ms.or(self.timeout_ms);
         let writes = op.criteria == Criteria::Write;
         let shape = crate::csot::CursorShape {
             writes,
-            ..Default::default()
+            ..cursor.shape
         };
-        let (mode, max_time) = crate::csot::cursor_timeout(mode, timeout_ms, shape, None)?;
+        let (mode, max_time) =
+            crate::csot::cursor_timeout(mode, timeout_ms, shape, cursor.get_more_max_time)?;
         let budget = self.client.start_timeout(timeout_ms);
         let mut op = CursorCommand(RunCommand { max_time, ..op });
         // The cursor keeps the session (implicit or not) for its getMores.
@@ -175,7 +217,7 @@ impl Database {
             batch_size,
             mode,
             timeout_ms,
-            ..Default::default()
+            max_await_ms: cursor.get_more_max_time,
         };
         Cursor::new(
             self.client.clone(),
@@ -250,4 +292,12 @@ impl Database {
         self.run_command(rawdoc! { "dropDatabase": 1 }, &opts)
             .map(|_| ())
     }
+}
+
+/// What run-cursor-command knows of the cursor beyond the command itself.
+#[derive(Default)]
+struct CursorOptions {
+    shape: crate::csot::CursorShape,
+    /// Sent as each getMore's maxTimeMS.
+    get_more_max_time: Option<u64>,
 }

@@ -211,7 +211,6 @@ impl Collection {
             batch_size: options.batch_size,
             mode,
             timeout_ms,
-            tailable,
             max_await_ms: max_await.filter(|_| await_data),
         };
         Cursor::new(
@@ -290,7 +289,6 @@ impl Collection {
             batch_size,
             mode,
             timeout_ms,
-            tailable: false,
             max_await_ms: max_await,
         };
         Cursor::new(

@@ -71,13 +71,10 @@ impl GuestDatabase for DatabaseRes {
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
         let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let cursor = wrap(self.0.run_cursor_command(
-            doc(command)?,
-            o.timeout_ms,
-            mode,
-            batch_size,
-            o.session,
-        ))?;
+        let cursor = wrap(
+            self.0
+                .run_cursor_command(doc(command)?, batch_size, &o, mode),
+        )?;
         Ok(CursorRes::wit(cursor))
     }
 

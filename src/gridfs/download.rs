@@ -103,9 +103,16 @@ impl DownloadStream {
             self.close();
             return Ok(false);
         }
-        if self.pending.is_empty() {
-            if let Some(cursor) = self.cursor.as_mut() {
-                self.pending = cursor.next_batch()?.documents.into();
+        // A batch may be empty while the cursor stays open: ask again (each
+        // getMore is bounded by the stream's deadline).
+        while self.pending.is_empty() {
+            let Some(cursor) = self.cursor.as_mut() else {
+                break;
+            };
+            let batch = cursor.next_batch()?;
+            self.pending = batch.documents.into();
+            if batch.exhausted {
+                break;
             }
         }
         let n = self.next_n;
