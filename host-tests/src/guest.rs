@@ -2,7 +2,9 @@
 //! read like driver code. Every method returns the WIT result unchanged.
 
 use crate::bindings::exports::mongo_wasi::driver::client::ClientOptions;
-use crate::bindings::exports::mongo_wasi::driver::collection::{FindOptions, OpOptions};
+use crate::bindings::exports::mongo_wasi::driver::collection::{
+    AggregateOptions, FindOptions, OpOptions,
+};
 use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
@@ -177,6 +179,20 @@ impl Guest {
             .mongo_wasi_driver_collection()
             .collection()
             .call_find(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)?;
+        Ok(r.map(Cursor))
+    }
+
+    pub fn run_cursor_command(
+        &mut self,
+        db: Database,
+        command: &bson::RawDocument,
+        opts: &AggregateOptions,
+    ) -> Result<WitResult<Cursor>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_database()
+            .database()
+            .call_run_cursor_command(&mut self.store, db.0, &command.as_bytes().to_vec(), opts)?;
         Ok(r.map(Cursor))
     }
 

@@ -1,12 +1,13 @@
-//! Misbehaving loopback servers for deadline tests. Each runs on its own
-//! thread, serves a bounded number of connections, and stops when dropped.
+//! Misbehaving loopback servers for deadline tests. Each connection is served
+//! on its own thread; a listener serves a bounded number of connections, for
+//! a bounded time, and stops (closing every connection) when dropped.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Behaviour {
@@ -14,11 +15,34 @@ pub enum Behaviour {
     Silent,
     /// Answers the handshake's `hello` like a standalone, then never answers again.
     HelloThenSilent,
+    /// Answers `hello`, then answers the next command with a valid reply of
+    /// `TRICKLE_LEN` bytes sent `TRICKLE_STEP` bytes every `TRICKLE_PAUSE`:
+    /// data keeps arriving for far longer than any test's deadline.
+    Trickle,
+    /// Answers `hello` (advertising a `maxMessageSizeBytes` of 256 MiB), then
+    /// the next command with a valid `FLOOD_LEN`-byte reply, as fast as the
+    /// socket takes it.
+    Flood,
+    /// A cursor that never ends: any command naming `find` opens cursor
+    /// `CURSOR_ID` with one document; every getMore answers an empty batch
+    /// and keeps the cursor open; anything else answers `{ok: 1}`.
+    EmptyBatches,
 }
+
+/// Size of the trickled reply, and its pace (about 50 KB/s: some 4 s in all).
+pub const TRICKLE_LEN: usize = 200 * 1024;
+const TRICKLE_STEP: usize = 100;
+const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
+/// Size of the flooded reply.
+pub const FLOOD_LEN: usize = 200 * 1024 * 1024;
+const FLOOD_MAX_MESSAGE: i32 = 256 * 1024 * 1024;
+/// The id of `EmptyBatches`' cursor.
+pub const CURSOR_ID: i64 = 4242;
 
 pub struct Listener {
     pub addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
+    commands: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -27,6 +51,22 @@ pub struct Listener {
 /// listener cannot run on; normally the test drops it first.
 const MAX_CONNECTIONS: usize = 16;
 const HOLD: Duration = Duration::from_secs(120);
+/// How often a blocked connection thread looks at the stop flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a connection thread shares with its listener.
+#[derive(Clone)]
+struct Shared {
+    stop: Arc<AtomicBool>,
+    commands: Arc<Mutex<Vec<String>>>,
+    started: Instant,
+}
+
+impl Shared {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.started.elapsed() >= HOLD
+    }
+}
 
 impl Listener {
     pub fn start(behaviour: Behaviour) -> std::io::Result<Listener> {
@@ -34,34 +74,36 @@ impl Listener {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
         let accepted = Arc::new(AtomicUsize::new(0));
+        let commands = Arc::new(Mutex::new(Vec::new()));
+        let shared = Shared {
+            stop: stop.clone(),
+            commands: commands.clone(),
+            started: Instant::now(),
+        };
         let count = accepted.clone();
         let thread = std::thread::spawn(move || {
-            let mut held = Vec::new();
-            let started = std::time::Instant::now();
-            while !flag.load(Ordering::Relaxed)
-                && started.elapsed() < HOLD
-                && held.len() < MAX_CONNECTIONS
-            {
+            let mut served = Vec::new();
+            while !shared.stopped() && served.len() < MAX_CONNECTIONS {
                 match listener.accept() {
-                    Ok((mut stream, _)) => {
+                    Ok((stream, _)) => {
                         count.fetch_add(1, Ordering::Relaxed);
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                        if behaviour == Behaviour::HelloThenSilent {
-                            let _ = answer_hello(&mut stream);
-                        }
-                        held.push(stream);
+                        let shared = shared.clone();
+                        served.push(std::thread::spawn(move || {
+                            let _ = serve(stream, behaviour, &shared);
+                        }));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
             }
-            // Dropping `held` closes every connection.
+            for t in served {
+                let _ = t.join();
+            }
         });
         Ok(Listener {
             addr,
             accepted,
+            commands,
             stop,
             thread: Some(thread),
         })
@@ -71,10 +113,21 @@ impl Listener {
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::Relaxed)
     }
+
+    /// The names of the commands received so far (handshakes included), in order.
+    pub fn commands(&self) -> Vec<String> {
+        self.commands.lock().unwrap().clone()
+    }
+
+    /// How many commands named `name` were received so far.
+    pub fn count(&self, name: &str) -> usize {
+        self.commands().iter().filter(|c| *c == name).count()
+    }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        // Each connection thread sees the flag within `POLL` and closes its socket.
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -82,19 +135,150 @@ impl Drop for Listener {
     }
 }
 
-/// Reads one OP_MSG request and answers it as a standalone server's hello.
-fn answer_hello(stream: &mut TcpStream) -> std::io::Result<()> {
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len)?;
-    let n = i32::from_le_bytes(len).clamp(16, 1 << 20) as usize;
-    let mut rest = vec![0u8; n - 4];
-    stream.read_exact(&mut rest)?;
-    let request_id = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-    let body = bson::rawdoc! {
-        "isWritablePrimary": true, "helloOk": true, "maxWireVersion": 21, "minWireVersion": 0,
-        "maxBsonObjectSize": 16777216, "maxMessageSizeBytes": 48000000,
-        "maxWriteBatchSize": 100000, "connectionId": 1, "ok": 1.0,
+/// One connection, until the listener stops or the client goes away.
+fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL))?;
+    stream.set_write_timeout(Some(POLL))?;
+    if behaviour == Behaviour::Silent {
+        return hold(shared);
+    }
+    let max_message = match behaviour {
+        Behaviour::Flood => FLOOD_MAX_MESSAGE,
+        _ => 48_000_000,
     };
+    let (request_id, _) = read_command(&mut stream, shared)?;
+    write_all(
+        &mut stream,
+        &op_msg(request_id, &hello(max_message)),
+        shared,
+    )?;
+    match behaviour {
+        Behaviour::Silent | Behaviour::HelloThenSilent => hold(shared),
+        Behaviour::Trickle => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            let reply = op_msg(request_id, &padded_reply(TRICKLE_LEN));
+            for piece in reply.chunks(TRICKLE_STEP) {
+                write_all(&mut stream, piece, shared)?;
+                std::thread::sleep(TRICKLE_PAUSE);
+            }
+            hold(shared)
+        }
+        Behaviour::Flood => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            flood(&mut stream, request_id, shared)?;
+            hold(shared)
+        }
+        Behaviour::EmptyBatches => loop {
+            let (request_id, name) = read_command(&mut stream, shared)?;
+            let reply = match name.as_str() {
+                "find" => bson::rawdoc! {
+                    "cursor": { "id": CURSOR_ID, "ns": "db.coll", "firstBatch": [{ "_id": 1 }] },
+                    "ok": 1.0,
+                },
+                "getMore" => bson::rawdoc! {
+                    "cursor": { "id": CURSOR_ID, "ns": "db.coll", "nextBatch": [] },
+                    "ok": 1.0,
+                },
+                "killCursors" => bson::rawdoc! { "cursorsKilled": [CURSOR_ID], "ok": 1.0 },
+                _ => bson::rawdoc! { "ok": 1.0 },
+            };
+            write_all(&mut stream, &op_msg(request_id, &reply), shared)?;
+        },
+    }
+}
+
+/// Keeps the connection open, answering nothing, until the listener stops.
+fn hold(shared: &Shared) -> std::io::Result<()> {
+    while !shared.stopped() {
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+fn stopped_err() -> std::io::Error {
+    std::io::Error::new(ErrorKind::Interrupted, "listener stopped")
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Fills `buf`, looking at the stop flag between timed-out reads.
+fn read_full(stream: &mut TcpStream, buf: &mut [u8], shared: &Shared) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        if shared.stopped() {
+            return Err(stopped_err());
+        }
+        match stream.read(&mut buf[off..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => off += n,
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes`, looking at the stop flag between timed-out writes.
+fn write_all(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < bytes.len() {
+        if shared.stopped() {
+            return Err(stopped_err());
+        }
+        match stream.write(&bytes[off..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => off += n,
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one OP_MSG request; returns its request id and command name (also
+/// recorded in the listener's log).
+fn read_command(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<(i32, String)> {
+    let mut len = [0u8; 4];
+    read_full(stream, &mut len, shared)?;
+    let n = i32::from_le_bytes(len).clamp(16, 1 << 24) as usize;
+    let mut rest = vec![0u8; n - 4];
+    read_full(stream, &mut rest, shared)?;
+    let request_id = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    // Header (12 bytes left), flag bits (4), section kind 0 (1), then the body.
+    let name = rest
+        .get(17..)
+        .and_then(|b| bson::RawDocument::from_bytes(b).ok())
+        .or_else(|| {
+            // The body is followed by document sequences: cut it to its own length.
+            let b = rest.get(17..21)?;
+            let len = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            bson::RawDocument::from_bytes(rest.get(17..17 + len)?).ok()
+        })
+        .and_then(|d| d.iter().next()?.ok().map(|(k, _)| k.to_string()))
+        .unwrap_or_default();
+    shared.commands.lock().unwrap().push(name.clone());
+    Ok((request_id, name))
+}
+
+fn hello(max_message: i32) -> bson::RawDocumentBuf {
+    bson::rawdoc! {
+        "isWritablePrimary": true, "helloOk": true, "maxWireVersion": 21, "minWireVersion": 0,
+        "maxBsonObjectSize": 16777216, "maxMessageSizeBytes": max_message,
+        "maxWriteBatchSize": 100000, "connectionId": 1, "ok": 1.0,
+    }
+}
+
+/// `{ok: 1, pad: "xxx..."}` of about `len` bytes.
+fn padded_reply(len: usize) -> bson::RawDocumentBuf {
+    let pad = "x".repeat(len.saturating_sub(64));
+    bson::rawdoc! { "ok": 1.0, "pad": pad }
+}
+
+/// One OP_MSG (flags 0, one body section) answering `request_id`.
+fn op_msg(request_id: i32, body: &bson::RawDocument) -> Vec<u8> {
     let mut msg = Vec::new();
     let total = 16 + 4 + 1 + body.as_bytes().len();
     msg.extend_from_slice(&(total as i32).to_le_bytes());
@@ -104,37 +288,127 @@ fn answer_hello(stream: &mut TcpStream) -> std::io::Result<()> {
     msg.extend_from_slice(&0u32.to_le_bytes());
     msg.push(0);
     msg.extend_from_slice(body.as_bytes());
-    stream.write_all(&msg)
+    msg
+}
+
+/// A valid `FLOOD_LEN`-byte reply `{ok: 1, pad: BinData(<zeros>)}`, streamed
+/// from one small buffer so the listener never holds it whole.
+fn flood(stream: &mut TcpStream, request_id: i32, shared: &Shared) -> std::io::Result<()> {
+    // OP_MSG header 16 + flags 4 + kind 1; the document: length 4, "ok"
+    // double 1+3+8, "pad" binary 1+4+4+1 + data, terminator 1.
+    let doc_len = FLOOD_LEN - 21;
+    let data_len = doc_len - (4 + 12 + 10 + 1);
+    let mut head = Vec::new();
+    for v in [FLOOD_LEN as i32, 1, request_id, 2013, 0] {
+        head.extend_from_slice(&v.to_le_bytes());
+    }
+    head.push(0);
+    head.extend_from_slice(&(doc_len as i32).to_le_bytes());
+    head.extend_from_slice(b"\x01ok\0");
+    head.extend_from_slice(&1.0f64.to_le_bytes());
+    head.extend_from_slice(b"\x05pad\0");
+    head.extend_from_slice(&(data_len as i32).to_le_bytes());
+    head.push(0);
+    write_all(stream, &head, shared)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = data_len;
+    while left > 0 {
+        let n = left.min(zeros.len());
+        write_all(stream, &zeros[..n], shared)?;
+        left -= n;
+    }
+    write_all(stream, &[0], shared)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn send(s: &mut TcpStream, request_id: i32, cmd: &bson::RawDocument) {
+        let mut msg = op_msg(0, cmd);
+        msg[4..8].copy_from_slice(&request_id.to_le_bytes());
+        s.write_all(&msg).unwrap();
+    }
+
+    /// One reply: its responseTo and body.
+    fn receive(s: &mut TcpStream) -> (i32, Vec<u8>) {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut rest = vec![0u8; i32::from_le_bytes(len) as usize - 4];
+        s.read_exact(&mut rest).unwrap();
+        let to = i32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        (to, rest[17..].to_vec())
+    }
+
+    fn connect(l: &Listener) -> TcpStream {
+        let s = TcpStream::connect(l.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
     #[test]
     fn hello_then_silent_answers_each_connection_once() {
         let l = Listener::start(Behaviour::HelloThenSilent).unwrap();
         for _ in 0..2 {
-            let mut s = TcpStream::connect(l.addr).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let hello = bson::rawdoc! { "hello": 1, "$db": "admin" };
-            let total = 16 + 4 + 1 + hello.as_bytes().len();
-            let mut msg = Vec::new();
-            for v in [total as i32, 9, 0, 2013] {
-                msg.extend_from_slice(&v.to_le_bytes());
-            }
-            msg.extend_from_slice(&0u32.to_le_bytes());
-            msg.push(0);
-            msg.extend_from_slice(hello.as_bytes());
-            s.write_all(&msg).unwrap();
-            let mut header = [0u8; 16];
-            s.read_exact(&mut header).unwrap();
-            assert_eq!(
-                i32::from_le_bytes([header[8], header[9], header[10], header[11]]),
-                9,
-                "responseTo"
-            );
+            let mut s = connect(&l);
+            send(&mut s, 9, &bson::rawdoc! { "hello": 1, "$db": "admin" });
+            assert_eq!(receive(&mut s).0, 9, "responseTo");
         }
         assert_eq!(l.accepted(), 2);
+        assert_eq!(l.commands(), ["hello", "hello"]);
+    }
+
+    #[test]
+    fn empty_batches_keep_the_cursor_open() {
+        let l = Listener::start(Behaviour::EmptyBatches).unwrap();
+        let mut s = connect(&l);
+        send(&mut s, 1, &bson::rawdoc! { "hello": 1 });
+        receive(&mut s);
+        send(&mut s, 2, &bson::rawdoc! { "find": "coll" });
+        let (_, body) = receive(&mut s);
+        let doc = bson::RawDocument::from_bytes(&body).unwrap();
+        let cursor = doc.get_document("cursor").unwrap();
+        assert_eq!(cursor.get_i64("id").unwrap(), CURSOR_ID);
+        for id in 3..6 {
+            send(
+                &mut s,
+                id,
+                &bson::rawdoc! { "getMore": CURSOR_ID, "collection": "coll" },
+            );
+            let (to, body) = receive(&mut s);
+            assert_eq!(to, id);
+            let doc = bson::RawDocument::from_bytes(&body).unwrap();
+            let cursor = doc.get_document("cursor").unwrap();
+            assert!(cursor
+                .get_array("nextBatch")
+                .unwrap()
+                .into_iter()
+                .next()
+                .is_none());
+        }
+        assert_eq!(l.count("getMore"), 3);
+    }
+
+    #[test]
+    fn trickle_and_flood_send_whole_valid_replies() {
+        for (behaviour, len) in [
+            (Behaviour::Trickle, None),
+            (Behaviour::Flood, Some(FLOOD_LEN)),
+        ] {
+            let l = Listener::start(behaviour).unwrap();
+            let mut s = connect(&l);
+            send(&mut s, 1, &bson::rawdoc! { "hello": 1 });
+            receive(&mut s);
+            send(&mut s, 2, &bson::rawdoc! { "ping": 1 });
+            let (to, body) = receive(&mut s);
+            assert_eq!(to, 2);
+            let doc = bson::RawDocument::from_bytes(&body).unwrap();
+            assert_eq!(doc.get_f64("ok").unwrap(), 1.0);
+            if let Some(len) = len {
+                assert_eq!(body.len(), len - 21);
+            } else {
+                assert!(body.len() > TRICKLE_LEN - 100, "{}", body.len());
+            }
+        }
     }
 }
