@@ -14,10 +14,11 @@ const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
-                        [--update-expected]
+                        [--update-expected] [--auth]
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
   --all                every unified-format suite
-  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes";
+  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes
+  --auth               proxies with auth on; every client authenticates as a root user";
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Args {
@@ -27,6 +28,7 @@ pub struct Args {
     filter: Option<String>,
     verbose: bool,
     update_expected: bool,
+    auth: bool,
 }
 
 impl Args {
@@ -45,6 +47,7 @@ impl Args {
                 "--filter" => out.filter = Some(value()?),
                 "--verbose" => out.verbose = true,
                 "--update-expected" => out.update_expected = true,
+                "--auth" => out.auth = true,
                 flag if flag.starts_with("--") => {
                     return Err(format!("unknown option {flag}\n\n{USAGE}"))
                 }
@@ -73,6 +76,9 @@ impl Args {
         }
         if self.verbose {
             v.push("--verbose".into());
+        }
+        if self.auth {
+            v.push("--auth".into());
         }
         if self.update_expected {
             let path = ctx.root.join(EXPECTED);
@@ -143,6 +149,11 @@ mod tests {
                 "r.json",
                 "--verbose"
             ]
+        );
+        let auth = Args::parse(&["auth/tests/unified", "--auth"]).unwrap();
+        assert_eq!(
+            auth.runner_args(&ctx),
+            ["--suite", "auth/tests/unified", "--auth"]
         );
         let all = Args::parse(&["--all", "--update-expected"]).unwrap();
         let args = all.runner_args(&ctx);
