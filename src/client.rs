@@ -11,6 +11,7 @@ use crate::sdam::{address_of, TopologyDescription};
 use crate::session::{Session, SessionPool, TransactionOptions};
 use crate::topology::{Topology, TopologySettings};
 use crate::uri::{self, HostAddress};
+use crate::versioned_api::ServerApi;
 use bson::{rawdoc, RawDocumentBuf};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -21,6 +22,9 @@ use std::time::Duration;
 pub struct ClientOptions {
     pub timeout_ms: Option<u64>,
     pub monitor_commands: bool,
+    /// The declared Stable API, sent with every command (never from the URI,
+    /// as the Versioned API spec requires).
+    pub server_api: Option<ServerApi>,
 }
 
 pub(crate) struct ClientInner {
@@ -35,6 +39,8 @@ pub(crate) struct ClientInner {
     pub(crate) sessions: Rc<SessionPool>,
     /// The greatest `$clusterTime` any reply carried.
     pub(crate) cluster_time: RefCell<Option<RawDocumentBuf>>,
+    /// The declared Stable API (also in the topology's connect settings).
+    pub(crate) server_api: Option<ServerApi>,
     events: RefCell<Option<Vec<CommandEvent>>>,
     next_op_id: Cell<i64>,
 }
@@ -118,6 +124,7 @@ impl Client {
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
             connect: crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+                server_api: options.server_api.clone(),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -142,6 +149,7 @@ impl Client {
                 retry_writes: o.retry_writes.unwrap_or(true),
                 sessions: Rc::new(SessionPool::default()),
                 cluster_time: RefCell::new(None),
+                server_api: options.server_api,
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 next_op_id: Cell::new(1),
             }),
@@ -333,5 +341,28 @@ impl Client {
             .iter()
             .filter_map(|d| d.get_str("name").ok().map(str::to_string))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_api_reaches_the_executor_and_the_handshake() {
+        let api = ServerApi {
+            strict: Some(true),
+            ..ServerApi::new(crate::ServerApiVersion::V1)
+        };
+        let options = ClientOptions {
+            server_api: Some(api.clone()),
+            ..Default::default()
+        };
+        let client = Client::with_options("mongodb://127.0.0.1:1/", options).unwrap();
+        assert_eq!(client.inner.server_api.as_ref(), Some(&api));
+        let topology = client.inner.topology.borrow();
+        assert_eq!(topology.connect_settings().server_api.as_ref(), Some(&api));
+        let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
+        assert!(plain.inner.server_api.is_none());
     }
 }
