@@ -1,6 +1,6 @@
 //! A test-only, OP_MSG-aware TCP proxy that puts mongod's test behaviour (fail points, a
 //! replica-set presentation, `buildInfo`/`getParameter`/..., CommandNotFound for commands the
-//! backend lacks) in front of a MongoDB-wire-compatible server without any (nx-27017).
+//! backend lacks, mongod's Stable API checks) in front of a MongoDB-wire-compatible server without any (nx-27017).
 //!
 //! ```no_run
 //! use mongo_wasi_proxy::{Proxy, ProxyConfig};
@@ -12,6 +12,7 @@
 //! `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points: see [`failpoint`].
 
 mod admin;
+mod api_version;
 mod codes;
 mod commands;
 mod conn;
