@@ -72,6 +72,21 @@ impl ClientInner {
     }
 }
 
+/// The SOCKS5 proxy options the URI gave (the URI parser has already
+/// checked that they come with proxyHost and in pairs), for the refusal.
+fn proxy_options(o: &uri::UriOptions) -> Option<String> {
+    let given: Vec<&str> = [
+        ("proxyHost", o.proxy_host.is_some()),
+        ("proxyPort", o.proxy_port.is_some()),
+        ("proxyUsername", o.proxy_username.is_some()),
+        ("proxyPassword", o.proxy_password.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    (!given.is_empty()).then(|| given.join(", "))
+}
+
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Rc<ClientInner>,
@@ -101,6 +116,9 @@ impl Client {
         }
         if cs.options.load_balanced == Some(true) {
             return Err(Error::not_implemented("load-balanced mode"));
+        }
+        if let Some(given) = proxy_options(&cs.options) {
+            return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));
         }
         let mut seeds = Vec::new();
         for host in &cs.hosts {
@@ -347,6 +365,41 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
+
+    fn refusal(uri: &str) -> Error {
+        match Client::connect(uri) {
+            Ok(_) => panic!("{uri} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn proxy_options_are_refused_by_name() {
+        let e = refusal("mongodb://h/?proxyHost=p");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(e.message.contains("proxyHost"), "{}", e.message);
+        let e = refusal("mongodb://h/?proxyHost=p&proxyPort=1081&proxyUsername=u&proxyPassword=s");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(
+            e.message
+                .contains("proxyHost, proxyPort, proxyUsername, proxyPassword"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("=s"), "the password is never echoed");
+    }
+
+    #[test]
+    fn invalid_proxy_options_stay_invalid_arguments() {
+        // The URI options spec's own checks come first.
+        for uri in [
+            "mongodb://h/?proxyPort=1080",
+            "mongodb://h/?proxyHost=p&proxyUsername=u",
+        ] {
+            assert_eq!(refusal(uri).kind, ErrorKind::InvalidArgument, "{uri}");
+        }
+    }
 
     #[test]
     fn a_declared_api_reaches_the_executor_and_the_handshake() {
