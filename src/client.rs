@@ -11,6 +11,7 @@ use crate::sdam::{address_of, TopologyDescription};
 use crate::session::{Session, SessionPool, TransactionOptions};
 use crate::topology::{Topology, TopologySettings};
 use crate::uri::{self, HostAddress};
+use crate::versioned_api::ServerApi;
 use bson::{rawdoc, RawDocumentBuf};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -21,6 +22,9 @@ use std::time::Duration;
 pub struct ClientOptions {
     pub timeout_ms: Option<u64>,
     pub monitor_commands: bool,
+    /// The declared Stable API, sent with every command (never from the URI,
+    /// as the Versioned API spec requires).
+    pub server_api: Option<ServerApi>,
 }
 
 pub(crate) struct ClientInner {
@@ -35,6 +39,8 @@ pub(crate) struct ClientInner {
     pub(crate) sessions: Rc<SessionPool>,
     /// The greatest `$clusterTime` any reply carried.
     pub(crate) cluster_time: RefCell<Option<RawDocumentBuf>>,
+    /// The declared Stable API (also in the topology's connect settings).
+    pub(crate) server_api: Option<ServerApi>,
     events: RefCell<Option<Vec<CommandEvent>>>,
     next_op_id: Cell<i64>,
 }
@@ -64,6 +70,21 @@ impl ClientInner {
         self.next_op_id.set(id + 1);
         id
     }
+}
+
+/// The SOCKS5 proxy options the URI gave (the URI parser has already
+/// checked that they come with proxyHost and in pairs), for the refusal.
+fn proxy_options(o: &uri::UriOptions) -> Option<String> {
+    let given: Vec<&str> = [
+        ("proxyHost", o.proxy_host.is_some()),
+        ("proxyPort", o.proxy_port.is_some()),
+        ("proxyUsername", o.proxy_username.is_some()),
+        ("proxyPassword", o.proxy_password.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    (!given.is_empty()).then(|| given.join(", "))
 }
 
 #[derive(Clone)]
@@ -96,6 +117,9 @@ impl Client {
         if cs.options.load_balanced == Some(true) {
             return Err(Error::not_implemented("load-balanced mode"));
         }
+        if let Some(given) = proxy_options(&cs.options) {
+            return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));
+        }
         let mut seeds = Vec::new();
         for host in &cs.hosts {
             if let HostAddress::Unix { path } = host {
@@ -118,6 +142,7 @@ impl Client {
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
             connect: crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+                server_api: options.server_api.clone(),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -142,6 +167,7 @@ impl Client {
                 retry_writes: o.retry_writes.unwrap_or(true),
                 sessions: Rc::new(SessionPool::default()),
                 cluster_time: RefCell::new(None),
+                server_api: options.server_api,
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 next_op_id: Cell::new(1),
             }),
@@ -333,5 +359,63 @@ impl Client {
             .iter()
             .filter_map(|d| d.get_str("name").ok().map(str::to_string))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn refusal(uri: &str) -> Error {
+        match Client::connect(uri) {
+            Ok(_) => panic!("{uri} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn proxy_options_are_refused_by_name() {
+        let e = refusal("mongodb://h/?proxyHost=p");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(e.message.contains("proxyHost"), "{}", e.message);
+        let e = refusal("mongodb://h/?proxyHost=p&proxyPort=1081&proxyUsername=u&proxyPassword=s");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(
+            e.message
+                .contains("proxyHost, proxyPort, proxyUsername, proxyPassword"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("=s"), "the password is never echoed");
+    }
+
+    #[test]
+    fn invalid_proxy_options_stay_invalid_arguments() {
+        // The URI options spec's own checks come first.
+        for uri in [
+            "mongodb://h/?proxyPort=1080",
+            "mongodb://h/?proxyHost=p&proxyUsername=u",
+        ] {
+            assert_eq!(refusal(uri).kind, ErrorKind::InvalidArgument, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_declared_api_reaches_the_executor_and_the_handshake() {
+        let api = ServerApi {
+            strict: Some(true),
+            ..ServerApi::new(crate::ServerApiVersion::V1)
+        };
+        let options = ClientOptions {
+            server_api: Some(api.clone()),
+            ..Default::default()
+        };
+        let client = Client::with_options("mongodb://127.0.0.1:1/", options).unwrap();
+        assert_eq!(client.inner.server_api.as_ref(), Some(&api));
+        let topology = client.inner.topology.borrow();
+        assert_eq!(topology.connect_settings().server_api.as_ref(), Some(&api));
+        let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
+        assert!(plain.inner.server_api.is_none());
     }
 }

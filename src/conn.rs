@@ -7,6 +7,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
 use crate::runtime::{self, TcpStream};
+use crate::versioned_api::ServerApi;
 use crate::wire::{self, Message};
 use bson::{RawDocument, RawDocumentBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -37,6 +38,9 @@ pub struct Connection {
 pub struct ConnectSettings {
     /// The handshake's `client` document.
     pub metadata: RawDocumentBuf,
+    /// The declared Stable API: its fields go on the handshake too, and it
+    /// rules out the legacy `isMaster` fallback.
+    pub server_api: Option<ServerApi>,
 }
 
 /// What establishing a connection measured.
@@ -72,7 +76,7 @@ impl Connection {
         };
         let started = runtime::now();
         let reply = match conn.hello(settings, false, deadline) {
-            Err(e) if e.kind == ErrorKind::Server && handshake::wants_legacy_fallback(&e) => {
+            Err(e) if handshake::wants_legacy_fallback(&e, settings.server_api.is_some()) => {
                 conn.hello(settings, true, deadline)
             }
             other => other,
@@ -90,7 +94,8 @@ impl Connection {
         legacy: bool,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
-        let cmd = handshake::hello_command(&settings.metadata, legacy);
+        let cmd =
+            handshake::hello_command(&settings.metadata, legacy, settings.server_api.as_ref());
         let request_id = next_request_id();
         self.buf.clear();
         if legacy {

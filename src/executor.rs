@@ -1,6 +1,6 @@
 //! The executor: one place that runs every operation. It selects a server,
-//! checks out a connection, adds `$db`, `lsid`, `$clusterTime`, `txnNumber`
-//! and `maxTimeMS`, does the round trip under the operation's deadline,
+//! checks out a connection, adds `$db`, the Stable API fields, `lsid`,
+//! `$clusterTime`, `txnNumber` and `maxTimeMS`, does the round trip under the operation's deadline,
 //! records monitoring events, returns the connection to its pool, and
 //! retries per the Retryable Reads/Writes specs.
 
@@ -132,6 +132,8 @@ fn attempt<O: Operation>(
     let cmd = op.build(&conn.hello)?;
     let mut body = cmd.body;
     body.append(cstr!("$db"), cmd.db.as_str());
+    // The Stable API goes on every command, getMore and transactions included.
+    crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
     attach_session(
         client,
         &conn,

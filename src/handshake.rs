@@ -2,6 +2,7 @@
 //! command with client metadata, and what the reply tells the driver.
 
 use crate::error::{Error, Result};
+use crate::versioned_api::ServerApi;
 use bson::cstr;
 use bson::{rawdoc, RawDocument, RawDocumentBuf};
 
@@ -42,8 +43,13 @@ pub fn client_metadata(app_name: Option<&str>, platform_extra: Option<&str>) -> 
     doc
 }
 
-/// The OP_MSG `hello` (or, for the legacy fallback, `isMaster` over OP_QUERY).
-pub fn hello_command(metadata: &RawDocument, legacy: bool) -> RawDocumentBuf {
+/// The OP_MSG `hello` (or, for the legacy fallback, `isMaster` over
+/// OP_QUERY), with the declared Stable API's fields when there is one.
+pub fn hello_command(
+    metadata: &RawDocument,
+    legacy: bool,
+    server_api: Option<&ServerApi>,
+) -> RawDocumentBuf {
     let mut cmd = RawDocumentBuf::new();
     cmd.append(
         if legacy {
@@ -58,12 +64,17 @@ pub fn hello_command(metadata: &RawDocument, legacy: bool) -> RawDocumentBuf {
     if !legacy {
         cmd.append(cstr!("$db"), "admin");
     }
+    crate::versioned_api::apply(server_api, &mut cmd);
     cmd
 }
 
-/// Whether a failed `hello` means "try legacy isMaster" rather than a real error.
-pub fn wants_legacy_fallback(err: &Error) -> bool {
-    matches!(err.code, Some(59)) || err.message.contains("no such command")
+/// Whether a failed `hello` means "try legacy isMaster" rather than a real
+/// error. Never with a declared Stable API: the spec then allows only
+/// `hello` over OP_MSG, and a server without it stays Unknown.
+pub fn wants_legacy_fallback(err: &Error, server_api_declared: bool) -> bool {
+    !server_api_declared
+        && err.kind == crate::ErrorKind::Server
+        && (matches!(err.code, Some(59)) || err.message.contains("no such command"))
 }
 
 /// What a hello/isMaster reply says about the server.
@@ -198,13 +209,28 @@ mod tests {
     #[test]
     fn hello_and_legacy_shapes() {
         let md = client_metadata(None, None);
-        let hello = hello_command(&md, false);
+        let hello = hello_command(&md, false, None);
         assert_eq!(hello.iter().next().unwrap().unwrap().0, "hello");
         assert_eq!(hello.get_str("$db").unwrap(), "admin");
         assert!(hello.get_bool("helloOk").unwrap());
-        let legacy = hello_command(&md, true);
+        let legacy = hello_command(&md, true, None);
         assert_eq!(legacy.iter().next().unwrap().unwrap().0, "isMaster");
         assert!(legacy.get("$db").unwrap().is_none());
+        assert!(hello.get("apiVersion").unwrap().is_none());
+    }
+
+    #[test]
+    fn hello_carries_the_declared_api() {
+        let md = client_metadata(None, None);
+        let api = ServerApi {
+            strict: Some(true),
+            ..ServerApi::new(crate::ServerApiVersion::V1)
+        };
+        let hello = hello_command(&md, false, Some(&api));
+        assert_eq!(hello.iter().next().unwrap().unwrap().0, "hello");
+        assert_eq!(hello.get_str("apiVersion").unwrap(), "1");
+        assert!(hello.get_bool("apiStrict").unwrap());
+        assert!(hello.get("apiDeprecationErrors").unwrap().is_none());
     }
 
     #[test]
@@ -263,11 +289,18 @@ mod tests {
     #[test]
     fn legacy_fallback_only_for_unknown_command() {
         let mut e = Error::new(crate::ErrorKind::Server, "no such command: 'hello'");
-        assert!(wants_legacy_fallback(&e));
+        assert!(wants_legacy_fallback(&e, false));
+        assert!(
+            !wants_legacy_fallback(&e, true),
+            "a declared Stable API uses hello only"
+        );
         e.message = "boom".into();
         e.code = Some(59);
-        assert!(wants_legacy_fallback(&e));
+        assert!(wants_legacy_fallback(&e, false));
+        assert!(!wants_legacy_fallback(&e, true));
         e.code = Some(8);
-        assert!(!wants_legacy_fallback(&e));
+        assert!(!wants_legacy_fallback(&e, false));
+        let network = Error::network("no such command");
+        assert!(!wants_legacy_fallback(&network, false));
     }
 }

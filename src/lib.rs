@@ -29,6 +29,7 @@ pub mod retryable;
 pub mod runtime;
 mod session;
 mod topology;
+pub mod versioned_api;
 
 // Export names such as `mongo-wasi:driver/client@0.1.0` only link into a
 // wasm component; a native cdylib's linker rejects them.
@@ -45,3 +46,4 @@ pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
 pub use session::{Session, TransactionOptions};
+pub use versioned_api::{ServerApi, ServerApiVersion};

@@ -62,6 +62,11 @@ impl Topology {
         }
     }
 
+    #[cfg(test)]
+    pub fn connect_settings(&self) -> &ConnectSettings {
+        &self.settings.connect
+    }
+
     /// Selects a server for `criteria`, checking servers as needed, within
     /// the operation's selection deadline.
     pub fn select(&mut self, criteria: Criteria, timeout: &OpTimeout) -> Result<String> {

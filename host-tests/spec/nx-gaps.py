@@ -259,6 +259,17 @@ def dup_key_message(db):
     return "E11000" not in (err or ""), err or "no error"
 
 
+@gap("api-parameters", "rejects an unknown apiVersion (APIVersionError) and, with apiStrict, a "
+     "command outside API version 1 (APIStrictError); the failpoint proxy makes these checks")
+def api_parameters(db):
+    _, bad_version = attempt(lambda: db.command({"ping": 1, "apiVersion": "no_such_version"}))
+    _, strict = attempt(lambda: db.command(
+        {"distinct": "c", "key": "x", "apiVersion": "1", "apiStrict": True}))
+    accepted = [what for what, err in (("unknown apiVersion", bad_version),
+                                       ("strict distinct", strict)) if err is None]
+    return bool(accepted), "accepted " + ", ".join(accepted) if accepted else "both refused"
+
+
 PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),

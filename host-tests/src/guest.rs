@@ -71,12 +71,18 @@ impl Guest {
         let opts = ClientOptions {
             timeout_ms,
             monitor_commands: monitor,
+            server_api: None,
         };
+        self.connect_with(uri, opts)
+    }
+
+    /// `connect` with every client option.
+    pub fn connect_with(&mut self, uri: &str, opts: ClientOptions) -> Result<WitResult<Client>> {
         let r = self
             .driver
             .mongo_wasi_driver_client()
             .client()
-            .call_connect(&mut self.store, uri, opts)?;
+            .call_connect(&mut self.store, uri, &opts)?;
         Ok(r.map(Client))
     }
 

@@ -18,9 +18,18 @@ impl wit_client::Guest for Component {
 
 impl GuestClient for ClientRes {
     fn connect(uri: String, options: ClientOptions) -> WitResult<wit_client::Client> {
+        let server_api = match options.server_api {
+            Some(api) => Some(crate::ServerApi {
+                version: wrap(crate::ServerApiVersion::parse(&api.version))?,
+                strict: api.strict,
+                deprecation_errors: api.deprecation_errors,
+            }),
+            None => None,
+        };
         let opts = crate::ClientOptions {
             timeout_ms: options.timeout_ms,
             monitor_commands: options.monitor_commands,
+            server_api,
         };
         let client = wrap(Client::with_options(&uri, opts))?;
         Ok(wit_client::Client::new(ClientRes(client)))

@@ -29,13 +29,15 @@ pub fn cmd_line_opts(port: u16, set_name: Option<&str>) -> Document {
     let mut argv: Vec<Bson> = vec!["mongod".into(), "--port".into(), port.to_string().into()];
     let mut parsed = doc! {
         "net": { "bindIp": "127.0.0.1", "port": port as i32 },
-        "setParameter": { "enableTestCommands": "1" },
+        "setParameter": { "enableTestCommands": "1", "acceptApiVersion2": "1" },
     };
     if let Some(name) = set_name {
         argv.extend(["--replSet".into(), name.into()]);
         parsed.insert("replication", doc! { "replSet": name });
     }
-    argv.extend(["--setParameter".into(), "enableTestCommands=1".into()]);
+    for parameter in ["enableTestCommands=1", "acceptApiVersion2=1"] {
+        argv.extend(["--setParameter".into(), parameter.into()]);
+    }
     doc! { "argv": argv, "parsed": parsed, "ok": 1.0 }
 }
 
@@ -44,6 +46,7 @@ fn parameters(v: &Version) -> Document {
         "enableTestCommands": true,
         "featureCompatibilityVersion": { "version": format!("{}.{}", v.array[0], v.array[1]) },
         "requireApiVersion": false,
+        "acceptApiVersion2": crate::api_version::ACCEPT_API_VERSION_2,
         "authenticationMechanisms": crate::auth::MECHANISMS.to_vec(),
         "transactionLifetimeLimitSeconds": 60,
         "maxTransactionLockRequestTimeoutMillis": 5,

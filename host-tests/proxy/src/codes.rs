@@ -5,6 +5,7 @@ use bson::{doc, Bson, Document};
 pub const BAD_VALUE: i32 = 2;
 pub const USER_NOT_FOUND: i32 = 11;
 pub const UNAUTHORIZED: i32 = 13;
+pub const TYPE_MISMATCH: i32 = 14;
 pub const PROTOCOL_ERROR: i32 = 17;
 pub const AUTHENTICATION_FAILED: i32 = 18;
 pub const ILLEGAL_OPERATION: i32 = 20;
@@ -13,6 +14,9 @@ pub const COMMAND_NOT_FOUND: i32 = 59;
 pub const INVALID_OPTIONS: i32 = 72;
 pub const NO_REPLICATION_ENABLED: i32 = 76;
 pub const EXCEEDED_TIME_LIMIT: i32 = 262;
+pub const API_VERSION_ERROR: i32 = 322;
+pub const API_STRICT_ERROR: i32 = 323;
+pub const API_DEPRECATION_ERROR: i32 = 324;
 pub const MECHANISM_UNAVAILABLE: i32 = 334;
 pub const UNSUPPORTED_OP_QUERY_COMMAND: i32 = 352;
 /// mongod's "User ... already exists".
@@ -21,6 +25,8 @@ pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
+/// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
+pub const API_PARAMETERS_WITHOUT_VERSION: i32 = 4886600;
 
 const NAMES: &[(i32, &str)] = &[
     (1, "InternalError"),
@@ -88,6 +94,9 @@ const NAMES: &[(i32, &str)] = &[
     (280, "ChangeStreamFatalError"),
     (286, "ChangeStreamHistoryLost"),
     (290, "TransactionExceededLifetimeLimitSeconds"),
+    (322, "APIVersionError"),
+    (323, "APIStrictError"),
+    (324, "APIDeprecationError"),
     (334, "MechanismUnavailable"),
     (352, "UnsupportedOpQueryCommand"),
     (9001, "SocketException"),

@@ -1,6 +1,6 @@
 //! A test-only, OP_MSG-aware TCP proxy that puts mongod's test behaviour (fail points, a
 //! replica-set presentation, `buildInfo`/`getParameter`/..., CommandNotFound for commands the
-//! backend lacks) in front of a MongoDB-wire-compatible server without any (nx-27017).
+//! backend lacks, mongod's Stable API checks) in front of a MongoDB-wire-compatible server without any (nx-27017).
 //!
 //! ```no_run
 //! use mongo_wasi_proxy::{Proxy, ProxyConfig};
@@ -13,6 +13,7 @@
 //! Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see [`auth`].
 
 mod admin;
+mod api_version;
 pub mod auth;
 mod codes;
 mod commands;

@@ -563,6 +563,36 @@ fn unknown_commands_get_command_not_found() {
 }
 
 #[test]
+fn api_parameters_are_checked_as_mongod_does() {
+    let s = Setup::standalone();
+    let mut c = s.client();
+    let strict = doc! { "distinct": "c", "key": "x", "apiVersion": "1", "apiStrict": true };
+    assert_error(&c.run("test", strict), 323, "APIStrictError");
+    assert_error(
+        &c.run("test", doc! { "ping": 1, "apiVersion": "0" }),
+        322,
+        "APIVersionError",
+    );
+    assert_error(
+        &c.run("test", doc! { "ping": 1, "apiStrict": true }),
+        4886600,
+        "Location4886600",
+    );
+    assert!(s.backend.seen().is_empty(), "refused before the backend");
+    let test_command = doc! { "testVersion2": 1, "apiVersion": "2", "apiStrict": true };
+    assert_ok(&c.run("test", test_command));
+    assert_ok(&c.run(
+        "test",
+        doc! { "ping": 1, "apiVersion": "1", "apiStrict": true },
+    ));
+    assert_eq!(
+        s.backend.count("ping"),
+        1,
+        "a valid declaration is forwarded"
+    );
+}
+
+#[test]
 fn build_info_cmd_line_opts_and_get_parameter() {
     let s = Setup::standalone();
     let mut c = s.client();

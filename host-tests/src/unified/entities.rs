@@ -6,7 +6,9 @@ use super::args::bytes;
 use super::events::EventLog;
 use super::matching::Lookup;
 use super::{Fail, Step};
-use crate::bindings::exports::mongo_wasi::driver::client::{ClientOptions, SessionOptions};
+use crate::bindings::exports::mongo_wasi::driver::client::{
+    ClientOptions, ServerApi, SessionOptions,
+};
 use crate::bindings::exports::mongo_wasi::driver::database::CollectionOptions;
 use crate::bindings::exports::mongo_wasi::driver::gridfs::BucketOptions;
 use crate::bindings::exports::mongo_wasi::driver::session::TransactionOptions;
@@ -258,7 +260,8 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
             | "observeEvents"
             | "ignoreCommandMonitoringEvents"
             | "observeSensitiveCommands"
-            | "observeLogMessages" => {}
+            | "observeLogMessages"
+            | "serverApi" => {}
             // One address per topology here: there is never more than one mongos to use.
             "useMultipleMongoses" => {}
             // minPoolSize still goes to the driver in the URI; the runner does not wait
@@ -277,14 +280,35 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: true,
+        server_api: server_api(fields.get("serverApi"))?,
     };
     let handle = guest
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, &uri, opts)?
+        .call_connect(&mut guest.store, &uri, &opts)?
         .map_err(|e| Fail(format!("connect {uri}: {}", super::errors::describe(&e))))?;
     Ok(ClientEntity { handle, log })
+}
+
+/// A client entity's `serverApi` (version, strict, deprecationErrors), as
+/// given: the driver validates the version.
+fn server_api(spec: Option<&Bson>) -> Step<Option<ServerApi>> {
+    let Some(spec) = spec else { return Ok(None) };
+    let d = sub_doc(Some(spec))?;
+    only(&d, "serverApi", &["version", "strict", "deprecationErrors"])?;
+    let flag = |key: &str| match d.get(key) {
+        None => Ok(None),
+        Some(Bson::Boolean(b)) => Ok(Some(*b)),
+        Some(other) => Err(Fail(format!(
+            "serverApi.{key} should be a boolean, not {other}"
+        ))),
+    };
+    Ok(Some(ServerApi {
+        version: str_field(&d, "version")?.to_string(),
+        strict: flag("strict")?,
+        deprecation_errors: flag("deprecationErrors")?,
+    }))
 }
 
 fn doc_field(d: &Document, key: &str) -> Step<Option<Vec<u8>>> {
@@ -437,5 +461,27 @@ mod tests {
             Some(10)
         );
         assert_eq!(s.causal_consistency, Some(false));
+    }
+
+    #[test]
+    fn server_api_passes_through_as_given() {
+        assert!(server_api(None).unwrap().is_none());
+        let api = server_api(Some(&Bson::Document(
+            doc! { "version": "1", "strict": true },
+        )))
+        .unwrap()
+        .unwrap();
+        assert_eq!(api.version, "1");
+        assert_eq!((api.strict, api.deprecation_errors), (Some(true), None));
+        for bad in [
+            doc! { "strict": true },
+            doc! { "version": "1", "strict": 1 },
+            doc! { "version": "1", "bogus": true },
+        ] {
+            assert!(
+                server_api(Some(&Bson::Document(bad.clone()))).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -43,12 +43,13 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: false,
+        server_api: None,
     };
     guest
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, uri, opts)?
+        .call_connect(&mut guest.store, uri, &opts)?
         .map_err(|e| failed(&format!("internal client {uri}"), e))
 }
 

@@ -9,6 +9,7 @@ use bson::{doc, Document};
 
 use super::{Action, Conn};
 use crate::admin;
+use crate::api_version;
 use crate::auth;
 use crate::codes::{self, error_doc, with_labels};
 use crate::commands::{self, canonical};
@@ -72,7 +73,7 @@ impl Conn {
             return Action::Reply(self.proxy_admin(name, body));
         }
         lock(&self.shared.stats).command(name);
-        let local = LOCAL.contains(&canonical(name));
+        let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
         let known = local
             || name == "configureFailPoint"
             || commands::is_forwarded(name, self.shared.version.max_wire);
@@ -98,6 +99,9 @@ impl Conn {
                 .ok()
                 .map(str::to_string);
             self.internal_client = body.contains_key("internalClient");
+        }
+        if let Err(reply) = api_version::check(name, body, api_version::ACCEPT_API_VERSION_2) {
+            return Action::Reply(reply);
         }
         if self.role() == Role::Standalone && body.contains_key("txnNumber") {
             let msg = "Transaction numbers are only allowed on a replica set member or mongos";
@@ -392,7 +396,8 @@ impl Conn {
                 Ok(_) => doc! { "ok": 1.0 },
                 Err((code, msg)) => error_doc(code, &msg),
             },
-            // setParameter and the session-killing commands: nothing to do here.
+            // setParameter, the session-killing commands and the API test commands: nothing
+            // to do here.
             _ => doc! { "ok": 1.0 },
         }
     }
