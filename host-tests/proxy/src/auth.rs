@@ -869,6 +869,28 @@ mod tests {
     }
 
     #[test]
+    fn speculative_x509_authenticates_in_the_hello() {
+        let u = users();
+        let req = doc! { "hello": 1, "speculativeAuthenticate": {
+        "authenticate": 1, "mechanism": X509, "db": EXTERNAL } };
+        let mut s = Session::default();
+        let mut reply = doc! {};
+        let out = hello_fields(&u, &mut s, &req, Some("CN=client,O=test"), &mut reply);
+        assert!(out
+            .speculative
+            .is_some_and(|st| st.authenticated && st.speculative));
+        assert_eq!(
+            reply.get_document("speculativeAuthenticate").unwrap(),
+            &doc! { "dbname": EXTERNAL, "user": "CN=client,O=test" }
+        );
+        // Without TLS there is no subject: the field is left out and nobody is authenticated.
+        let mut s = Session::default();
+        let mut reply = doc! {};
+        hello_fields(&u, &mut s, &req, None, &mut reply);
+        assert!(reply.is_empty() && !s.is_authenticated());
+    }
+
+    #[test]
     fn user_commands() {
         let mut u = users();
         let created = u.command(
