@@ -116,17 +116,24 @@ pub fn allowed_unauthenticated(name: &str) -> bool {
     )
 }
 
-struct Stored {
+/// A user with its derived SCRAM credentials, ready to store.
+pub(crate) struct Stored {
     user: User,
     roles: Vec<Bson>,
     creds: Vec<scram::Credentials>,
 }
 
+/// The SCRAM iteration counts new credentials get.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Iterations {
+    sha1: u32,
+    sha256: u32,
+}
+
 /// The user store every connection of one proxy shares.
 pub(crate) struct Users {
     map: BTreeMap<(String, String), Stored>,
-    sha1_iterations: u32,
-    sha256_iterations: u32,
+    iterations: Iterations,
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -139,20 +146,118 @@ fn refused(code: i32, msg: &str) -> Document {
     error_doc(code, msg)
 }
 
+/// Checks a user and derives its SCRAM credentials (PBKDF2: slow, so callers run it
+/// outside the store's lock); [`Users::insert`] stores the result.
+fn prepare(user: User, roles: Vec<Bson>, iterations: Iterations) -> Result<Stored, Document> {
+    for m in &user.mechanisms {
+        if !MECHANISMS.contains(&m.as_str()) {
+            return Err(refused(
+                codes::BAD_VALUE,
+                &format!("Unknown auth mechanism '{m}'"),
+            ));
+        }
+    }
+    if user.mechanisms.is_empty() {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "mechanisms field must not be empty",
+        ));
+    }
+    let mut creds = Vec::new();
+    if let Some(password) = &user.password {
+        for m in &user.mechanisms {
+            let Some(hash) = Hash::from_mechanism(m) else {
+                continue;
+            };
+            let count = match hash {
+                Hash::Sha1 => iterations.sha1,
+                Hash::Sha256 => iterations.sha256,
+            };
+            let input = scram::password_input(hash, &user.name, password);
+            let salt = random_bytes(hash.salt_len());
+            creds.push(scram::Credentials::derive(hash, &input, salt, count));
+        }
+    }
+    Ok(Stored { user, roles, creds })
+}
+
+/// `createUser`'s checks, then [`prepare`].
+pub(crate) fn create_user(
+    db: &str,
+    body: &Document,
+    iterations: Iterations,
+) -> Result<Stored, Document> {
+    let name = match body.get_str("createUser") {
+        Ok(n) if !n.is_empty() => n,
+        _ => {
+            return Err(refused(
+                codes::BAD_VALUE,
+                "User document needs 'user' field to be set",
+            ))
+        }
+    };
+    let Ok(roles) = body.get_array("roles") else {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "\"createUser\" command requires a \"roles\" array",
+        ));
+    };
+    if body.get_bool("digestPassword").ok() == Some(false) {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "the proxy supports only digestPassword: true",
+        ));
+    }
+    let password = body.get_str("pwd").ok();
+    let mechanisms: Vec<String> = match body.get_array("mechanisms") {
+        Ok(list) => list
+            .iter()
+            .filter_map(|m| m.as_str().map(str::to_string))
+            .collect(),
+        Err(_) if db == EXTERNAL => vec![X509.to_string(), PLAIN.to_string()],
+        Err(_) => vec![SCRAM_SHA_1.to_string(), SCRAM_SHA_256.to_string()],
+    };
+    match (db == EXTERNAL, password) {
+        (true, Some(_)) => {
+            let msg = "Cannot create users with a password in the $external database";
+            return Err(refused(codes::BAD_VALUE, msg));
+        }
+        (false, None) => {
+            let msg = "Must provide a 'pwd' field for all user documents, except those with \
+                       '$external' as the user's source db";
+            return Err(refused(codes::BAD_VALUE, msg));
+        }
+        (false, Some(_)) if mechanisms.iter().any(|m| Hash::from_mechanism(m).is_none()) => {
+            return Err(refused(
+                codes::BAD_VALUE,
+                "Only SCRAM mechanisms may be set for users with a password",
+            ));
+        }
+        _ => {}
+    }
+    let user = User {
+        name: name.to_string(),
+        db: db.to_string(),
+        password: password.map(str::to_string),
+        mechanisms,
+    };
+    prepare(user, roles.clone(), iterations)
+}
+
 impl Users {
     pub fn new(config: &AuthConfig) -> Result<Users, String> {
         let mut users = Users {
             map: BTreeMap::new(),
-            sha1_iterations: config.sha1_iterations.max(1),
-            sha256_iterations: config.sha256_iterations.max(1),
+            iterations: Iterations {
+                sha1: config.sha1_iterations.max(1),
+                sha256: config.sha256_iterations.max(1),
+            },
         };
+        let root = || vec![doc! { "role": "root", "db": "admin" }.into()];
         for user in &config.users {
-            users
-                .add(
-                    user.clone(),
-                    vec![doc! { "role": "root", "db": "admin" }.into()],
-                )
-                .map_err(|e| e.get_str("errmsg").unwrap_or("bad user").to_string())?;
+            let errmsg = |e: Document| e.get_str("errmsg").unwrap_or("bad user").to_string();
+            let stored = prepare(user.clone(), root(), users.iterations).map_err(errmsg)?;
+            users.insert(stored).map_err(errmsg)?;
         }
         Ok(users)
     }
@@ -161,42 +266,18 @@ impl Users {
         self.map.is_empty()
     }
 
-    fn add(&mut self, user: User, roles: Vec<Bson>) -> Result<(), Document> {
-        for m in &user.mechanisms {
-            if !MECHANISMS.contains(&m.as_str()) {
-                return Err(refused(
-                    codes::BAD_VALUE,
-                    &format!("Unknown auth mechanism '{m}'"),
-                ));
-            }
-        }
-        if user.mechanisms.is_empty() {
-            return Err(refused(
-                codes::BAD_VALUE,
-                "mechanisms field must not be empty",
-            ));
-        }
-        let key = (user.db.clone(), user.name.clone());
+    pub fn iterations(&self) -> Iterations {
+        self.iterations
+    }
+
+    /// Stores a [`prepare`]d user; a user of that name in that database already exists: 51003.
+    pub fn insert(&mut self, stored: Stored) -> Result<(), Document> {
+        let key = (stored.user.db.clone(), stored.user.name.clone());
         if self.map.contains_key(&key) {
-            let msg = format!("User \"{}@{}\" already exists", user.name, user.db);
+            let msg = format!("User \"{}@{}\" already exists", key.1, key.0);
             return Err(refused(codes::USER_EXISTS, &msg));
         }
-        let mut creds = Vec::new();
-        if let Some(password) = &user.password {
-            for m in &user.mechanisms {
-                let Some(hash) = Hash::from_mechanism(m) else {
-                    continue;
-                };
-                let iterations = match hash {
-                    Hash::Sha1 => self.sha1_iterations,
-                    Hash::Sha256 => self.sha256_iterations,
-                };
-                let input = scram::password_input(hash, &user.name, password);
-                let salt = random_bytes(hash.salt_len());
-                creds.push(scram::Credentials::derive(hash, &input, salt, iterations));
-            }
-        }
-        self.map.insert(key, Stored { user, roles, creds });
+        self.map.insert(key, stored);
         Ok(())
     }
 
@@ -219,10 +300,10 @@ impl Users {
         )
     }
 
-    /// `createUser`, `dropUser`, `usersInfo`, `dropAllUsersFromDatabase`.
+    /// `dropUser`, `usersInfo`, `dropAllUsersFromDatabase` (`createUser`: [`create_user`],
+    /// then [`Users::insert`]).
     pub fn command(&mut self, name: &str, db: &str, body: &Document) -> Document {
         match name {
-            "createUser" => self.create_user(db, body),
             "dropUser" => {
                 let Ok(user) = body.get_str("dropUser") else {
                     return refused(codes::BAD_VALUE, "dropUser needs a user name");
@@ -241,67 +322,6 @@ impl Users {
                 doc! { "n": (before - self.map.len()) as i32, "ok": 1.0 }
             }
             _ => self.users_info(db, body),
-        }
-    }
-
-    fn create_user(&mut self, db: &str, body: &Document) -> Document {
-        let name = match body.get_str("createUser") {
-            Ok(n) if !n.is_empty() => n,
-            _ => {
-                return refused(
-                    codes::BAD_VALUE,
-                    "User document needs 'user' field to be set",
-                )
-            }
-        };
-        let Ok(roles) = body.get_array("roles") else {
-            return refused(
-                codes::BAD_VALUE,
-                "\"createUser\" command requires a \"roles\" array",
-            );
-        };
-        if body.get_bool("digestPassword").ok() == Some(false) {
-            return refused(
-                codes::BAD_VALUE,
-                "the proxy supports only digestPassword: true",
-            );
-        }
-        let password = body.get_str("pwd").ok();
-        let mechanisms: Vec<String> = match body.get_array("mechanisms") {
-            Ok(list) => list
-                .iter()
-                .filter_map(|m| m.as_str().map(str::to_string))
-                .collect(),
-            Err(_) if db == EXTERNAL => vec![X509.to_string(), PLAIN.to_string()],
-            Err(_) => vec![SCRAM_SHA_1.to_string(), SCRAM_SHA_256.to_string()],
-        };
-        match (db == EXTERNAL, password) {
-            (true, Some(_)) => {
-                let msg = "Cannot create users with a password in the $external database";
-                return refused(codes::BAD_VALUE, msg);
-            }
-            (false, None) => {
-                let msg = "Must provide a 'pwd' field for all user documents, except those with \
-                           '$external' as the user's source db";
-                return refused(codes::BAD_VALUE, msg);
-            }
-            (false, Some(_)) if mechanisms.iter().any(|m| Hash::from_mechanism(m).is_none()) => {
-                return refused(
-                    codes::BAD_VALUE,
-                    "Only SCRAM mechanisms may be set for users with a password",
-                );
-            }
-            _ => {}
-        }
-        let user = User {
-            name: name.to_string(),
-            db: db.to_string(),
-            password: password.map(str::to_string),
-            mechanisms,
-        };
-        match self.add(user, roles.clone()) {
-            Ok(()) => doc! { "ok": 1.0 },
-            Err(e) => e,
         }
     }
 
@@ -890,28 +910,31 @@ mod tests {
         assert!(reply.is_empty() && !s.is_authenticated());
     }
 
+    fn create(u: &mut Users, db: &str, body: &Document) -> Document {
+        match create_user(db, body, u.iterations()).and_then(|s| u.insert(s)) {
+            Ok(()) => doc! { "ok": 1.0 },
+            Err(e) => e,
+        }
+    }
+
     #[test]
     fn user_commands() {
         let mut u = users();
-        let created = u.command(
-            "createUser",
+        let created = create(
+            &mut u,
             "db1",
             &doc! { "createUser": "bob", "pwd": "pw", "roles": [] },
         );
         assert_eq!(created.get_f64("ok").unwrap(), 1.0);
-        let again = u.command(
-            "createUser",
+        let again = create(
+            &mut u,
             "db1",
             &doc! { "createUser": "bob", "pwd": "pw", "roles": [] },
         );
         assert_eq!(again.get_i32("code").unwrap(), 51003);
-        let no_pwd = u.command(
-            "createUser",
-            "db1",
-            &doc! { "createUser": "c", "roles": [] },
-        );
+        let no_pwd = create(&mut u, "db1", &doc! { "createUser": "c", "roles": [] });
         assert_eq!(no_pwd.get_i32("code").unwrap(), 2);
-        let no_roles = u.command("createUser", "db1", &doc! { "createUser": "c", "pwd": "x" });
+        let no_roles = create(&mut u, "db1", &doc! { "createUser": "c", "pwd": "x" });
         assert_eq!(no_roles.get_i32("code").unwrap(), 2);
         let info = u.command("usersInfo", "db1", &doc! { "usersInfo": "bob" });
         let list = info.get_array("users").unwrap();
