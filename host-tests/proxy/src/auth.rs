@@ -562,9 +562,16 @@ impl Session {
                 "No SASL session state found",
             ));
         };
-        let id = crate::failpoint::number(body, "conversationId");
-        if id != Some(CONVERSATION_ID as f64) {
-            return Step::fail(refused(codes::PROTOCOL_ERROR, "Mismatched conversation id"));
+        match crate::failpoint::number(body, "conversationId") {
+            Some(id) if id == CONVERSATION_ID as f64 => {}
+            Some(_) => {
+                let msg = "sasl: Mismatched conversation id";
+                return Step::fail(refused(codes::PROTOCOL_ERROR, msg));
+            }
+            None => {
+                let msg = "Missing expected field \"conversationId\"";
+                return Step::fail(refused(codes::NO_SUCH_KEY, msg));
+            }
         }
         let (bytes, _) = match payload(body) {
             Ok(p) => p,
@@ -668,7 +675,8 @@ pub(crate) fn hello_fields(
     };
     let db = spec.get_str("db").unwrap_or(EXTERNAL);
     let mut step = if spec.contains_key("saslStart") {
-        if spec.get_str("db").is_err() {
+        // mongod: a db is required, and a plaintext mechanism may not speculate.
+        if spec.get_str("db").is_err() || spec.get_str("mechanism").ok() == Some(PLAIN) {
             return out;
         }
         session.sasl_start(users, db, spec)
@@ -878,6 +886,16 @@ mod tests {
         let server_first = String::from_utf8(bytes(spec)).unwrap();
         let fin = client_final(Hash::Sha256, "alice", "pw", "clientnonce", &server_first);
         assert!(cont(&mut s, fin.as_bytes()).authenticated);
+
+        // PLAIN may not speculate.
+        let req = doc! { "hello": 1, "speculativeAuthenticate": { "saslStart": 1,
+        "mechanism": PLAIN, "db": EXTERNAL, "payload": bin(b"\0ldap\0secret") } };
+        let mut reply = doc! {};
+        let mut fresh = Session::default();
+        assert!(hello_fields(&u, &mut fresh, &req, None, &mut reply)
+            .speculative
+            .is_none());
+        assert!(reply.is_empty() && !fresh.is_authenticated());
 
         // Unknown user: no saslSupportedMechs; a failed speculation leaves the field out.
         let req = doc! { "hello": 1, "saslSupportedMechs": "admin.nobody",
