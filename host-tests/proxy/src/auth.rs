@@ -618,11 +618,14 @@ impl Session {
             let msg = format!("Unsupported mechanism '{mechanism}' for the authenticate command");
             return Step::fail(refused(codes::MECHANISM_UNAVAILABLE, &msg));
         }
+        if db != EXTERNAL {
+            let msg = "X.509 authentication must always use the $external database.";
+            return Step::fail(refused(codes::PROTOCOL_ERROR, msg));
+        }
         let Some(subject) = peer_subject else {
             return auth_failed();
         };
-        let named = body.get_str("user").ok();
-        if db != EXTERNAL || named.is_some_and(|u| u != subject) {
+        if body.get_str("user").is_ok_and(|u| u != subject) {
             return auth_failed();
         }
         let known = users
@@ -856,6 +859,11 @@ mod tests {
             "no TLS, no subject"
         );
         assert!(s.authenticate(&u, EXTERNAL, &x509, Some("CN=other")).failed);
+        let named = doc! { "authenticate": 1, "mechanism": X509, "user": "CN=someone" };
+        let mismatch = s.authenticate(&u, EXTERNAL, &named, Some("CN=client,O=test"));
+        assert_eq!(mismatch.reply.get_i32("code").unwrap(), 18);
+        let wrong_db = s.authenticate(&u, "admin", &x509, Some("CN=client,O=test"));
+        assert_eq!(wrong_db.reply.get_i32("code").unwrap(), 17);
         let ok = s.authenticate(&u, EXTERNAL, &x509, Some("CN=client,O=test"));
         assert_eq!(ok.reply.get_str("user").unwrap(), "CN=client,O=test");
         assert_eq!(s.user, Some(("CN=client,O=test".into(), EXTERNAL.into())));
