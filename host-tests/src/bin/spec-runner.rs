@@ -249,3 +249,21 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn auth_is_off_unless_asked_for() {
+        let base = ["--backend", "127.0.0.1:1", "--suite", "crud/tests/unified"];
+        assert!(!parse(&args(&base)).unwrap().auth);
+        let with = parse(&args(&[&base[..], &["--auth"]].concat())).unwrap();
+        assert!(with.auth);
+        assert_eq!(with.suites, ["crud/tests/unified"]);
+    }
+}

@@ -57,6 +57,12 @@ impl Args {
         if out.suites.is_empty() && !out.all {
             return Err(format!("name a suite directory, or --all\n\n{USAGE}"));
         }
+        // The expected-pass list describes runs without auth (auth: false tests skip with it).
+        if out.auth && out.update_expected {
+            return Err(format!(
+                "--update-expected describes runs without --auth; drop one\n\n{USAGE}"
+            ));
+        }
         Ok(out)
     }
 
@@ -170,5 +176,8 @@ mod tests {
         assert!(Args::parse(&["--json"])
             .unwrap_err()
             .contains("needs a value"));
+        assert!(Args::parse(&["--all", "--auth", "--update-expected"])
+            .unwrap_err()
+            .contains("without --auth"));
     }
 }
