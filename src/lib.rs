@@ -44,4 +44,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
-pub use session::{Session, TransactionOptions};
+pub use session::{
+    RunnerStep, Session, TransactionOptions, TransactionRunner, WithTransactionOptions,
+};
