@@ -228,7 +228,11 @@ impl Session {
             .client
             .as_ref()
             .ok_or_else(|| Error::invalid_argument("transactions need an explicit session"))?;
-        let timeout = self.resolve_timeout(timeout_ms);
+        // Inside a withTransaction body (or its commit) the call's deadline rules.
+        let timeout = match self.callback_timeout(timeout_ms)? {
+            Some(left) => Some(left),
+            None => self.resolve_timeout(timeout_ms),
+        };
         if timeout.is_some() {
             op.under_csot()?;
         }

@@ -146,17 +146,10 @@ impl TransactionRunner {
         Ok(())
     }
 
-    /// Commit under what is left of the call's deadline.
+    /// Commit under what is left of the call's deadline (the session still
+    /// carries it, see `Session::callback_timeout`).
     fn commit(&mut self) -> Result<()> {
-        let timeout = self.machine.deadline().map(|d| match d {
-            Deadline::Infinite => 0,
-            // 0 would mean "no limit": an expired deadline sends 1 ms, which
-            // the executor's own check turns into a timeout.
-            Deadline::At(_) => d
-                .remaining(runtime::now())
-                .map_or(0, |r| (r.as_millis() as u64).max(1)),
-        });
-        self.session.commit_transaction(timeout)
+        self.session.commit_transaction(None)
     }
 
     /// Abort with a fresh timeoutMS (CSOT spec: "withTransaction refreshes
@@ -190,4 +183,120 @@ fn jitter() -> f64 {
     }
     // 53 random bits: exactly representable, below 1.
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    //! The runner's phases on transactions that never reach the server: a
+    //! transaction with no command commits and aborts without I/O.
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::Client;
+
+    fn session() -> Session {
+        let client = Client::connect("mongodb://127.0.0.1:1/?replicaSet=rs0").unwrap();
+        client.start_session(None)
+    }
+
+    #[test]
+    fn an_empty_body_commits_and_done_stays_done() {
+        let s = session();
+        let mut r = s.transaction_runner(WithTransactionOptions::default());
+        assert_eq!(r.step().unwrap(), RunnerStep::RunBody);
+        assert!(s.in_transaction(), "step started the transaction");
+        r.report(Ok(())).unwrap();
+        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert!(!s.in_transaction());
+        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+    }
+
+    #[test]
+    fn steps_and_reports_must_alternate() {
+        let s = session();
+        let mut r = s.transaction_runner(WithTransactionOptions::default());
+        assert_eq!(
+            r.report(Ok(())).unwrap_err().kind,
+            ErrorKind::InvalidArgument,
+            "no body is running yet"
+        );
+        r.step().unwrap();
+        assert_eq!(
+            r.step().unwrap_err().kind,
+            ErrorKind::InvalidArgument,
+            "a report is due"
+        );
+        r.report(Ok(())).unwrap();
+        assert!(r.report(Ok(())).is_err(), "one report per body");
+    }
+
+    #[test]
+    fn a_non_transient_body_error_aborts_and_ends_the_loop() {
+        let s = session();
+        let mut r = s.transaction_runner(WithTransactionOptions::default());
+        r.step().unwrap();
+        let mine = Error::invalid_argument("the caller's own error");
+        r.report(Err(mine.clone())).unwrap();
+        assert_eq!(r.step().unwrap_err(), mine);
+        assert!(!s.in_transaction(), "aborted");
+        assert_eq!(r.step().unwrap_err(), mine, "the same outcome again");
+    }
+
+    #[test]
+    fn a_body_that_ends_the_transaction_itself_is_done_without_a_commit() {
+        let s = session();
+        let mut r = s.transaction_runner(WithTransactionOptions::default());
+        r.step().unwrap();
+        s.abort_transaction(None).unwrap();
+        r.report(Ok(())).unwrap();
+        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+    }
+
+    #[test]
+    fn start_errors_end_the_loop() {
+        let s = session();
+        s.start_transaction(TransactionOptions::default()).unwrap();
+        let mut r = s.transaction_runner(WithTransactionOptions::default());
+        assert_eq!(r.step().unwrap_err().kind, ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn under_timeout_ms_the_body_shares_the_deadline_and_may_not_override_it() {
+        let s = session();
+        let mut r = s.transaction_runner(WithTransactionOptions {
+            timeout_ms: Some(60_000),
+            ..Default::default()
+        });
+        assert_eq!(s.callback_timeout(None).unwrap(), None, "not started yet");
+        r.step().unwrap();
+        let left = s.callback_timeout(None).unwrap().unwrap();
+        assert!(left > 0 && left <= 60_000, "{left}");
+        assert_eq!(
+            s.callback_timeout(Some(5)).unwrap_err().kind,
+            ErrorKind::InvalidArgument,
+            "an operation's own timeoutMS inside the body"
+        );
+        r.report(Ok(())).unwrap();
+        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert_eq!(s.callback_timeout(Some(5)).unwrap(), None, "over");
+    }
+
+    #[test]
+    fn the_closure_returns_the_body_value_and_its_errors() {
+        let s = session();
+        let mut runs = 0;
+        let v = s
+            .with_transaction(Default::default(), |_| {
+                runs += 1;
+                Ok(42)
+            })
+            .unwrap();
+        assert_eq!((v, runs), (42, 1));
+        let e = s
+            .with_transaction(Default::default(), |_| -> Result<()> {
+                Err(Error::invalid_argument("no"))
+            })
+            .unwrap_err();
+        assert_eq!(e.message, "no");
+        assert!(!s.in_transaction());
+    }
 }
