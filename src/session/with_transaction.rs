@@ -281,6 +281,15 @@ mod tests {
         };
         assert_eq!(t.kind, ErrorKind::Timeout);
         assert!(t.has_label(UNKNOWN_COMMIT));
+
+        // A transient commit error (NoSuchTransaction after a failover) too.
+        let mut w = WithTransaction::new(T0, None);
+        w.begin(T0, 0.0).unwrap();
+        let Next::Failed(t) = w.commit_failed(at(120_000), labelled(TRANSIENT, Some(251))) else {
+            panic!("expected a failure")
+        };
+        assert_eq!((t.kind, t.code), (ErrorKind::Timeout, Some(251)));
+        assert!(t.has_label(TRANSIENT));
     }
 
     #[test]
