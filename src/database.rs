@@ -93,7 +93,11 @@ impl Database {
         self.check()?;
         let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
         let mut op = RunCommand::new(&self.name, command, criteria);
-        let timeout = options.timeout_ms.or(self.timeout_ms);
+        let timeout = match options.session {
+            Some(s) => s.callback_timeout(options.timeout_ms)?,
+            None => None,
+        };
+        let timeout = timeout.or(options.timeout_ms).or(self.timeout_ms);
         self.client.execute(&mut op, timeout, options.session)
     }
 
@@ -198,7 +202,10 @@ impl Database {
         cursor: CursorOptions,
     ) -> Result<Cursor> {
         self.check()?;
-        let timeout_ms = timeout_ms.or(self.timeout_ms);
+        let callback = session
+            .map(|s| s.callback_timeout(timeout_ms))
+            .transpose()?;
+        let timeout_ms = callback.flatten().or(timeout_ms).or(self.timeout_ms);
         let writes = op.criteria == Criteria::Write;
         let shape = crate::csot::CursorShape {
             writes,

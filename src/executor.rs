@@ -37,7 +37,14 @@ struct Attempts {
 /// Runs `op` with the context's session, or an implicit one.
 pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     match ctx.session {
-        Some(_) => run(client, op, ctx),
+        // A withTransaction body's deadline bounds every operation on its session.
+        Some(s) => {
+            let ctx = Context {
+                timeout: s.bound(ctx.timeout),
+                ..*ctx
+            };
+            run(client, op, &ctx)
+        }
         None => {
             let implicit = client.implicit_session();
             let ctx = Context {

@@ -45,5 +45,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
-pub use session::{Session, TransactionOptions};
+pub use session::{
+    RunnerStep, Session, TransactionOptions, TransactionRunner, WithTransactionOptions,
+};
 pub use versioned_api::{ServerApi, ServerApiVersion};

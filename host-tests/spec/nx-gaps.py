@@ -234,6 +234,33 @@ def isolation(db):
     return seen != [], f"a plain find saw {seen} before the abort"
 
 
+@gap("txn-supersede", "aborts a session's open transaction when the session starts one with a higher txnNumber")
+def txn_supersede(db):
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    for n in (1, 2):
+        txn = {"lsid": lsid, "txnNumber": n, "autocommit": False, "startTransaction": True}
+        reply = db.command(dict({"insert": "c", "documents": [{"_id": 1}]}, **txn))
+    errors = reply.get("writeErrors")
+    return bool(errors), f"the second transaction's insert: {errors or reply}"
+
+
+@gap("insert-read-concern", "takes an insert's readConcern field (the first command of a transaction) as an option")
+def insert_read_concern(db):
+    reply = db.command({"insert": "c", "documents": [{"_id": 1}], "readConcern": {"level": "local"}})
+    docs = list(db.c.find())
+    return len(docs) != 1, f"n={reply.get('n')}, stored {docs}"
+
+
+@gap("read-only-commit", "commits a transaction whose commands only read")
+def read_only_commit(db):
+    db.c.insert_one({"_id": 1})
+    with db.client.start_session() as session:
+        session.start_transaction()
+        db.c.count_documents({}, session=session)
+        _, err = attempt(session.commit_transaction)
+    return err is not None, err or "commit accepted"
+
+
 @gap("distinct-id", "answers distinct on _id")
 def distinct_id(db):
     db.c.insert_many([{"_id": 1}, {"_id": 2}])

@@ -143,6 +143,14 @@ impl Collection {
         if let Some(e) = self.db.config_error.as_ref().or(self.config_error.as_ref()) {
             return Err(e.clone());
         }
+        // Inside a withTransaction body under CSOT the call's deadline rules.
+        if let Some(left) = session
+            .map(|s| s.callback_timeout(op_timeout))
+            .transpose()?
+            .flatten()
+        {
+            return Ok(Some(left));
+        }
         Ok(op_timeout
             .or(session.and_then(|s| s.default_timeout_ms))
             .or(self.timeout_ms))

@@ -1,13 +1,62 @@
 use super::exports::mongo_wasi::driver::session::{
-    self as wit_session, GuestSession, TransactionOptions,
+    self as wit_session, GuestSession, GuestTransactionRunner, RunnerStep, TransactionOptions,
+    TransactionRunner as WitRunner, WithTransactionOptions,
 };
-use super::{doc, opt_doc, wrap, Component, WitResult};
-use crate::Session;
+use super::{doc, opt_doc, to_wit, wit, wrap, Component, WitResult};
+use crate::{Error, ErrorKind, Session, TransactionRunner};
+use std::cell::RefCell;
 
 pub struct SessionRes(pub Session);
 
+/// WIT methods take `&self`; the runner's loop state needs `&mut`.
+pub struct RunnerRes(RefCell<TransactionRunner>);
+
 impl wit_session::Guest for Component {
     type Session = SessionRes;
+    type TransactionRunner = RunnerRes;
+}
+
+impl GuestTransactionRunner for RunnerRes {
+    fn step(&self) -> WitResult<RunnerStep> {
+        match self.0.borrow_mut().step() {
+            Ok(crate::RunnerStep::RunBody) => Ok(RunnerStep::RunBody),
+            Ok(crate::RunnerStep::Done) => Ok(RunnerStep::Done),
+            Err(e) => Err(to_wit(e)),
+        }
+    }
+
+    fn report(&self, outcome: Result<(), wit::Error>) -> WitResult<()> {
+        wrap(self.0.borrow_mut().report(outcome.map_err(from_wit)))
+    }
+}
+
+/// The caller's error, back into the driver's type (labels decide retries).
+fn from_wit(e: wit::Error) -> Error {
+    let kind = match e.kind {
+        wit::ErrorKind::Timeout => ErrorKind::Timeout,
+        wit::ErrorKind::Network => ErrorKind::Network,
+        wit::ErrorKind::Server => ErrorKind::Server,
+        wit::ErrorKind::ServerSelection => ErrorKind::ServerSelection,
+        wit::ErrorKind::InvalidArgument => ErrorKind::InvalidArgument,
+        wit::ErrorKind::NotImplemented => ErrorKind::NotImplemented,
+        wit::ErrorKind::Protocol => ErrorKind::Protocol,
+        wit::ErrorKind::Closed => ErrorKind::Closed,
+    };
+    // A malformed reply document is dropped rather than refused: the error
+    // itself is what the caller reports.
+    let reply = e
+        .reply
+        .and_then(|b| bson::RawDocumentBuf::from_bytes(b).ok())
+        .map(Box::new);
+    Error {
+        kind,
+        code: e.code,
+        code_name: e.code_name,
+        labels: e.labels,
+        message: e.message,
+        cause: e.cause,
+        reply,
+    }
 }
 
 impl GuestSession for SessionRes {
@@ -54,6 +103,18 @@ impl GuestSession for SessionRes {
 
     fn abort_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
         wrap(self.0.abort_transaction(timeout_ms))
+    }
+
+    fn with_transaction(&self, options: WithTransactionOptions) -> WitRunner {
+        // Bad option documents surface at the first step, as start errors do.
+        let runner = match transaction_options(options.transaction) {
+            Ok(transaction) => self.0.transaction_runner(crate::WithTransactionOptions {
+                transaction,
+                timeout_ms: options.timeout_ms,
+            }),
+            Err(e) => TransactionRunner::failed(&self.0, from_wit(e)),
+        };
+        WitRunner::new(RunnerRes(RefCell::new(runner)))
     }
 
     fn end(&self) {

@@ -68,18 +68,10 @@ impl Operation for EndTransaction {
         body.append(key, 1);
         let mut wc = self.write_concern.clone();
         if self.commit && self.attempts > 1 {
-            // A retried commit must not be satisfied by a minority (spec).
-            let mut majority = rawdoc! { "w": "majority" };
-            let wtimeout = wc
-                .as_ref()
-                .and_then(|w| w.get("wtimeout").ok().flatten().map(bson::RawBson::from));
-            majority.append(
-                cstr!("wtimeout"),
-                wtimeout.unwrap_or(bson::RawBson::Int32(10_000)),
-            );
-            wc = Some(majority);
+            wc = Some(retry_write_concern(wc.as_deref())?);
         }
-        if let Some(wc) = wc {
+        // Under CSOT a write concern of only wtimeout is left empty: not sent.
+        if let Some(wc) = wc.filter(|w| w.iter().next().is_some()) {
             body.append(cstr!("writeConcern"), wc);
         }
         if let (true, Some(ms)) = (self.commit, self.max_commit_time_ms) {
@@ -110,6 +102,27 @@ impl Operation for EndTransaction {
     }
 }
 
+/// A retried commit must not be satisfied by a minority (Transactions spec):
+/// `w` becomes "majority", a missing `wtimeout` becomes 10 s, and the other
+/// fields (`j`) stay.
+fn retry_write_concern(wc: Option<&bson::RawDocument>) -> Result<RawDocumentBuf> {
+    let mut out = rawdoc! { "w": "majority" };
+    let mut wtimeout = None;
+    for item in wc.into_iter().flat_map(|w| w.iter()) {
+        let (key, value) = item?;
+        match key.as_str() {
+            "w" => {}
+            "wtimeout" => wtimeout = Some(bson::RawBson::from(value)),
+            _ => out.append(key, value),
+        }
+    }
+    out.append(
+        cstr!("wtimeout"),
+        wtimeout.unwrap_or(bson::RawBson::Int32(10_000)),
+    );
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +140,18 @@ mod tests {
         assert_eq!(
             retry.body.get_document("writeConcern").unwrap(),
             &*rawdoc! { "w": "majority", "wtimeout": 10_000 }
+        );
+    }
+
+    #[test]
+    fn a_retried_commit_keeps_j_and_wtimeout() {
+        let mut op =
+            EndTransaction::commit(Some(rawdoc! { "w": 2, "j": true, "wtimeout": 5000 }), None);
+        op.build(&HelloReply::default()).unwrap();
+        let retry = op.build(&HelloReply::default()).unwrap();
+        assert_eq!(
+            retry.body.get_document("writeConcern").unwrap(),
+            &*rawdoc! { "w": "majority", "j": true, "wtimeout": 5000 }
         );
     }
 

@@ -6,12 +6,17 @@
 
 pub mod cluster_time;
 mod pool;
+mod runner;
 pub mod transaction;
+pub mod with_transaction;
 
 pub use pool::SessionPool;
+pub use runner::{RunnerStep, TransactionRunner, WithTransactionOptions};
 pub use transaction::TransactionOptions;
 
 use crate::client::Client;
+use crate::csot::OpTimeout;
+use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::operation::EndTransaction;
 use crate::runtime;
@@ -30,6 +35,9 @@ struct State {
     cluster_time: Option<RawDocumentBuf>,
     operation_time: Option<bson::Timestamp>,
     txn: Transaction,
+    /// Set while a `withTransaction` body runs under CSOT: every operation
+    /// on this session must end by it (CSOT spec, Convenient Transactions API).
+    callback_deadline: Option<Deadline>,
 }
 
 impl Drop for State {
@@ -43,6 +51,7 @@ impl State {
         // Ending a session aborts its transaction on the server by itself
         // (endSessions); here only the local state is dropped.
         self.txn = Transaction::default();
+        self.callback_deadline = None;
         if let (Some(s), Some(pool)) = (self.server.take(), self.pool.upgrade()) {
             pool.checkin(s, runtime::now(), self.timeout_minutes);
         }
@@ -75,6 +84,7 @@ impl Session {
             cluster_time: None,
             operation_time: None,
             txn: Transaction::default(),
+            callback_deadline: None,
         };
         Session {
             state: Rc::new(RefCell::new(state)),
@@ -218,13 +228,96 @@ impl Session {
             .client
             .as_ref()
             .ok_or_else(|| Error::invalid_argument("transactions need an explicit session"))?;
-        let timeout = timeout_ms
-            .or(self.default_timeout_ms)
-            .or(client.timeout_ms());
+        // Inside a withTransaction body (or its commit) the call's deadline rules.
+        let timeout = match self.callback_timeout(timeout_ms)? {
+            Some(left) => Some(left),
+            None => self.resolve_timeout(timeout_ms),
+        };
         if timeout.is_some() {
             op.under_csot()?;
         }
         client.execute(op, timeout, Some(self))
+    }
+
+    /// The timeoutMS of commit, abort and withTransaction: the call's, else
+    /// the session's default, else the client's.
+    fn resolve_timeout(&self, timeout_ms: Option<u64>) -> Option<u64> {
+        timeout_ms
+            .or(self.default_timeout_ms)
+            .or(self.client.as_ref().and_then(Client::timeout_ms))
+    }
+
+    /// The convenient transaction API without a closure (Convenient API for
+    /// Transactions spec): `step` starts each body attempt and ends with the
+    /// commit; the caller runs the body and `report`s its outcome.
+    pub fn transaction_runner(&self, options: WithTransactionOptions) -> TransactionRunner {
+        TransactionRunner::new(self, options)
+    }
+
+    /// `withTransaction`: runs `body` in a transaction and commits, retrying
+    /// the body on `TransientTransactionError` and the commit on
+    /// `UnknownTransactionCommitResult`, within timeoutMS or 120 s.
+    ///
+    /// `body` may run several times, so it should be idempotent, and it must
+    /// return the errors of its operations rather than swallow them (a
+    /// swallowed error that aborted the transaction makes the commit fail
+    /// with NoSuchTransaction, which is retried until the time limit). Under
+    /// timeoutMS the body's operations on this session share the call's
+    /// deadline and must not set their own `timeout_ms` (an
+    /// `invalid-argument` error); operations without the session do not get it.
+    pub fn with_transaction<T>(
+        &self,
+        options: WithTransactionOptions,
+        mut body: impl FnMut(&Session) -> Result<T>,
+    ) -> Result<T> {
+        let mut runner = self.transaction_runner(options);
+        let mut value = None;
+        loop {
+            match runner.step()? {
+                RunnerStep::RunBody => {
+                    let outcome = body(self).map(|v| value = Some(v));
+                    runner.report(outcome)?;
+                }
+                RunnerStep::Done => {
+                    return value
+                        .ok_or_else(|| Error::protocol("withTransaction ended without a body"))
+                }
+            }
+        }
+    }
+
+    pub(crate) fn set_callback_deadline(&self, deadline: Option<Deadline>) {
+        self.state.borrow_mut().callback_deadline = deadline;
+    }
+
+    /// The timeoutMS an operation on this session runs with while a
+    /// `withTransaction` body runs under CSOT: what is left of the call's
+    /// (at least 1 ms, since 0 would mean no limit). `None` otherwise. An
+    /// operation that sets its own timeoutMS then is a client error.
+    pub(crate) fn callback_timeout(&self, op_timeout_ms: Option<u64>) -> Result<Option<u64>> {
+        let Some(deadline) = self.state.borrow().callback_deadline else {
+            return Ok(None);
+        };
+        if op_timeout_ms.is_some() {
+            return Err(Error::invalid_argument(
+                "timeoutMS cannot be set on an operation inside withTransaction with a timeout",
+            ));
+        }
+        Ok(Some(match deadline.remaining(runtime::now()) {
+            None => 0,
+            Some(left) => (left.as_millis() as u64).max(1),
+        }))
+    }
+
+    /// An operation's budget, bounded by a running `withTransaction`'s deadline.
+    pub(crate) fn bound(&self, timeout: OpTimeout) -> OpTimeout {
+        match self.state.borrow().callback_deadline {
+            None => timeout,
+            Some(d) => OpTimeout {
+                csot: Some(timeout.csot.map_or(d, |c| c.min(d))),
+                ..timeout
+            },
+        }
     }
 
     /// For a command about to be sent: the transaction fields it carries

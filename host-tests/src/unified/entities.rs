@@ -319,6 +319,28 @@ fn doc_field(d: &Document, key: &str) -> Step<Option<Vec<u8>>> {
     }
 }
 
+/// The unified format writes a write concern as the API does (`journal`,
+/// `wtimeoutMS`); the WIT takes the server's document (`j`, `wtimeout`).
+fn write_concern_field(d: &Document) -> Step<Option<Vec<u8>>> {
+    match d.get("writeConcern") {
+        None => Ok(None),
+        Some(Bson::Document(wc)) => {
+            let server: Document = wc
+                .iter()
+                .map(|(k, v)| match k.as_str() {
+                    "journal" => ("j".to_string(), v.clone()),
+                    "wtimeoutMS" => ("wtimeout".to_string(), v.clone()),
+                    _ => (k.clone(), v.clone()),
+                })
+                .collect();
+            bytes(&server).map(Some)
+        }
+        Some(other) => Err(Fail(format!(
+            "writeConcern should be a document, not {other}"
+        ))),
+    }
+}
+
 fn u64_field(d: &Document, key: &str) -> Step<Option<u64>> {
     match d.get(key) {
         None => Ok(None),
@@ -359,7 +381,7 @@ fn options(spec: Option<&Bson>) -> Step<CollectionOptions> {
     Ok(CollectionOptions {
         timeout_ms: u64_field(&d, "timeoutMS")?,
         read_concern: doc_field(&d, "readConcern")?,
-        write_concern: doc_field(&d, "writeConcern")?,
+        write_concern: write_concern_field(&d)?,
         read_preference: doc_field(&d, "readPreference")?,
     })
 }
@@ -377,7 +399,7 @@ pub fn transaction_options(d: &Document) -> Step<TransactionOptions> {
     )?;
     Ok(TransactionOptions {
         read_concern: doc_field(d, "readConcern")?,
-        write_concern: doc_field(d, "writeConcern")?,
+        write_concern: write_concern_field(d)?,
         read_preference: doc_field(d, "readPreference")?,
         max_commit_time_ms: u64_field(d, "maxCommitTimeMS")?,
     })
@@ -428,7 +450,7 @@ fn bucket_options(spec: Option<&Bson>) -> Step<BucketOptions> {
     Ok(BucketOptions {
         bucket_name: d.get_str("bucketName").ok().map(String::from),
         chunk_size_bytes: chunk,
-        write_concern: doc_field(&d, "writeConcern")?,
+        write_concern: write_concern_field(&d)?,
         read_concern: doc_field(&d, "readConcern")?,
         read_preference: doc_field(&d, "readPreference")?,
         timeout_ms: u64_field(&d, "timeoutMS")?,

@@ -70,6 +70,41 @@ impl TestRun {
         self.check_result(name, op, result)
     }
 
+    /// An operation of a `withTransaction` callback: like `operation`, but
+    /// an error, expected or not, is returned for the callback to raise.
+    pub(super) fn callback_operation(&mut self, op: &Document) -> Step<Option<WitError>> {
+        let name = op
+            .get_str("name")
+            .map_err(|_| Fail("operation without a name".into()))?;
+        let object = op
+            .get_str("object")
+            .map_err(|_| Fail(format!("{name}: operation without an object")))?;
+        if object == "testRunner" {
+            self.operation(op)?;
+            return Ok(None);
+        }
+        if let Some(k) = op.keys().find(|k| !OP_KEYS.contains(&k.as_str())) {
+            return Err(Fail(format!("unknown operation field {k:?}")));
+        }
+        let args = match op.get("arguments") {
+            None => None,
+            Some(Bson::Document(d)) => Some(d),
+            Some(_) => return Err(Fail(format!("{name}: arguments is not a document"))),
+        };
+        let result = self.entity_operation(object, name, Args::new(name, args))?;
+        self.drain_events()?;
+        match result {
+            Err(e) if e.kind != ErrorKind::NotImplemented && !op.contains_key("expectError") => {
+                Ok(Some(e))
+            }
+            result => {
+                let error = result.as_ref().err().cloned();
+                self.check_result(name, op, result)?;
+                Ok(error)
+            }
+        }
+    }
+
     fn entity_operation(&mut self, object: &str, name: &str, args: Args) -> Step<OpResult> {
         let kind = match self.entities.get(object) {
             None => return Err(Fail(format!("{name}: no entity named {object:?}"))),

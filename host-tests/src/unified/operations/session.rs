@@ -1,10 +1,23 @@
-//! Session operations on the WIT `session`.
+//! Session operations on the WIT `session`; `withTransaction` runs its
+//! callback's operations between the steps of the WIT `transaction-runner`.
 
 use super::{output, OpResult, Output};
+use crate::bindings::exports::mongo_wasi::driver::session::{RunnerStep, WithTransactionOptions};
+use crate::bindings::exports::mongo_wasi::driver::types::Error as WitError;
 use crate::unified::args::Args;
 use crate::unified::entities::transaction_options;
+use crate::unified::errors;
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use bson::{Bson, Document};
+use wasmtime::component::ResourceAny;
+
+const TRANSACTION_OPTIONS: [&str; 4] = [
+    "readConcern",
+    "writeConcern",
+    "readPreference",
+    "maxCommitTimeMS",
+];
 
 impl TestRun {
     pub(super) fn session_operation(
@@ -20,12 +33,7 @@ impl TestRun {
         match name {
             "startTransaction" => {
                 let mut opts = bson::Document::new();
-                for key in [
-                    "readConcern",
-                    "writeConcern",
-                    "readPreference",
-                    "maxCommitTimeMS",
-                ] {
+                for key in TRANSACTION_OPTIONS {
                     if let Some(v) = args.take(key) {
                         opts.insert(key, v);
                     }
@@ -48,7 +56,70 @@ impl TestRun {
                 api.call_end(s, session)?;
                 Ok(Ok(Output::None))
             }
+            "withTransaction" => {
+                let callback = match args.take("callback") {
+                    Some(Bson::Array(ops)) => ops
+                        .into_iter()
+                        .map(|op| match op {
+                            Bson::Document(d) => Ok(d),
+                            _ => Err(Fail(
+                                "withTransaction: a callback entry is not a document".into(),
+                            )),
+                        })
+                        .collect::<Step<Vec<_>>>()?,
+                    _ => return Err(Fail("withTransaction: callback is not an array".into())),
+                };
+                let timeout_ms = args.timeout()?;
+                let mut opts = bson::Document::new();
+                for key in TRANSACTION_OPTIONS {
+                    if let Some(v) = args.take(key) {
+                        opts.insert(key, v);
+                    }
+                }
+                args.done()?;
+                let options = WithTransactionOptions {
+                    transaction: transaction_options(&opts)?,
+                    timeout_ms,
+                };
+                let runner = api.call_with_transaction(s, session, &options)?;
+                let result = self.with_transaction(runner, &callback);
+                // Dropped whatever happened (a trap leaves the store unusable anyway).
+                let _ = runner.resource_drop(&mut self.guest.store);
+                result
+            }
             other => Err(Fail(format!("session.{other}: no WIT method for it"))),
         }
+    }
+
+    /// The loop a caller of the WIT writes: step, run the callback, report.
+    fn with_transaction(&mut self, runner: ResourceAny, callback: &[Document]) -> Step<OpResult> {
+        loop {
+            let api = self.guest.driver.mongo_wasi_driver_session();
+            let step = api
+                .transaction_runner()
+                .call_step(&mut self.guest.store, runner)?;
+            match step {
+                Err(e) => return Ok(Err(e)),
+                Ok(RunnerStep::Done) => return Ok(Ok(Output::None)),
+                Ok(RunnerStep::RunBody) => {
+                    let outcome = self.callback(callback)?;
+                    let api = self.guest.driver.mongo_wasi_driver_session();
+                    api.transaction_runner()
+                        .call_report(&mut self.guest.store, runner, outcome.as_ref().map(|_| ()))?
+                        .map_err(|e| Fail(format!("report: {}", errors::describe(&e))))?;
+                }
+            }
+        }
+    }
+
+    /// One run of the callback: its operations in order, each with its own
+    /// assertions; the first error (expected or not) is the callback's.
+    fn callback(&mut self, ops: &[Document]) -> Step<Result<(), WitError>> {
+        for op in ops {
+            if let Some(e) = self.callback_operation(op)? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
     }
 }
