@@ -23,6 +23,10 @@ pub enum Behaviour {
     /// the next command with a valid `FLOOD_LEN`-byte reply, as fast as the
     /// socket takes it.
     Flood,
+    /// Answers `hello`, then reads what comes a few bytes at a time
+    /// (`TRICKLE_STEP` every `TRICKLE_PAUSE`) and never answers: a large
+    /// command's write cannot finish within any test's deadline.
+    SlowReader,
     /// A cursor that never ends: any command naming `find` opens cursor
     /// `CURSOR_ID` with one document; every getMore answers an empty batch
     /// and keeps the cursor open; anything else answers `{ok: 1}`.
@@ -168,6 +172,19 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             let (request_id, _) = read_command(&mut stream, shared)?;
             flood(&mut stream, request_id, shared)?;
             hold(shared)
+        }
+        Behaviour::SlowReader => {
+            let mut piece = [0u8; TRICKLE_STEP];
+            while !shared.stopped() {
+                match stream.read(&mut piece) {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) if is_timeout(&e) => {}
+                    Err(e) => return Err(e),
+                }
+                std::thread::sleep(TRICKLE_PAUSE);
+            }
+            Ok(())
         }
         Behaviour::EmptyBatches => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;

@@ -61,6 +61,27 @@ fn a_flooded_reply_times_out_near_the_deadline() {
     assert_within(elapsed, Duration::from_millis(300));
 }
 
+#[test]
+fn a_write_to_a_slow_reader_times_out_at_the_deadline() {
+    let listener = Listener::start(Behaviour::SlowReader).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = guest.connect(&uri, None, false).unwrap().unwrap();
+    let db = guest.database(client, "db", None).unwrap();
+    let coll = guest.collection(db, "coll", None).unwrap();
+    // 10 MB taken at some 50 KB/s: minutes, against a 500 ms deadline.
+    let doc = bson::rawdoc! { "_id": 1, "pad": "x".repeat(10 << 20) };
+    let opts = host_tests::bindings::exports::mongo_wasi::driver::collection::OpOptions {
+        timeout_ms: Some(500),
+        ..host_tests::guest::no_options()
+    };
+    let started = Instant::now();
+    let err = guest.insert_one(coll, &doc, &opts).unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(err.message.contains("socket write"), "{err:?}");
+    assert_within(started.elapsed(), Duration::from_millis(500));
+}
+
 /// A client on an `EmptyBatches` listener, its `db` database and its `coll` collection.
 struct CursorServer {
     listener: Listener,
@@ -116,7 +137,7 @@ fn endless_empty_batches_come_back_one_getmore_per_call() {
 fn a_cursor_past_its_deadline_sends_no_getmore_and_keeps_its_connection() {
     let mut s = cursor_server(false);
     let opts = host_tests::bindings::exports::mongo_wasi::driver::collection::FindOptions {
-        timeout_ms: Some(300),
+        timeout_ms: Some(800),
         ..find_options()
     };
     let cursor = s
@@ -126,7 +147,7 @@ fn a_cursor_past_its_deadline_sends_no_getmore_and_keeps_its_connection() {
         .unwrap();
     let first = s.guest.next_batch(cursor).unwrap().unwrap();
     assert_eq!(first.documents.len(), 1);
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(900));
     let err = s.guest.next_batch(cursor).unwrap().unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
     // The unused connection went back to the pool: the next command reuses it.

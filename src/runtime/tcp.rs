@@ -4,6 +4,7 @@ use super::dns;
 use super::wait::{check, wait};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
+use std::cell::RefCell;
 use std::net::IpAddr;
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
 use wasi::sockets::instance_network::instance_network;
@@ -17,7 +18,12 @@ use wasi::sockets::tcp_create_socket::create_tcp_socket;
 const READ_CHUNK: u64 = 64 * 1024;
 
 pub struct TcpStream {
-    // Field order is drop order: the streams are children of the socket.
+    /// `None` only once `Drop` has taken it to `close`.
+    parts: Option<Parts>,
+}
+
+/// Field order is drop order: the streams are children of the socket.
+struct Parts {
     input: InputStream,
     output: OutputStream,
     socket: TcpSocket,
@@ -58,34 +64,41 @@ impl TcpStream {
         };
         drop(pollable);
         Ok(TcpStream {
-            input,
-            output,
-            socket,
+            parts: Some(Parts {
+                input,
+                output,
+                socket,
+            }),
         })
+    }
+
+    fn parts(&self) -> Result<&Parts> {
+        self.parts
+            .as_ref()
+            .ok_or_else(|| Error::network("connection closed"))
     }
 
     /// Writes all of `bytes`: one `write` when the permit allows (it usually
     /// does). Every pass checks the deadline, the flush wait's included.
     pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         const SECTION: &str = "socket write";
-        let pollable = self.output.subscribe();
+        let output = &self.parts()?.output;
+        let pollable = output.subscribe();
         let mut off = 0;
         while off < bytes.len() {
             check(deadline, SECTION)?;
-            let permit = self.output.check_write().map_err(stream_err)?;
+            let permit = output.check_write().map_err(stream_err)?;
             if permit == 0 {
                 wait(&pollable, deadline, SECTION)?;
                 continue;
             }
             let n = (bytes.len() - off).min(usize::try_from(permit).unwrap_or(usize::MAX));
-            self.output
-                .write(&bytes[off..off + n])
-                .map_err(stream_err)?;
+            output.write(&bytes[off..off + n]).map_err(stream_err)?;
             off += n;
         }
-        self.output.flush().map_err(stream_err)?;
+        output.flush().map_err(stream_err)?;
         // The flush is done once the stream accepts writes again.
-        while self.output.check_write().map_err(stream_err)? == 0 {
+        while output.check_write().map_err(stream_err)? == 0 {
             wait(&pollable, deadline, SECTION)?;
         }
         Ok(())
@@ -101,11 +114,12 @@ impl TcpStream {
         deadline: Deadline,
     ) -> Result<()> {
         const SECTION: &str = "socket read";
-        let pollable = self.input.subscribe();
+        let input = &self.parts()?.input;
+        let pollable = input.subscribe();
         while buf.len() < want {
             check(deadline, SECTION)?;
             let ask = ((want - buf.len()) as u64).clamp(1, READ_CHUNK);
-            let chunk = self.input.read(ask).map_err(stream_err)?;
+            let chunk = input.read(ask).map_err(stream_err)?;
             if chunk.is_empty() {
                 wait(&pollable, deadline, SECTION)?;
             } else {
@@ -132,8 +146,48 @@ fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
 
 impl Drop for TcpStream {
     fn drop(&mut self) {
-        let _ = self.socket.shutdown(ShutdownType::Both);
+        if let Some(parts) = self.parts.take() {
+            close(parts);
+        }
     }
+}
+
+/// At most this many closed connections wait for a write in flight; past
+/// that they are left to the host (freed with the instance), never waited for.
+const MAX_PARKED: usize = 16;
+
+thread_local! {
+    /// Closed connections whose last write is still in flight: wasmtime's
+    /// output-stream drop waits for that write, and a server that stops
+    /// reading can hold it up far past any deadline. They are dropped by a
+    /// later `close` once the write has finished.
+    static PARKED: RefCell<Vec<(OutputStream, TcpSocket)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Shuts the socket down, and drops it now unless a write is still in
+/// flight (then it is parked): closing never blocks.
+fn close(parts: Parts) {
+    let Parts {
+        input,
+        output,
+        socket,
+    } = parts;
+    let _ = socket.shutdown(ShutdownType::Both);
+    // Dropping the input stream never waits.
+    drop(input);
+    let in_flight = |o: &OutputStream| matches!(o.check_write(), Ok(0));
+    PARKED.with_borrow_mut(|parked| {
+        // Tuples drop in field order: each stream before its socket.
+        parked.retain(|(o, _)| in_flight(o));
+        if !in_flight(&output) {
+            drop(output);
+            drop(socket);
+        } else if parked.len() < MAX_PARKED {
+            parked.push((output, socket));
+        } else {
+            std::mem::forget((output, socket));
+        }
+    });
 }
 
 fn stream_err(e: StreamError) -> Error {
