@@ -37,6 +37,8 @@ pub struct Connection {
 pub struct ConnectSettings {
     /// The handshake's `client` document.
     pub metadata: RawDocumentBuf,
+    /// The DNS servers that resolved `mongodb+srv`: asked first for host names.
+    pub name_servers: Vec<std::net::SocketAddr>,
 }
 
 /// What establishing a connection measured.
@@ -56,7 +58,7 @@ impl Connection {
         generation: u64,
         deadline: Deadline,
     ) -> Result<Established> {
-        let stream = TcpStream::connect(host, port, deadline)?;
+        let stream = TcpStream::connect_via(host, port, &settings.name_servers, deadline)?;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),
