@@ -182,7 +182,12 @@ impl TopologyDescription {
         match self.kind {
             TopologyType::Single => {}
             TopologyType::Unknown => match kind {
-                ServerType::Standalone => self.servers.retain(|s| s.address == address),
+                // SDAM's updateUnknownWithStandalone: a single seed (e.g. one
+                // SRV record) becomes Single; among several, a standalone is dropped.
+                ServerType::Standalone if self.servers.len() == 1 => {
+                    self.kind = TopologyType::Single
+                }
+                ServerType::Standalone => self.servers.retain(|s| s.address != address),
                 ServerType::Mongos => self.kind = TopologyType::Sharded,
                 ServerType::RsPrimary
                 | ServerType::RsSecondary
