@@ -195,6 +195,9 @@ impl Channel {
         socket.start_bind(&instance_network(), local).map_err(err)?;
         let pollable = socket.subscribe();
         loop {
+            if deadline.is_expired(super::now()) {
+                return Err(Error::timeout("the DNS lookup for mongodb+srv"));
+            }
             match socket.finish_bind() {
                 Ok(()) => break,
                 Err(ErrorCode::WouldBlock) => {

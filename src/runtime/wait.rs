@@ -15,11 +15,13 @@ pub fn wait(pollable: &Pollable, deadline: Deadline, section: &str) -> Result<()
             Ok(())
         }
         Deadline::At(at) => {
-            if pollable.ready() {
-                return Ok(());
-            }
+            // The deadline first: a pollable that always reads ready (a stale
+            // `ready()`, a peer that keeps sending) must not hold a loop past it.
             if deadline.is_expired(super::now()) {
                 return Err(Error::timeout(section));
+            }
+            if pollable.ready() {
+                return Ok(());
             }
             let timer = monotonic_clock::subscribe_instant(at.0);
             let ready = poll(&[pollable, &timer]);
