@@ -77,6 +77,8 @@ pub enum Mode {
     Silent,
     /// Over UDP, answers every query with TC=1 and no records; TCP answers fully.
     TruncateUdp,
+    /// Over UDP, sends garbage and the reply under another id before the reply.
+    StrayFirst,
 }
 
 pub struct DnsResponder {
@@ -127,6 +129,12 @@ impl DnsResponder {
                     if let Some((reply, q)) = answer(&buf[..n], &records, mode == Mode::TruncateUdp)
                     {
                         log.lock().unwrap().push(format!("udp {q}"));
+                        if mode == Mode::StrayFirst {
+                            let mut other = reply.clone();
+                            other[1] ^= 1;
+                            let _ = udp.send_to(b"\x00garbage", peer);
+                            let _ = udp.send_to(&other, peer);
+                        }
                         let _ = udp.send_to(&reply, peer);
                     }
                 }

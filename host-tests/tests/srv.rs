@@ -96,6 +96,21 @@ fn truncated_answers_are_asked_again_over_tcp() {
 }
 
 #[test]
+fn datagrams_that_are_not_the_reply_are_ignored() {
+    let (_, server) = host_tests::test_server();
+    let dns = DnsResponder::start(records(server.port()), Mode::StrayFirst).unwrap();
+    let mut g = Guest::with_dns(&[server], dns.addr()).unwrap();
+    ping(
+        &mut g,
+        &format!("mongodb+srv://{SRV_HOST}/?tls=false"),
+        None,
+    )
+    .expect("ping");
+    // SRV, TXT and A, each sent once: the stray datagrams did not end a wait.
+    assert_eq!(dns.udp_queries(), 3, "{:?}", dns.log());
+}
+
+#[test]
 fn a_dns_server_that_never_answers_times_out_within_the_deadline() {
     let dns = DnsResponder::start(Records::default(), Mode::Silent).unwrap();
     let mut g = Guest::with_dns(&[], dns.addr()).unwrap();

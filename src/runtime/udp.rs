@@ -48,15 +48,24 @@ pub fn lookup(
             if deadline.is_expired(super::now()) {
                 return Err(no_answer(servers, &what, true));
             }
-            let answer =
-                ask(&mut channels[i], *server, &query, interval, deadline).and_then(|reply| {
-                    match reply {
-                        Some(bytes) => {
-                            read_reply(&bytes, *server, id, name, rtype, &query, deadline)
-                        }
-                        None => Ok(None),
-                    }
-                });
+            let is_ours = |bytes: &[u8]| {
+                !matches!(
+                    dns::parse_reply(bytes, id, name, rtype),
+                    Err(DnsError::NotOurs(_))
+                )
+            };
+            let answer = ask(
+                &mut channels[i],
+                *server,
+                &query,
+                &is_ours,
+                interval,
+                deadline,
+            )
+            .and_then(|reply| match reply {
+                Some(bytes) => read_reply(&bytes, *server, id, name, rtype, &query, deadline),
+                None => Ok(None),
+            });
             match answer {
                 Ok(Some(result)) => return Ok(result),
                 Ok(None) => {}
@@ -141,11 +150,13 @@ struct Channel {
 }
 
 /// Sends the query (opening the channel if needed) and waits up to `interval`
-/// (within `deadline`) for a datagram that is a reply; returns its bytes.
+/// (within `deadline`) for a datagram that `is_ours`; returns its bytes.
+/// Other datagrams (stray, late, spoofed) are dropped and the wait goes on.
 fn ask(
     channel: &mut Option<Channel>,
     server: SocketAddr,
     query: &[u8],
+    is_ours: &dyn Fn(&[u8]) -> bool,
     interval: Duration,
     deadline: Deadline,
 ) -> Result<Option<Vec<u8>>> {
@@ -171,7 +182,7 @@ fn ask(
             .incoming
             .receive(BATCH)
             .map_err(|e| sock_err(server, "receive from", e))?;
-        if let Some(dg) = datagrams.into_iter().next() {
+        if let Some(dg) = datagrams.into_iter().find(|dg| is_ours(&dg.data)) {
             return Ok(Some(dg.data));
         }
         match wait(&pollable, until, "the DNS lookup for mongodb+srv") {
