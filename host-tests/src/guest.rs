@@ -65,7 +65,17 @@ impl Guest {
         tcp.push(dns);
         let server = dns.to_string();
         let env = [("MONGO_WASI_DNS_SERVER", server.as_str())];
-        Guest::from_state(crate::wasi_state_with(&tcp, &[dns], &env, &[], true))
+        Guest::in_sandbox(&crate::Sandbox {
+            tcp: &tcp,
+            udp: &[dns],
+            env: &env,
+            etc: None,
+        })
+    }
+
+    /// A fresh instance that may reach what `sandbox` allows.
+    pub fn in_sandbox(sandbox: &crate::Sandbox) -> Result<Guest> {
+        Guest::from_state(crate::wasi_state_with(sandbox, &[], true))
     }
 
     fn from_state(state: HostState) -> Result<Guest> {

@@ -114,18 +114,34 @@ pub fn linker() -> Result<Linker<HostState>> {
 /// addresses given by the test). Binds to the unspecified or a loopback
 /// address are allowed, since wasmtime checks the implicit bind of `connect`.
 pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) -> HostState {
-    wasi_state_with(allowed, &[], &[], args, inherit_stdio)
+    let sandbox = Sandbox {
+        tcp: allowed,
+        ..Sandbox::default()
+    };
+    wasi_state_with(&sandbox, args, inherit_stdio)
 }
 
-/// As [`wasi_state`], plus UDP to and from `udp` only (loopback DNS servers
-/// for `mongodb+srv`) and extra environment variables (`MONGO_WASI_DNS_SERVER`).
-pub fn wasi_state_with(
-    allowed: &[SocketAddr],
-    udp: &[SocketAddr],
-    env: &[(&str, &str)],
-    args: &[String],
-    inherit_stdio: bool,
-) -> HostState {
+/// What an instance may reach beyond [`wasi_state`]'s TCP list.
+#[derive(Clone, Copy, Default)]
+pub struct Sandbox<'a> {
+    /// Loopback addresses TCP may connect to.
+    pub tcp: &'a [SocketAddr],
+    /// Loopback addresses UDP may send to and receive from (DNS servers).
+    pub udp: &'a [SocketAddr],
+    /// Extra environment variables (`MONGO_WASI_DNS_SERVER`).
+    pub env: &'a [(&'a str, &'a str)],
+    /// A host directory preopened read-only as the guest's `/etc`.
+    pub etc: Option<&'a Path>,
+}
+
+/// As [`wasi_state`], with UDP, environment and `/etc` as `sandbox` says.
+pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) -> HostState {
+    let Sandbox {
+        tcp: allowed,
+        udp,
+        env,
+        etc,
+    } = *sandbox;
     let allowed: Vec<SocketAddr> = allowed.to_vec();
     let udp: Vec<SocketAddr> = udp
         .iter()
@@ -146,6 +162,10 @@ pub fn wasi_state_with(
         .allow_ip_name_lookup(true);
     for (k, v) in env {
         b.env(k, v);
+    }
+    if let Some(dir) = etc {
+        b.preopened_dir(dir, "/etc", wasmtime_wasi::FsPerms::ReadOnly)
+            .expect("preopen /etc");
     }
     b.socket_addr_check(move |addr, use_| {
         let ok = match use_ {

@@ -176,6 +176,32 @@ fn without_a_configured_resolver_the_error_says_how_to_configure_one() {
 }
 
 #[test]
+fn a_preopened_resolv_conf_names_the_dns_server() {
+    let dir = std::env::temp_dir().join(format!("mongo-wasi-etc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("resolv.conf"),
+        "search example\nnameserver 127.0.0.1\n",
+    )
+    .unwrap();
+    // UDP is not allowed: the error shows which server the driver tried.
+    let mut g = Guest::in_sandbox(&host_tests::Sandbox {
+        etc: Some(&dir),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = ping(
+        &mut g,
+        &format!("mongodb+srv://{SRV_HOST}/?tls=false"),
+        Some(3000),
+    )
+    .expect_err("UDP denied");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(err.kind, ErrorKind::Network, "{err:?}");
+    assert!(err.message.contains("127.0.0.1:53"), "{}", err.message);
+}
+
+#[test]
 fn srv_targets_outside_the_parent_domain_are_refused_before_connecting() {
     let (_, server) = host_tests::test_server();
     let records = Records::default()

@@ -56,7 +56,13 @@ fn main() -> Result<()> {
         .map(|s| ("MONGO_WASI_DNS_SERVER", s.as_str()))
         .collect();
     let udp: Vec<SocketAddr> = dns.into_iter().collect();
-    let state = host_tests::wasi_state_with(&allowed, &udp, &env, &argv, true);
+    let sandbox = host_tests::Sandbox {
+        tcp: &allowed,
+        udp: &udp,
+        env: &env,
+        etc: None,
+    };
+    let state = host_tests::wasi_state_with(&sandbox, &argv, true);
     let mut store = host_tests::new_store(state);
     let command = Command::instantiate(&mut store, &component, &linker)?;
     match command.wasi_cli_run().call_run(&mut store)? {
