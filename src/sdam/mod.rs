@@ -321,6 +321,30 @@ mod tests {
     }
 
     #[test]
+    fn unknown_topology_with_a_standalone() {
+        let standalone = || {
+            Ok((
+                HelloReply {
+                    is_writable_primary: true,
+                    ..Default::default()
+                },
+                None,
+            ))
+        };
+        // One seed that is not a direct connection (a single SRV record): Single.
+        let mut t = TopologyDescription::new(&["a:1".into()], false, None);
+        t.kind = TopologyType::Unknown;
+        t.update("a:1", standalone());
+        assert_eq!(t.kind, TopologyType::Single);
+        assert_eq!(t.servers.len(), 1);
+        // Among several seeds, the standalone is removed.
+        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], false, None);
+        t.update("a:1", standalone());
+        assert_eq!(t.kind, TopologyType::Unknown);
+        assert!(t.server("a:1").is_none() && t.server("b:2").is_some());
+    }
+
+    #[test]
     fn replica_set_discovery_adds_members_and_finds_primary() {
         let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], false, None);
         assert_eq!(t.kind, TopologyType::Unknown);
