@@ -79,6 +79,8 @@ pub enum Mode {
     TruncateUdp,
     /// Over UDP, sends garbage and the reply under another id before the reply.
     StrayFirst,
+    /// Answers with a reply that claims 65535 answers it does not hold.
+    Malformed,
 }
 
 pub struct DnsResponder {
@@ -134,6 +136,11 @@ impl DnsResponder {
                             other[1] ^= 1;
                             let _ = udp.send_to(b"\x00garbage", peer);
                             let _ = udp.send_to(&other, peer);
+                        }
+                        let mut reply = reply;
+                        if mode == Mode::Malformed {
+                            reply[6] = 0xFF;
+                            reply[7] = 0xFF;
                         }
                         let _ = udp.send_to(&reply, peer);
                     }

@@ -159,6 +159,25 @@ fn nxdomain_is_a_clear_error() {
 }
 
 #[test]
+fn a_malformed_answer_is_a_clear_error() {
+    let (_, server) = host_tests::test_server();
+    let dns = DnsResponder::start(records(server.port()), Mode::Malformed).unwrap();
+    let mut g = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let err = ping(
+        &mut g,
+        &format!("mongodb+srv://{SRV_HOST}/?tls=false"),
+        Some(5000),
+    )
+    .expect_err("malformed");
+    assert_eq!(err.kind, ErrorKind::ServerSelection, "{err:?}");
+    assert!(
+        err.message.contains("malformed DNS reply"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
 fn without_a_configured_resolver_the_error_says_how_to_configure_one() {
     let mut g = Guest::new(&[]).unwrap();
     let err = ping(
