@@ -100,38 +100,9 @@ impl Client {
     /// Parses and validates the URI; no I/O happens until the first operation.
     pub fn with_options(uri: &str, options: ClientOptions) -> Result<Client> {
         let cs = uri::parse(uri)?;
-        if let Some(first) = cs.invalid_values.first() {
-            return Err(Error::invalid_argument(format!(
-                "invalid connection string: {first}"
-            )));
-        }
-        if cs.srv {
-            return Err(Error::not_implemented("mongodb+srv (DNS SRV lookup)"));
-        }
-        if cs.tls_enabled() {
-            return Err(Error::not_implemented("TLS"));
-        }
-        if cs.credential.is_some() {
-            return Err(Error::not_implemented("authentication"));
-        }
-        if cs.options.load_balanced == Some(true) {
-            return Err(Error::not_implemented("load-balanced mode"));
-        }
-        if let Some(given) = proxy_options(&cs.options) {
-            return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));
-        }
-        let mut seeds = Vec::new();
-        for host in &cs.hosts {
-            if let HostAddress::Unix { path } = host {
-                return Err(Error::invalid_argument(format!(
-                    "unix domain socket {path}: WASI 0.2 sockets offer TCP only"
-                )));
-            }
-            let address = address_of(host);
-            if !seeds.contains(&address) {
-                seeds.push(address);
-            }
-        }
+        check_supported(&cs)?;
+        // A mongodb+srv URI gets its seeds at the first operation (seedlist discovery).
+        let seeds = if cs.srv { Vec::new() } else { seeds(&cs)? };
         let o = &cs.options;
         let app_name = o.app_name.as_deref();
         let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
@@ -139,10 +110,12 @@ impl Client {
             seeds,
             direct: o.direct_connection == Some(true),
             replica_set: o.replica_set.clone(),
+            srv: cs.srv.then(|| cs.clone()),
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
             connect: crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
                 server_api: options.server_api.clone(),
+                name_servers: Vec::new(),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -360,6 +333,46 @@ impl Client {
             .filter_map(|d| d.get_str("name").ok().map(str::to_string))
             .collect())
     }
+}
+
+/// What this driver refuses in a (resolved) connection string. A `mongodb+srv`
+/// URI is checked as given and again once its TXT record was applied.
+pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
+    if let Some(first) = cs.invalid_values.first() {
+        return Err(Error::invalid_argument(format!(
+            "invalid connection string: {first}"
+        )));
+    }
+    if cs.tls_enabled() {
+        return Err(Error::not_implemented("TLS"));
+    }
+    if cs.credential.is_some() {
+        return Err(Error::not_implemented("authentication"));
+    }
+    if cs.options.load_balanced == Some(true) {
+        return Err(Error::not_implemented("load-balanced mode"));
+    }
+    if let Some(given) = proxy_options(&cs.options) {
+        return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));
+    }
+    Ok(())
+}
+
+/// The seed addresses, deduplicated.
+pub(crate) fn seeds(cs: &uri::ConnectionString) -> Result<Vec<String>> {
+    let mut seeds = Vec::new();
+    for host in &cs.hosts {
+        if let HostAddress::Unix { path } = host {
+            return Err(Error::invalid_argument(format!(
+                "unix domain socket {path}: WASI 0.2 sockets offer TCP only"
+            )));
+        }
+        let address = address_of(host);
+        if !seeds.contains(&address) {
+            seeds.push(address);
+        }
+    }
+    Ok(seeds)
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@ pub struct ConnectSettings {
     /// The declared Stable API: its fields go on the handshake too, and it
     /// rules out the legacy `isMaster` fallback.
     pub server_api: Option<ServerApi>,
+    /// The DNS servers that resolved `mongodb+srv`: asked first for host names.
+    pub name_servers: Vec<std::net::SocketAddr>,
 }
 
 /// What establishing a connection measured.
@@ -60,7 +62,7 @@ impl Connection {
         generation: u64,
         deadline: Deadline,
     ) -> Result<Established> {
-        let stream = TcpStream::connect(host, port, deadline)?;
+        let stream = TcpStream::connect_via(host, port, &settings.name_servers, deadline)?;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),

@@ -8,6 +8,7 @@
 
 pub mod csot;
 pub mod deadline;
+pub mod dns;
 pub mod error;
 pub mod handshake;
 pub mod monitoring;
@@ -22,6 +23,7 @@ pub mod concern;
 mod conn;
 mod cursor;
 mod database;
+mod discovery;
 mod executor;
 pub mod gridfs;
 pub(crate) mod operation;

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::runtime;
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
-use crate::sdam::{ServerType, TopologyDescription};
+use crate::sdam::{ServerType, TopologyDescription, TopologyType};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -21,6 +21,9 @@ pub struct TopologySettings {
     pub seeds: Vec<String>,
     pub direct: bool,
     pub replica_set: Option<String>,
+    /// A `mongodb+srv` URI whose seeds are still to be discovered (at the
+    /// first selection, under its deadline); `None` once they are.
+    pub srv: Option<crate::uri::ConnectionString>,
     pub local_threshold: Duration,
     pub connect: ConnectSettings,
     pub max_pool_size: usize,
@@ -71,6 +74,9 @@ impl Topology {
     /// the operation's selection deadline.
     pub fn select(&mut self, criteria: Criteria, timeout: &OpTimeout) -> Result<String> {
         let deadline = timeout.selection_deadline(runtime::now());
+        if self.settings.srv.is_some() {
+            self.discover_seeds(timeout, deadline)?;
+        }
         loop {
             let found: Vec<String> =
                 selection::suitable(&self.description, criteria, self.settings.local_threshold)
@@ -95,6 +101,36 @@ impl Topology {
                 runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
             }
         }
+    }
+
+    /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
+    /// from the hosts found. A failure leaves it pending for the next operation.
+    fn discover_seeds(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+        let Some(cs) = &self.settings.srv else {
+            return Ok(());
+        };
+        let found = crate::discovery::discover(cs, deadline).map_err(|e| {
+            if e.is_timeout() {
+                let cause = e.cause.as_deref().unwrap_or(&e.message);
+                timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
+            } else {
+                e
+            }
+        })?;
+        crate::client::check_supported(&found.cs)?;
+        let seeds = crate::client::seeds(&found.cs)?;
+        let set_name = found.cs.options.replica_set.clone();
+        let mut description = TopologyDescription::new(&seeds, false, set_name.clone());
+        // SRV seeds are never a direct connection, even when there is one.
+        if description.kind == TopologyType::Single {
+            description.kind = TopologyType::Unknown;
+        }
+        self.description = description;
+        self.settings.seeds = seeds;
+        self.settings.replica_set = set_name;
+        self.settings.connect.name_servers = found.name_servers;
+        self.settings.srv = None;
+        Ok(())
     }
 
     /// Checks each server not known yet (or whose last check failed) that

@@ -57,7 +57,31 @@ pub fn find_options() -> FindOptions {
 impl Guest {
     /// A fresh instance whose sockets may connect to `allowed` only.
     pub fn new(allowed: &[SocketAddr]) -> Result<Guest> {
-        let mut store = new_store(wasi_state(allowed, &[], true));
+        Guest::from_state(wasi_state(allowed, &[], true))
+    }
+
+    /// A fresh instance that may also use the DNS server at `dns` (UDP, and
+    /// TCP for truncated answers), named to it by `MONGO_WASI_DNS_SERVER`.
+    pub fn with_dns(allowed: &[SocketAddr], dns: SocketAddr) -> Result<Guest> {
+        let mut tcp = allowed.to_vec();
+        tcp.push(dns);
+        let server = dns.to_string();
+        let env = [("MONGO_WASI_DNS_SERVER", server.as_str())];
+        Guest::in_sandbox(&crate::Sandbox {
+            tcp: &tcp,
+            udp: &[dns],
+            env: &env,
+            etc: None,
+        })
+    }
+
+    /// A fresh instance that may reach what `sandbox` allows.
+    pub fn in_sandbox(sandbox: &crate::Sandbox) -> Result<Guest> {
+        Guest::from_state(crate::wasi_state_with(sandbox, &[], true))
+    }
+
+    fn from_state(state: HostState) -> Result<Guest> {
+        let mut store = new_store(state);
         let driver = driver_pre().instantiate(&mut store)?;
         Ok(Guest { store, driver })
     }

@@ -7,6 +7,7 @@ pub mod bindings {
     wasmtime::component::bindgen!({ path: "../wit", world: "driver" });
 }
 
+pub mod dns_responder;
 pub mod guest;
 pub mod listeners;
 pub mod unified;
@@ -113,7 +114,40 @@ pub fn linker() -> Result<Linker<HostState>> {
 /// addresses given by the test). Binds to the unspecified or a loopback
 /// address are allowed, since wasmtime checks the implicit bind of `connect`.
 pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) -> HostState {
+    let sandbox = Sandbox {
+        tcp: allowed,
+        ..Sandbox::default()
+    };
+    wasi_state_with(&sandbox, args, inherit_stdio)
+}
+
+/// What an instance may reach beyond [`wasi_state`]'s TCP list.
+#[derive(Clone, Copy, Default)]
+pub struct Sandbox<'a> {
+    /// Loopback addresses TCP may connect to.
+    pub tcp: &'a [SocketAddr],
+    /// Loopback addresses UDP may send to and receive from (DNS servers).
+    pub udp: &'a [SocketAddr],
+    /// Extra environment variables (`MONGO_WASI_DNS_SERVER`).
+    pub env: &'a [(&'a str, &'a str)],
+    /// A host directory preopened read-only as the guest's `/etc`.
+    pub etc: Option<&'a Path>,
+}
+
+/// As [`wasi_state`], with UDP, environment and `/etc` as `sandbox` says.
+pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) -> HostState {
+    let Sandbox {
+        tcp: allowed,
+        udp,
+        env,
+        etc,
+    } = *sandbox;
     let allowed: Vec<SocketAddr> = allowed.to_vec();
+    let udp: Vec<SocketAddr> = udp
+        .iter()
+        .copied()
+        .filter(|a| a.ip().is_loopback())
+        .collect();
     let mut b = WasiCtxBuilder::new();
     if inherit_stdio {
         b.inherit_stdio();
@@ -124,15 +158,26 @@ pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) 
             format!("wasmtime {}", wasmtime_version()),
         )
         .allow_tcp(true)
-        .allow_ip_name_lookup(true)
-        .socket_addr_check(move |addr, use_| {
-            let ok = match use_ {
-                SocketAddrUse::TcpBind => addr.ip().is_unspecified() || addr.ip().is_loopback(),
-                SocketAddrUse::TcpConnect => addr.ip().is_loopback() && allowed.contains(&addr),
-                _ => false,
-            };
-            Box::pin(async move { ok })
-        });
+        .allow_udp(!udp.is_empty())
+        .allow_ip_name_lookup(true);
+    for (k, v) in env {
+        b.env(k, v);
+    }
+    if let Some(dir) = etc {
+        b.preopened_dir(dir, "/etc", wasmtime_wasi::FsPerms::ReadOnly)
+            .expect("preopen /etc");
+    }
+    b.socket_addr_check(move |addr, use_| {
+        let ok = match use_ {
+            SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
+                addr.ip().is_unspecified() || addr.ip().is_loopback()
+            }
+            SocketAddrUse::TcpConnect => addr.ip().is_loopback() && allowed.contains(&addr),
+            SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => udp.contains(&addr),
+            _ => false,
+        };
+        Box::pin(async move { ok })
+    });
     HostState {
         ctx: b.build(),
         table: ResourceTable::new(),

@@ -1,9 +1,11 @@
-//! Name resolution over wasi:sockets/ip-name-lookup; IP literals skip it.
+//! Name resolution over wasi:sockets/ip-name-lookup; IP literals skip it. A
+//! client that resolved `mongodb+srv` asks its DNS servers first.
 
 use super::wait;
 use crate::deadline::Deadline;
+use crate::dns::{Record, RecordType};
 use crate::error::{Error, Result};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use wasi::sockets::instance_network::instance_network;
 use wasi::sockets::ip_name_lookup::{resolve_addresses, ErrorCode};
 
@@ -31,4 +33,39 @@ pub fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
         return Err(Error::network(format!("{host} resolved to no addresses")));
     }
     Ok(out)
+}
+
+/// `host`'s addresses from `name_servers` (A, then AAAA), falling back to
+/// ip-name-lookup when they know none. `localhost` names never go to DNS
+/// (RFC 6761), and no servers means ip-name-lookup alone.
+pub fn resolve_via(
+    host: &str,
+    name_servers: &[SocketAddr],
+    deadline: Deadline,
+) -> Result<Vec<IpAddr>> {
+    let literal = host.trim_start_matches('[').trim_end_matches(']');
+    let local = host == "localhost" || host.ends_with(".localhost");
+    if name_servers.is_empty() || local || literal.parse::<IpAddr>().is_ok() {
+        return resolve(host, deadline);
+    }
+    for rtype in [RecordType::A, RecordType::Aaaa] {
+        match super::udp::lookup(name_servers, host, rtype, deadline)? {
+            Ok(records) => {
+                let ips: Vec<IpAddr> = records
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        Record::A(ip) => Some(IpAddr::V4(ip)),
+                        Record::Aaaa(ip) => Some(IpAddr::V6(ip)),
+                        _ => None,
+                    })
+                    .collect();
+                if !ips.is_empty() {
+                    return Ok(ips);
+                }
+            }
+            Err(crate::dns::DnsError::NxDomain) => break,
+            Err(_) => {}
+        }
+    }
+    resolve(host, deadline)
 }

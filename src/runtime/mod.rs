@@ -1,14 +1,16 @@
 //! The one transport layer over WASI 0.2: monotonic clock, the deadline-aware
-//! wait, TCP and name lookup. Nothing outside this folder touches `wasi::`
+//! wait, TCP, name lookup, and DNS over UDP (for `mongodb+srv`). Nothing outside this folder touches `wasi::`
 //! I/O, and only `wait` calls `poll`. Moving to WASI 0.3 touches only here.
 
 mod clock;
 mod dns;
 mod tcp;
+mod udp;
 mod wait;
 
 pub use clock::now;
 pub use tcp::TcpStream;
+pub use udp::lookup as dns_lookup;
 pub use wait::{sleep_until, wait};
 
 /// Random bytes from wasi:random (session ids).
@@ -23,4 +25,15 @@ pub fn random_bytes(n: u64) -> Vec<u8> {
     use std::hash::{BuildHasher, RandomState};
     let state = RandomState::new();
     (0..n).map(|i| state.hash_one(i) as u8).collect()
+}
+
+/// What the host configured for DNS: `MONGO_WASI_DNS_SERVER`, and
+/// `/etc/resolv.conf` if it preopened it (see `dns::config`).
+pub fn dns_config() -> (Option<String>, Option<String>) {
+    let env = std::env::var(crate::dns::config::ENV_VAR).ok();
+    let file = match env {
+        Some(_) => None,
+        None => std::fs::read_to_string(crate::dns::config::RESOLV_CONF).ok(),
+    };
+    (env, file)
 }

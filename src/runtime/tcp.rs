@@ -32,8 +32,19 @@ struct Parts {
 impl TcpStream {
     /// Resolves `host` and connects to the first address that answers.
     pub fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        Self::connect_via(host, port, &[], deadline)
+    }
+
+    /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
+    /// first: the servers that answered a `mongodb+srv` lookup know its targets.
+    pub fn connect_via(
+        host: &str,
+        port: u16,
+        name_servers: &[std::net::SocketAddr],
+        deadline: Deadline,
+    ) -> Result<TcpStream> {
         let mut last = None;
-        for ip in dns::resolve(host, deadline)? {
+        for ip in dns::resolve_via(host, name_servers, deadline)? {
             match Self::connect_ip(ip, port, deadline) {
                 Ok(s) => return Ok(s),
                 Err(e) if e.is_timeout() => return Err(e),
@@ -199,7 +210,7 @@ fn stream_err(e: StreamError) -> Error {
     }
 }
 
-fn to_wasi_addr(ip: IpAddr, port: u16) -> (IpAddressFamily, IpSocketAddress) {
+pub(super) fn to_wasi_addr(ip: IpAddr, port: u16) -> (IpAddressFamily, IpSocketAddress) {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, c, d] = v4.octets();

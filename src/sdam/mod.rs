@@ -182,7 +182,12 @@ impl TopologyDescription {
         match self.kind {
             TopologyType::Single => {}
             TopologyType::Unknown => match kind {
-                ServerType::Standalone => self.servers.retain(|s| s.address == address),
+                // SDAM's updateUnknownWithStandalone: a single seed (e.g. one
+                // SRV record) becomes Single; among several, a standalone is dropped.
+                ServerType::Standalone if self.servers.len() == 1 => {
+                    self.kind = TopologyType::Single
+                }
+                ServerType::Standalone => self.servers.retain(|s| s.address != address),
                 ServerType::Mongos => self.kind = TopologyType::Sharded,
                 ServerType::RsPrimary
                 | ServerType::RsSecondary
@@ -313,6 +318,30 @@ mod tests {
             )),
         );
         assert_eq!(t.servers[0].kind, ServerType::Standalone);
+    }
+
+    #[test]
+    fn unknown_topology_with_a_standalone() {
+        let standalone = || {
+            Ok((
+                HelloReply {
+                    is_writable_primary: true,
+                    ..Default::default()
+                },
+                None,
+            ))
+        };
+        // One seed that is not a direct connection (a single SRV record): Single.
+        let mut t = TopologyDescription::new(&["a:1".into()], false, None);
+        t.kind = TopologyType::Unknown;
+        t.update("a:1", standalone());
+        assert_eq!(t.kind, TopologyType::Single);
+        assert_eq!(t.servers.len(), 1);
+        // Among several seeds, the standalone is removed.
+        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], false, None);
+        t.update("a:1", standalone());
+        assert_eq!(t.kind, TopologyType::Unknown);
+        assert!(t.server("a:1").is_none() && t.server("b:2").is_some());
     }
 
     #[test]

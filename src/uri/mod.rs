@@ -2,8 +2,8 @@
 //!
 //! Implements the Connection String spec (grammar, percent-decoding, hosts, auth database,
 //! options), the URI Options spec (every option's type, range and cross-option rules) and the
-//! auth spec's credential rules. `mongodb+srv` URIs are parsed and validated but not resolved:
-//! the caller does the SRV/TXT lookups (see [`ConnectionString::srv`]).
+//! auth spec's credential rules. `mongodb+srv` URIs are parsed and validated here; the caller
+//! does the SRV/TXT lookups and [`seedlist::apply`] turns their records into the seed list.
 //!
 //! ```
 //! let cs = mongo_wasi::uri::parse("mongodb://u:p@db1,db2:27018/app?replicaSet=rs&timeoutMS=500")
@@ -18,6 +18,7 @@ mod decode;
 mod document;
 mod options;
 mod parse;
+pub mod seedlist;
 mod validate;
 mod values;
 

@@ -1,6 +1,6 @@
 //! Rules that involve more than one option, or options and hosts/scheme together.
 
-use super::options::{OptionsBuilder, ReadPreferenceMode, W};
+use super::options::{OptionsBuilder, ReadPreferenceMode, UriOptions, W};
 use super::{HostAddress, UriError};
 
 /// Pairs of insecure TLS options that must not both appear (URI Options spec, rules 1-7).
@@ -22,7 +22,8 @@ const TLS_CONFLICTS: [(&str, &str); 7] = [
 
 pub(crate) fn check(srv: bool, hosts: &[HostAddress], b: &OptionsBuilder) -> Result<(), UriError> {
     tls(b)?;
-    topology(srv, hosts, b)?;
+    srv_only(srv, b)?;
+    topology(hosts.len(), srv, &b.options)?;
     proxy(b)?;
     read_preference(b)?;
     write_concern(b)
@@ -45,11 +46,25 @@ fn tls(b: &OptionsBuilder) -> Result<(), UriError> {
     Ok(())
 }
 
-/// directConnection, loadBalanced and the SRV-only options.
-fn topology(srv: bool, hosts: &[HostAddress], b: &OptionsBuilder) -> Result<(), UriError> {
-    let o = &b.options;
+/// The SRV-only options need a `mongodb+srv` URI.
+fn srv_only(srv: bool, b: &OptionsBuilder) -> Result<(), UriError> {
+    if !srv {
+        for key in ["srvservicename", "srvmaxhosts"] {
+            if b.given(key) {
+                return err(format!("option {key} requires a mongodb+srv URI"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// directConnection, loadBalanced and srvMaxHosts against the host count. A
+/// `mongodb+srv` URI is checked twice: as given (one host), and after its SRV
+/// and TXT records were applied (`seedlist`), since TXT may set loadBalanced
+/// and replicaSet.
+pub(crate) fn topology(host_count: usize, srv: bool, o: &UriOptions) -> Result<(), UriError> {
     if o.direct_connection == Some(true) {
-        if hosts.len() > 1 {
+        if host_count > 1 {
             return err("directConnection=true cannot be used with multiple hosts");
         }
         if srv {
@@ -57,8 +72,7 @@ fn topology(srv: bool, hosts: &[HostAddress], b: &OptionsBuilder) -> Result<(), 
         }
     }
     if o.load_balanced == Some(true) {
-        // With SRV the host count is only known after the lookup; the caller re-checks.
-        if hosts.len() > 1 {
+        if host_count > 1 {
             return err("loadBalanced=true cannot be used with multiple hosts");
         }
         if o.direct_connection == Some(true) {
@@ -66,13 +80,6 @@ fn topology(srv: bool, hosts: &[HostAddress], b: &OptionsBuilder) -> Result<(), 
         }
         if o.replica_set.is_some() {
             return err("loadBalanced=true cannot be used with replicaSet");
-        }
-    }
-    if !srv {
-        for key in ["srvservicename", "srvmaxhosts"] {
-            if b.given(key) {
-                return err(format!("option {key} requires a mongodb+srv URI"));
-            }
         }
     }
     if o.srv_max_hosts.is_some_and(|n| n > 0) {

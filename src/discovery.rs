@@ -1,0 +1,88 @@
+//! Seedlist discovery at the first operation: the SRV and TXT lookups of a
+//! `mongodb+srv` URI over `runtime::dns_lookup`, turned into seeds and
+//! options by `uri::seedlist`. Nothing here runs at client construction.
+
+use crate::deadline::Deadline;
+use crate::dns::{self, DnsError, Record, RecordType};
+use crate::error::{Error, ErrorKind, Result};
+use crate::runtime;
+use crate::uri::seedlist::{self, SrvTarget};
+use crate::uri::ConnectionString;
+use std::net::SocketAddr;
+
+/// A resolved `mongodb+srv` URI and the DNS servers that resolved it.
+pub struct Discovered {
+    pub cs: ConnectionString,
+    pub name_servers: Vec<SocketAddr>,
+}
+
+/// Looks up the SRV and TXT records of `cs` within `deadline`. A DNS server
+/// that does not answer in time is a timeout error; a name without records,
+/// or records that break the spec's rules, are errors that say which.
+pub fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered> {
+    let (env, file) = runtime::dns_config();
+    let servers = dns::config::name_servers(env.as_deref(), file.as_deref())
+        .map_err(Error::invalid_argument)?;
+    let srv_name = seedlist::srv_query(cs)?;
+    let srv: Vec<SrvTarget> = answers(&servers, &srv_name, RecordType::Srv, deadline)?
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Srv { port, target, .. } => Some(SrvTarget { host: target, port }),
+            _ => None,
+        })
+        .collect();
+    if srv.is_empty() {
+        return Err(not_found(
+            &srv_name,
+            "the DNS server has no SRV records for it",
+        ));
+    }
+    let host = seedlist::host(cs)?;
+    let txt: Vec<Vec<u8>> = answers(&servers, host, RecordType::Txt, deadline)?
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Txt(text) => Some(text),
+            _ => None,
+        })
+        .collect();
+    let mut x = runtime::random_bytes(8)
+        .iter()
+        .fold(0x9E37_79B9_7F4A_7C15u64, |acc, b| {
+            acc.rotate_left(8) ^ u64::from(*b)
+        })
+        | 1;
+    let mut random = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n.max(1) as u64) as usize
+    };
+    let resolved = seedlist::apply(cs, &srv, &txt, &mut random)?;
+    Ok(Discovered {
+        cs: resolved,
+        name_servers: servers,
+    })
+}
+
+/// The records, or none for NXDOMAIN; other DNS failures are errors.
+fn answers(
+    servers: &[SocketAddr],
+    name: &str,
+    rtype: RecordType,
+    deadline: Deadline,
+) -> Result<Vec<Record>> {
+    match runtime::dns_lookup(servers, name, rtype, deadline)? {
+        Ok(records) => Ok(records),
+        // A missing TXT record only means no default options.
+        Err(DnsError::NxDomain) if rtype == RecordType::Txt => Ok(Vec::new()),
+        Err(e) => Err(not_found(name, &format!("the {rtype} lookup failed: {e}"))),
+    }
+}
+
+/// The URI could not be used to find hosts (the spec's error), with the reason.
+fn not_found(name: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::ServerSelection,
+        format!("mongodb+srv: cannot find the hosts of {name}: {why}"),
+    )
+}
