@@ -90,9 +90,12 @@ impl Client {
         if cs.tls_enabled() {
             return Err(Error::not_implemented("TLS"));
         }
-        if cs.credential.is_some() {
-            return Err(Error::not_implemented("authentication"));
-        }
+        let auth = cs
+            .credential
+            .clone()
+            .map(crate::auth::Authenticator::new)
+            .transpose()?
+            .map(Rc::new);
         if cs.options.load_balanced == Some(true) {
             return Err(Error::not_implemented("load-balanced mode"));
         }
@@ -118,6 +121,7 @@ impl Client {
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
             connect: crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+                auth,
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.

@@ -3,12 +3,14 @@
 //! message. Any I/O failure (a timeout included) breaks the connection so
 //! the pool drops it: a half-read reply must never be read as the next one.
 
+use crate::auth::{self, Authenticator, HelloAuth, Step};
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
 use crate::runtime::{self, TcpStream};
 use crate::wire::{self, Message};
 use bson::{RawDocument, RawDocumentBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ pub struct Connection {
 pub struct ConnectSettings {
     /// The handshake's `client` document.
     pub metadata: RawDocumentBuf,
+    /// The credential and its SCRAM key cache, shared by the client's connections.
+    pub auth: Option<Rc<Authenticator>>,
 }
 
 /// What establishing a connection measured.
@@ -46,7 +50,7 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects and runs the handshake, all within `deadline`.
+    /// Connects, runs the handshake and authenticates, all within `deadline`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -70,27 +74,71 @@ impl Connection {
             },
             broken: false,
         };
+        let auth = settings.auth.as_deref();
+        let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
         let started = runtime::now();
-        let reply = match conn.hello(settings, false, deadline) {
+        let reply = match conn.hello(settings, hello_auth.as_ref(), false, deadline) {
             Err(e) if e.kind == ErrorKind::Server && handshake::wants_legacy_fallback(&e) => {
-                conn.hello(settings, true, deadline)
+                conn.hello(settings, hello_auth.as_ref(), true, deadline)
             }
             other => other,
         }
-        .map_err(|e| in_handshake(e, address))?;
+        .map_err(|e| match auth {
+            Some(a) if e.kind == ErrorKind::Server => a.hello_failed(e),
+            _ => in_handshake(e, address),
+        })?;
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
         conn.hello.check_wire_version(address)?;
+        if let (Some(a), Some(h)) = (auth, hello_auth) {
+            // An arbiter holds no users: nothing to authenticate (auth spec).
+            if !conn.hello.arbiter_only {
+                conn.authenticate(a, h, &reply, deadline)?;
+            }
+        }
         Ok(Established { conn, rtt })
+    }
+
+    /// The auth conversation, continued from the hello's speculative answer
+    /// when there is one. Its round trips share the establishment deadline.
+    fn authenticate(
+        &mut self,
+        auth: &Authenticator,
+        hello: HelloAuth<'_>,
+        reply: &RawDocument,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce)?;
+        while let Step::Send(mut cmd) = step {
+            cmd.append(bson::cstr!("$db"), conversation.db());
+            let request_id = next_request_id();
+            let reply = self
+                .send(request_id, &cmd, &[], deadline)
+                .and_then(|()| self.receive(request_id, deadline))
+                .map_err(|e| match e.is_timeout() {
+                    true => conversation.timed_out(e, &self.address),
+                    false => e,
+                })?;
+            step = conversation.reply(&reply)?;
+        }
+        Ok(())
     }
 
     fn hello(
         &mut self,
         settings: &ConnectSettings,
+        auth: Option<&HelloAuth>,
         legacy: bool,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
-        let cmd = handshake::hello_command(&settings.metadata, legacy);
+        let mut cmd = handshake::hello_command(&settings.metadata, legacy);
+        if let Some(a) = auth {
+            handshake::append_auth(
+                &mut cmd,
+                a.sasl_supported_mechs.as_deref(),
+                a.speculative.as_deref(),
+            );
+        }
         let request_id = next_request_id();
         self.buf.clear();
         if legacy {
@@ -175,6 +223,11 @@ impl Connection {
         }
         r
     }
+}
+
+/// A SCRAM client nonce from wasi:random.
+fn new_nonce() -> String {
+    auth::nonce_from(&runtime::random_bytes(auth::NONCE_BYTES))
 }
 
 fn in_handshake(e: Error, address: &str) -> Error {
