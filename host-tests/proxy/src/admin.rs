@@ -44,7 +44,7 @@ fn parameters(v: &Version) -> Document {
         "enableTestCommands": true,
         "featureCompatibilityVersion": { "version": format!("{}.{}", v.array[0], v.array[1]) },
         "requireApiVersion": false,
-        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "authenticationMechanisms": crate::auth::MECHANISMS.to_vec(),
         "transactionLifetimeLimitSeconds": 60,
         "maxTransactionLockRequestTimeoutMillis": 5,
         "logicalSessionRefreshMillis": 300000,
@@ -84,8 +84,8 @@ pub fn host_info() -> Document {
     }
 }
 
-pub fn connection_status() -> Document {
-    doc! { "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] }, "ok": 1.0 }
+pub fn connection_status(auth_info: Document) -> Document {
+    doc! { "authInfo": auth_info, "ok": 1.0 }
 }
 
 /// mongod's `startSession`: a random UUID session id.

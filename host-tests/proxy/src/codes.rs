@@ -3,14 +3,20 @@
 use bson::{doc, Bson, Document};
 
 pub const BAD_VALUE: i32 = 2;
+pub const USER_NOT_FOUND: i32 = 11;
 pub const UNAUTHORIZED: i32 = 13;
+pub const PROTOCOL_ERROR: i32 = 17;
+pub const AUTHENTICATION_FAILED: i32 = 18;
 pub const ILLEGAL_OPERATION: i32 = 20;
 pub const MAX_TIME_MS_EXPIRED: i32 = 50;
 pub const COMMAND_NOT_FOUND: i32 = 59;
 pub const INVALID_OPTIONS: i32 = 72;
 pub const NO_REPLICATION_ENABLED: i32 = 76;
 pub const EXCEEDED_TIME_LIMIT: i32 = 262;
+pub const MECHANISM_UNAVAILABLE: i32 = 334;
 pub const UNSUPPORTED_OP_QUERY_COMMAND: i32 = 352;
+/// mongod's "User ... already exists".
+pub const USER_EXISTS: i32 = 51003;
 pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
@@ -27,6 +33,7 @@ const NAMES: &[(i32, &str)] = &[
     (11, "UserNotFound"),
     (13, "Unauthorized"),
     (14, "TypeMismatch"),
+    (17, "ProtocolError"),
     (18, "AuthenticationFailed"),
     (20, "IllegalOperation"),
     (22, "InvalidBSON"),
@@ -81,6 +88,7 @@ const NAMES: &[(i32, &str)] = &[
     (280, "ChangeStreamFatalError"),
     (286, "ChangeStreamHistoryLost"),
     (290, "TransactionExceededLifetimeLimitSeconds"),
+    (334, "MechanismUnavailable"),
     (352, "UnsupportedOpQueryCommand"),
     (9001, "SocketException"),
     (10107, "NotWritablePrimary"),

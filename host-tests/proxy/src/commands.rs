@@ -56,9 +56,6 @@ const FORWARDED: &[&str] = &[
     "validate",
     "compact",
     "reIndex",
-    "saslStart",
-    "saslContinue",
-    "logout",
 ];
 
 /// `bulkWrite` exists from server 8.0 (wire version 25).

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bson::{Bson, Document};
 
+use crate::auth;
 use crate::codes::{self, error_doc, with_labels};
 use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
@@ -45,6 +46,8 @@ pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u
         internal_client: false,
         handshake_done: false,
         unacked: VecDeque::new(),
+        peer_subject: None,
+        auth: auth::Session::default(),
     };
     if let Err(why) = conn.run() {
         conn.shared.log(&format!("connection {id} dropped: {why}"));
@@ -61,6 +64,11 @@ struct Conn {
     internal_client: bool,
     handshake_done: bool,
     unacked: VecDeque<i32>,
+    /// The verified client certificate's subject (RFC 2253), set by TLS termination; None
+    /// without TLS. MONGODB-X509 authenticates as this user.
+    peer_subject: Option<String>,
+    /// Who this connection authenticated as, and a SASL conversation in progress.
+    auth: auth::Session,
 }
 
 impl Drop for Conn {

@@ -10,8 +10,10 @@
 //!
 //! Admin commands of its own (any database): `{proxyStats: 1}`, `{proxyResetStats: 1}`,
 //! `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points: see [`failpoint`].
+//! Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see [`auth`].
 
 mod admin;
+pub mod auth;
 mod codes;
 mod commands;
 mod conn;
@@ -21,6 +23,7 @@ mod server;
 mod stats;
 mod topology;
 
+pub use auth::{AuthConfig, User};
 pub use server::{Proxy, ProxyConfig};
 pub use stats::Stats;
 pub use topology::Topology;

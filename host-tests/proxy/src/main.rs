@@ -1,5 +1,6 @@
 //! `failpoint-proxy --backend 127.0.0.1:PORT [--listen 127.0.0.1:PORT ...]
-//! [--replset NAME --members N [--arbiters N]] [--version 7.0.0] [--verbose]`
+//! [--replset NAME --members N [--arbiters N]] [--version 7.0.0] [--verbose]
+//! [--auth] [--user DB.NAME:PASSWORD ...]`
 //!
 //! Prints the listen addresses, one per line, then `ready`, and serves until killed.
 
@@ -7,10 +8,19 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use mongo_wasi_proxy::{Proxy, ProxyConfig, Topology};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, Topology, User};
+
+/// `DB.NAME:PASSWORD` (the password may contain ':').
+fn user(spec: &str) -> Result<User, String> {
+    let bad = || format!("--user {spec}: expected DB.NAME:PASSWORD");
+    let (who, password) = spec.split_once(':').ok_or_else(bad)?;
+    let (db, name) = who.split_once('.').ok_or_else(bad)?;
+    Ok(User::new(name, db, password))
+}
 
 const USAGE: &str = "usage: failpoint-proxy --backend HOST:PORT [--listen 127.0.0.1:PORT ...] \
-                     [--replset NAME --members N [--arbiters N]] [--version X.Y.Z] [--verbose]";
+                     [--replset NAME --members N [--arbiters N]] [--version X.Y.Z] [--verbose] \
+                     [--auth] [--user DB.NAME:PASSWORD ...]";
 
 fn parse(args: &[String]) -> Result<ProxyConfig, String> {
     let mut backend = None;
@@ -18,6 +28,7 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
     let (mut set_name, mut members, mut arbiters) = (None, 1usize, 0usize);
     let mut version = "7.0.0".to_string();
     let mut verbose = false;
+    let mut auth = AuthConfig::default();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
@@ -31,6 +42,8 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
             "--arbiters" => arbiters = count(value()?)?,
             "--version" => version = value()?,
             "--verbose" => verbose = true,
+            "--auth" => auth.enabled = true,
+            "--user" => auth.users.push(user(&value()?)?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -49,6 +62,7 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
         build_version: version,
         listen,
         verbose,
+        auth,
     })
 }
 

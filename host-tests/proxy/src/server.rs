@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::auth::{AuthConfig, Users};
 use crate::conn;
 use crate::failpoint::FailPoints;
 use crate::stats::Stats;
@@ -26,6 +27,8 @@ pub struct ProxyConfig {
     pub listen: Vec<SocketAddr>,
     /// Log dropped connections and protocol errors to stderr.
     pub verbose: bool,
+    /// Users, and whether commands need an authenticated connection. Off by default.
+    pub auth: AuthConfig,
 }
 
 impl ProxyConfig {
@@ -37,6 +40,7 @@ impl ProxyConfig {
             build_version: "7.0.0".to_string(),
             listen: Vec::new(),
             verbose: false,
+            auth: AuthConfig::default(),
         }
     }
 
@@ -67,6 +71,9 @@ pub(crate) struct Shared {
     pub topology: Mutex<TopologyState>,
     pub failpoints: Mutex<FailPoints>,
     pub stats: Mutex<Stats>,
+    /// Auth on: commands need an authenticated connection.
+    pub auth_enabled: bool,
+    pub users: Mutex<Users>,
     /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
     pub change_streams: Mutex<HashSet<i64>>,
     stopped: Mutex<bool>,
@@ -176,6 +183,7 @@ impl Proxy {
             .map(TcpListener::local_addr)
             .collect::<io::Result<Vec<_>>>()?;
         let hosts = addrs.iter().map(SocketAddr::to_string).collect();
+        let users = Users::new(&config.auth).map_err(bad)?;
         let shared = Arc::new(Shared {
             backend: config.backend,
             version: Version::parse(&config.build_version),
@@ -184,6 +192,8 @@ impl Proxy {
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
             failpoints: Mutex::new(FailPoints::default()),
             stats: Mutex::new(Stats::default()),
+            auth_enabled: config.auth.enabled,
+            users: Mutex::new(users),
             change_streams: Mutex::new(HashSet::new()),
             stopped: Mutex::new(false),
             wake: Condvar::new(),

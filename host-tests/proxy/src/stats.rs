@@ -15,6 +15,12 @@ pub struct Stats {
     pub commands: BTreeMap<String, u64>,
     /// Messages that were not valid wire protocol (the connection was dropped).
     pub protocol_errors: u64,
+    /// Connections that completed authentication (speculative ones included).
+    pub auth_succeeded: u64,
+    /// Authentication steps answered with an error.
+    pub auth_failed: u64,
+    /// Connections authenticated by a hello's `speculativeAuthenticate` conversation.
+    pub speculative_auth_succeeded: u64,
 }
 
 impl Stats {
@@ -54,6 +60,11 @@ impl Stats {
             },
             "commands": commands,
             "protocolErrors": self.protocol_errors as i64,
+            "auth": {
+                "succeeded": self.auth_succeeded as i64,
+                "failed": self.auth_failed as i64,
+                "speculativeSucceeded": self.speculative_auth_succeeded as i64,
+            },
         }
     }
 }

@@ -9,6 +9,7 @@ use bson::{doc, Document};
 
 use super::{Action, Conn};
 use crate::admin;
+use crate::auth;
 use crate::codes::{self, error_doc, with_labels};
 use crate::commands::{self, canonical};
 use crate::failpoint as fp;
@@ -39,6 +40,14 @@ const LOCAL: &[&str] = &[
     "refreshSessions",
     "replSetGetStatus",
     "replSetStepDown",
+    "saslStart",
+    "saslContinue",
+    "authenticate",
+    "logout",
+    "createUser",
+    "dropUser",
+    "usersInfo",
+    "dropAllUsersFromDatabase",
 ];
 
 /// The proxy's own admin commands: not counted, never subject to failpoints.
@@ -63,15 +72,21 @@ impl Conn {
             return Action::Reply(self.proxy_admin(name, body));
         }
         lock(&self.shared.stats).command(name);
-        if name == "configureFailPoint" {
-            return Action::Reply(self.configure_fail_point(db, body));
-        }
         let local = LOCAL.contains(&canonical(name));
-        if !local && !commands::is_forwarded(name, self.shared.version.max_wire) {
+        let known = local
+            || name == "configureFailPoint"
+            || commands::is_forwarded(name, self.shared.version.max_wire);
+        if !known {
             return Action::Reply(error_doc(
                 codes::COMMAND_NOT_FOUND,
                 &format!("no such command: '{name}'"),
             ));
+        }
+        if let Some(refusal) = self.auth_gate(name, db) {
+            return Action::Reply(refusal);
+        }
+        if name == "configureFailPoint" {
+            return Action::Reply(self.configure_fail_point(db, body));
         }
         if commands::is_hello(name) && !self.handshake_done {
             // Client metadata is only accepted on the first hello of a connection.
@@ -123,6 +138,31 @@ impl Conn {
         Action::Forward {
             supports_wc: commands::supports_write_concern(name, body),
         }
+    }
+
+    /// With auth on, an unauthenticated connection may only run the handshake and the
+    /// authentication commands (mongod checks this before fail points).
+    fn auth_gate(&self, name: &str, db: &str) -> Option<Document> {
+        if !self.shared.auth_enabled
+            || self.auth.is_authenticated()
+            || auth::allowed_unauthenticated(name)
+        {
+            return None;
+        }
+        // mongod's localhost exception: with no user yet, a loopback client (every client
+        // of this proxy) may create the first one in admin.
+        if name == "createUser" && db == "admin" && lock(&self.shared.users).is_empty() {
+            return None;
+        }
+        let msg = format!("Command {name} requires authentication");
+        Some(error_doc(codes::UNAUTHORIZED, &msg))
+    }
+
+    fn note_auth(&self, step: &auth::Step) {
+        let mut stats = lock(&self.shared.stats);
+        stats.auth_failed += step.failed as u64;
+        stats.auth_succeeded += step.authenticated as u64;
+        stats.speculative_auth_succeeded += (step.authenticated && step.speculative) as u64;
     }
 
     /// The fail points that act before a command runs. `Some` when one decided the outcome.
@@ -293,7 +333,36 @@ impl Conn {
                     hello_ok: body.get_bool("helloOk").unwrap_or(false),
                     connection_id: self.id as i32,
                 };
-                lock(&self.shared.topology).hello(self.member, &req, version)
+                let mut reply = lock(&self.shared.topology).hello(self.member, &req, version);
+                let users = lock(&self.shared.users);
+                let subject = self.peer_subject.as_deref();
+                let out = auth::hello_fields(&users, &mut self.auth, body, subject, &mut reply);
+                drop(users);
+                if let Some(step) = out.speculative {
+                    self.note_auth(&step);
+                }
+                reply
+            }
+            "saslStart" | "saslContinue" | "authenticate" => {
+                let users = lock(&self.shared.users);
+                let step = match name {
+                    "saslStart" => self.auth.sasl_start(&users, db, body),
+                    "saslContinue" => self.auth.sasl_continue(body),
+                    _ => {
+                        let subject = self.peer_subject.as_deref();
+                        self.auth.authenticate(&users, db, body, subject)
+                    }
+                };
+                drop(users);
+                self.note_auth(&step);
+                step.reply
+            }
+            "logout" => {
+                self.auth.logout();
+                doc! { "ok": 1.0 }
+            }
+            "createUser" | "dropUser" | "usersInfo" | "dropAllUsersFromDatabase" => {
+                lock(&self.shared.users).command(name, db, body)
             }
             "buildInfo" => admin::build_info(version),
             "getCmdLineOpts" => {
@@ -302,7 +371,7 @@ impl Conn {
             }
             "getParameter" => admin::get_parameter(body, version),
             "hostInfo" => admin::host_info(),
-            "connectionStatus" => admin::connection_status(),
+            "connectionStatus" => admin::connection_status(self.auth.auth_info()),
             "whatsmyuri" => {
                 let you = self
                     .client

@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -296,4 +298,83 @@ impl Setup {
 
 pub fn elapsed_ms(start: Instant) -> u128 {
     start.elapsed().as_millis()
+}
+
+/// `MONGO_WASI_VENV` and `MONGO_WASI_URI`, or None (the caller prints `skipped`).
+pub fn venv_and_uri() -> Option<(String, String)> {
+    match (
+        std::env::var("MONGO_WASI_VENV"),
+        std::env::var("MONGO_WASI_URI"),
+    ) {
+        (Ok(v), Ok(u)) if !v.is_empty() && !u.is_empty() => Some((v, u)),
+        (_, Err(_)) => {
+            println!("skipped: MONGO_WASI_URI not set");
+            None
+        }
+        _ => {
+            println!("skipped: MONGO_WASI_VENV not set");
+            None
+        }
+    }
+}
+
+/// The first host of a `mongodb://` URI, resolved (IPv4 preferred: the proxy dials loopback).
+pub fn backend_addr(uri: &str) -> SocketAddr {
+    let rest = uri
+        .strip_prefix("mongodb://")
+        .expect("MONGO_WASI_URI must start with mongodb://");
+    let hosts = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host = hosts
+        .rsplit('@')
+        .next()
+        .unwrap_or(hosts)
+        .split(',')
+        .next()
+        .unwrap_or(hosts);
+    let host = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:27017")
+    };
+    let addrs: Vec<SocketAddr> = host
+        .to_socket_addrs()
+        .expect("resolve MONGO_WASI_URI host")
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .expect("MONGO_WASI_URI resolves to nothing")
+}
+
+/// Runs `tests/<script>` with the venv's python and `env`; panics if it fails or outlives
+/// `timeout`.
+pub fn run_python(venv: &str, script: &str, env: &[(&str, String)], timeout: Duration) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let python = Path::new(venv).join("bin/python");
+    let mut child = Command::new(&python)
+        .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the script") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{script} did not finish within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "{script} reported mismatches ({status}); see its output above"
+    );
 }
