@@ -49,6 +49,7 @@ fn uri(p: &Proxy, userinfo: &str, path_and_query: &str) -> String {
 
 /// Connects with `uri` and runs one command that needs an authenticated
 /// connection (the proxy answers 13 Unauthorized otherwise).
+#[allow(clippy::result_large_err)] // the WIT error as the component returns it
 fn first_command(guest: &mut Guest, uri: &str) -> Result<i64, Error> {
     let client = guest.connect(uri, None, false).unwrap()?;
     let db = guest.database(client, "auth_tests", None).unwrap();
