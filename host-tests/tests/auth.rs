@@ -172,27 +172,56 @@ fn speculative_authentication_saves_the_sasl_start_round_trip() {
     assert_eq!(commands(&s, "saslContinue"), 1, "{s:?}");
 }
 
-#[test]
-fn a_stalled_sasl_conversation_times_out_within_the_deadline() {
-    let p = proxy();
-    let mut guest = Guest::new(&[addr(&p)]).unwrap();
-    let admin_uri = uri(&p, "both:both-pw", "");
-    let client = guest.connect(&admin_uri, None, false).unwrap().unwrap();
+/// Sets a fail point through an authenticated client of its own.
+fn fail_point(guest: &mut Guest, p: &Proxy, data: bson::RawDocumentBuf) {
+    let client = guest
+        .connect(&uri(p, "both:both-pw", ""), None, false)
+        .unwrap()
+        .unwrap();
     let admin = guest.database(client, "admin", None).unwrap();
     let fp = rawdoc! {
         "configureFailPoint": "failCommand",
         "mode": { "times": 1 },
-        "data": {
-            "failCommands": ["saslContinue"],
-            "blockConnection": true,
-            "blockTimeMS": 5000,
-            "appName": "stalled",
-        },
+        "data": data,
     };
     guest
         .run_command(admin, &fp, None)
         .unwrap()
         .expect("configureFailPoint");
+}
+
+#[test]
+fn the_legacy_is_master_fallback_carries_the_speculative_start() {
+    let p = proxy();
+    let mut guest = Guest::new(&[addr(&p)]).unwrap();
+    fail_point(
+        &mut guest,
+        &p,
+        rawdoc! { "failCommands": ["hello"], "errorCode": 59, "appName": "legacy" },
+    );
+    p.reset_stats();
+    first_command(&mut guest, &uri(&p, "both:both-pw", "?appName=legacy")).unwrap();
+    let s = p.stats();
+    assert_eq!(commands(&s, "hello"), 1, "{s:?}");
+    assert_eq!(commands(&s, "isMaster"), 1, "{s:?}");
+    assert_eq!(s.speculative_auth_succeeded, 1, "{s:?}");
+    assert_eq!(commands(&s, "saslStart"), 0, "{s:?}");
+}
+
+#[test]
+fn a_stalled_sasl_conversation_times_out_within_the_deadline() {
+    let p = proxy();
+    let mut guest = Guest::new(&[addr(&p)]).unwrap();
+    fail_point(
+        &mut guest,
+        &p,
+        rawdoc! {
+            "failCommands": ["saslContinue"],
+            "blockConnection": true,
+            "blockTimeMS": 5000,
+            "appName": "stalled",
+        },
+    );
 
     let stalled = uri(&p, "both:both-pw", "?appName=stalled&timeoutMS=500");
     let started = Instant::now();
