@@ -115,10 +115,7 @@ impl Connection {
             let reply = self
                 .send(request_id, &cmd, &[], deadline)
                 .and_then(|()| self.receive(request_id, deadline))
-                .map_err(|e| match e.is_timeout() {
-                    true => conversation.timed_out(e, &self.address),
-                    false => e,
-                })?;
+                .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
             step = conversation.reply(&reply)?;
         }
         Ok(())
@@ -231,9 +228,15 @@ fn new_nonce() -> String {
 }
 
 fn in_handshake(e: Error, address: &str) -> Error {
+    in_section(e, &format!("connection handshake with {address}"))
+}
+
+/// A timeout names the section of establishment that was waiting (the
+/// socket's own message becomes the cause); other errors pass unchanged.
+fn in_section(e: Error, section: &str) -> Error {
     if e.is_timeout() {
         let cause = e.message.clone();
-        Error::timeout(&format!("connection handshake with {address}")).with_cause(cause)
+        Error::timeout(section).with_cause(cause)
     } else {
         e
     }

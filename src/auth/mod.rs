@@ -247,12 +247,6 @@ impl Conversation<'_> {
         self.advance(reply)
     }
 
-    /// A timeout while the conversation waited: the section is "authentication".
-    pub fn timed_out(&self, e: Error, address: &str) -> Error {
-        let cause = e.message.clone();
-        Error::timeout(&format!("authentication with {address}")).with_cause(cause)
-    }
-
     fn first_command(&self) -> RawDocumentBuf {
         let c = &self.auth.credential;
         match &self.kind {
