@@ -104,11 +104,13 @@ impl Authenticator {
             )),
             Some(_) => None,
         };
-        // Negotiation speculates with SCRAM-SHA-256 (handshake spec); PLAIN
-        // has no speculative form.
-        let conversation = match c.mechanism.unwrap_or(AuthMechanism::ScramSha256) {
-            AuthMechanism::Plain => None,
-            m => Some(self.conversation(m, nonce)?),
+        // Negotiation speculates with SCRAM-SHA-256 (handshake spec), unless
+        // SASLprep refuses the password (SCRAM-SHA-1 may still accept it);
+        // PLAIN has no speculative form.
+        let conversation = match c.mechanism {
+            None => self.conversation(AuthMechanism::ScramSha256, nonce).ok(),
+            Some(AuthMechanism::Plain) => None,
+            Some(m) => Some(self.conversation(m, nonce)?),
         };
         let speculative = conversation.as_ref().map(Conversation::speculative_command);
         Ok(HelloAuth {

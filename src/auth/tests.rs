@@ -314,6 +314,26 @@ fn a_failed_hello_is_an_authentication_error() {
 }
 
 #[test]
+fn a_password_sasl_prep_refuses_is_not_speculated_when_negotiated() {
+    // U+0007 is prohibited by SASLprep, which only SCRAM-SHA-256 applies.
+    let a = auth("mongodb://user:bell%07@h/");
+    let hello = a.hello_fields(|| NONCE.into()).unwrap();
+    assert!(hello.speculative.is_none());
+    assert!(hello.sasl_supported_mechs.is_some());
+    let reply = rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-1"] };
+    let (conv, _) = a.after_hello(hello, &reply, || "n".into()).unwrap();
+    assert_eq!(conv.mechanism(), AuthMechanism::ScramSha1);
+
+    let a = auth("mongodb://user:bell%07@h/?authMechanism=SCRAM-SHA-256");
+    let e = a
+        .hello_fields(|| NONCE.into())
+        .err()
+        .expect("SASLprep refuses");
+    assert_eq!(e.kind, ErrorKind::Authentication);
+    assert!(!e.message.contains("bell"), "{e}");
+}
+
+#[test]
 fn unimplemented_mechanisms_are_refused_up_front() {
     let cs = crate::uri::parse("mongodb://u@h/?authMechanism=GSSAPI").unwrap();
     let e = Authenticator::new(cs.credential.unwrap()).unwrap_err();
