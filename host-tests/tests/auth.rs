@@ -27,6 +27,8 @@ fn proxy_with(base: AuthConfig) -> Proxy {
         User::new("sha1", "admin", "sha1-pw").with_mechanisms(&[SHA1]),
         User::new("sha256", "admin", "sha256-pw").with_mechanisms(&[SHA256]),
         User::new("app", "appdb", "app-pw"),
+        // On $external: the proxy's stand-in for an LDAP directory (PLAIN).
+        User::new("ldap", "$external", "ldap-pw"),
     ];
     Proxy::start(ProxyConfig {
         auth: AuthConfig {
@@ -78,13 +80,14 @@ fn scram_sha256_and_sha1_given_and_negotiated_succeed() {
         ("sha1", "sha1-pw", "?authMechanism=SCRAM-SHA-1"),
         ("app", "app-pw", "appdb"),
         ("app", "app-pw", "?authSource=appdb"),
+        ("ldap", "ldap-pw", "?authMechanism=PLAIN"),
     ] {
         let uri = uri(&p, &format!("{user}:{pw}"), query);
         let n = first_command(&mut guest, &uri);
         assert!(n.is_ok(), "{uri}: {n:?}");
     }
     let stats = p.stats();
-    assert_eq!(stats.auth_succeeded, 8, "{stats:?}");
+    assert_eq!(stats.auth_succeeded, 9, "{stats:?}");
     // The one failure is the speculative SCRAM-SHA-256 start of the user without it.
     assert_eq!(stats.auth_failed, 1, "{stats:?}");
 }
@@ -121,6 +124,11 @@ fn wrong_credentials_fail_with_an_authentication_error_and_code_18() {
         ("sha1:sha1-pw", "?authMechanism=SCRAM-SHA-256", "sha1-pw"),
         // The auth spec: an unknown user fails like a wrong password.
         ("nobody:NobodySecret", "", "NobodySecret"),
+        (
+            "ldap:WrongLdapSecret",
+            "?authMechanism=PLAIN",
+            "WrongLdapSecret",
+        ),
     ] {
         let uri = uri(&p, userinfo, query);
         let started = Instant::now();
