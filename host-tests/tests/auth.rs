@@ -180,8 +180,12 @@ fn speculative_authentication_saves_the_sasl_start_round_trip() {
     assert_eq!(commands(&s, "saslContinue"), 1, "{s:?}");
 }
 
-/// Sets a fail point through an authenticated client of its own.
+/// Sets a fail point (`times` 1) through an authenticated client of its own.
 fn fail_point(guest: &mut Guest, p: &Proxy, data: bson::RawDocumentBuf) {
+    fail_point_times(guest, p, 1, data)
+}
+
+fn fail_point_times(guest: &mut Guest, p: &Proxy, times: i32, data: bson::RawDocumentBuf) {
     let client = guest
         .connect(&uri(p, "both:both-pw", ""), None, false)
         .unwrap()
@@ -189,7 +193,7 @@ fn fail_point(guest: &mut Guest, p: &Proxy, data: bson::RawDocumentBuf) {
     let admin = guest.database(client, "admin", None).unwrap();
     let fp = rawdoc! {
         "configureFailPoint": "failCommand",
-        "mode": { "times": 1 },
+        "mode": { "times": times },
         "data": data,
     };
     guest
@@ -245,6 +249,48 @@ fn a_stalled_sasl_conversation_times_out_within_the_deadline() {
         took < Duration::from_millis(2500),
         "the 500 ms deadline was not kept: {took:?}"
     );
+}
+
+#[test]
+fn without_timeout_ms_connect_timeout_ms_bounds_each_auth_attempt() {
+    let p = proxy();
+    let mut guest = Guest::new(&[addr(&p)]).unwrap();
+    fail_point_times(
+        &mut guest,
+        &p,
+        10,
+        rawdoc! {
+            "failCommands": ["saslContinue"],
+            "blockConnection": true,
+            "blockTimeMS": 5000,
+            "appName": "slowauth",
+        },
+    );
+    // Each check's auth times out after connectTimeoutMS; selection gives up
+    // after serverSelectionTimeoutMS and names what the server last said.
+    p.reset_stats();
+    let slow = uri(
+        &p,
+        "both:both-pw",
+        "?appName=slowauth&connectTimeoutMS=300&serverSelectionTimeoutMS=1000",
+    );
+    let started = Instant::now();
+    let e = first_command(&mut guest, &slow).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.kind, ErrorKind::ServerSelection, "{e:?}");
+    assert!(
+        e.message.contains("timed out during authentication"),
+        "{e:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(950),
+        "returned early: {took:?}"
+    );
+    assert!(took < Duration::from_millis(3000), "took {took:?}");
+    // The conversation reached the blocked saslContinue (no attempt waited
+    // out its 5 s: see the upper bound).
+    let s = p.stats();
+    assert!(commands(&s, "saslContinue") >= 1, "{s:?}");
 }
 
 /// Not a check: prints the cold connection cost (connect + hello + auth +
