@@ -116,17 +116,24 @@ pub fn allowed_unauthenticated(name: &str) -> bool {
     )
 }
 
-struct Stored {
+/// A user with its derived SCRAM credentials, ready to store.
+pub(crate) struct Stored {
     user: User,
     roles: Vec<Bson>,
     creds: Vec<scram::Credentials>,
 }
 
+/// The SCRAM iteration counts new credentials get.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Iterations {
+    sha1: u32,
+    sha256: u32,
+}
+
 /// The user store every connection of one proxy shares.
 pub(crate) struct Users {
     map: BTreeMap<(String, String), Stored>,
-    sha1_iterations: u32,
-    sha256_iterations: u32,
+    iterations: Iterations,
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -139,20 +146,118 @@ fn refused(code: i32, msg: &str) -> Document {
     error_doc(code, msg)
 }
 
+/// Checks a user and derives its SCRAM credentials (PBKDF2: slow, so callers run it
+/// outside the store's lock); [`Users::insert`] stores the result.
+fn prepare(user: User, roles: Vec<Bson>, iterations: Iterations) -> Result<Stored, Document> {
+    for m in &user.mechanisms {
+        if !MECHANISMS.contains(&m.as_str()) {
+            return Err(refused(
+                codes::BAD_VALUE,
+                &format!("Unknown auth mechanism '{m}'"),
+            ));
+        }
+    }
+    if user.mechanisms.is_empty() {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "mechanisms field must not be empty",
+        ));
+    }
+    let mut creds = Vec::new();
+    if let Some(password) = &user.password {
+        for m in &user.mechanisms {
+            let Some(hash) = Hash::from_mechanism(m) else {
+                continue;
+            };
+            let count = match hash {
+                Hash::Sha1 => iterations.sha1,
+                Hash::Sha256 => iterations.sha256,
+            };
+            let input = scram::password_input(hash, &user.name, password);
+            let salt = random_bytes(hash.salt_len());
+            creds.push(scram::Credentials::derive(hash, &input, salt, count));
+        }
+    }
+    Ok(Stored { user, roles, creds })
+}
+
+/// `createUser`'s checks, then [`prepare`].
+pub(crate) fn create_user(
+    db: &str,
+    body: &Document,
+    iterations: Iterations,
+) -> Result<Stored, Document> {
+    let name = match body.get_str("createUser") {
+        Ok(n) if !n.is_empty() => n,
+        _ => {
+            return Err(refused(
+                codes::BAD_VALUE,
+                "User document needs 'user' field to be set",
+            ))
+        }
+    };
+    let Ok(roles) = body.get_array("roles") else {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "\"createUser\" command requires a \"roles\" array",
+        ));
+    };
+    if body.get_bool("digestPassword").ok() == Some(false) {
+        return Err(refused(
+            codes::BAD_VALUE,
+            "the proxy supports only digestPassword: true",
+        ));
+    }
+    let password = body.get_str("pwd").ok();
+    let mechanisms: Vec<String> = match body.get_array("mechanisms") {
+        Ok(list) => list
+            .iter()
+            .filter_map(|m| m.as_str().map(str::to_string))
+            .collect(),
+        Err(_) if db == EXTERNAL => vec![X509.to_string(), PLAIN.to_string()],
+        Err(_) => vec![SCRAM_SHA_1.to_string(), SCRAM_SHA_256.to_string()],
+    };
+    match (db == EXTERNAL, password) {
+        (true, Some(_)) => {
+            let msg = "Cannot create users with a password in the $external database";
+            return Err(refused(codes::BAD_VALUE, msg));
+        }
+        (false, None) => {
+            let msg = "Must provide a 'pwd' field for all user documents, except those with \
+                       '$external' as the user's source db";
+            return Err(refused(codes::BAD_VALUE, msg));
+        }
+        (false, Some(_)) if mechanisms.iter().any(|m| Hash::from_mechanism(m).is_none()) => {
+            return Err(refused(
+                codes::BAD_VALUE,
+                "Only SCRAM mechanisms may be set for users with a password",
+            ));
+        }
+        _ => {}
+    }
+    let user = User {
+        name: name.to_string(),
+        db: db.to_string(),
+        password: password.map(str::to_string),
+        mechanisms,
+    };
+    prepare(user, roles.clone(), iterations)
+}
+
 impl Users {
     pub fn new(config: &AuthConfig) -> Result<Users, String> {
         let mut users = Users {
             map: BTreeMap::new(),
-            sha1_iterations: config.sha1_iterations.max(1),
-            sha256_iterations: config.sha256_iterations.max(1),
+            iterations: Iterations {
+                sha1: config.sha1_iterations.max(1),
+                sha256: config.sha256_iterations.max(1),
+            },
         };
+        let root = || vec![doc! { "role": "root", "db": "admin" }.into()];
         for user in &config.users {
-            users
-                .add(
-                    user.clone(),
-                    vec![doc! { "role": "root", "db": "admin" }.into()],
-                )
-                .map_err(|e| e.get_str("errmsg").unwrap_or("bad user").to_string())?;
+            let errmsg = |e: Document| e.get_str("errmsg").unwrap_or("bad user").to_string();
+            let stored = prepare(user.clone(), root(), users.iterations).map_err(errmsg)?;
+            users.insert(stored).map_err(errmsg)?;
         }
         Ok(users)
     }
@@ -161,42 +266,18 @@ impl Users {
         self.map.is_empty()
     }
 
-    fn add(&mut self, user: User, roles: Vec<Bson>) -> Result<(), Document> {
-        for m in &user.mechanisms {
-            if !MECHANISMS.contains(&m.as_str()) {
-                return Err(refused(
-                    codes::BAD_VALUE,
-                    &format!("Unknown auth mechanism '{m}'"),
-                ));
-            }
-        }
-        if user.mechanisms.is_empty() {
-            return Err(refused(
-                codes::BAD_VALUE,
-                "mechanisms field must not be empty",
-            ));
-        }
-        let key = (user.db.clone(), user.name.clone());
+    pub fn iterations(&self) -> Iterations {
+        self.iterations
+    }
+
+    /// Stores a [`prepare`]d user; a user of that name in that database already exists: 51003.
+    pub fn insert(&mut self, stored: Stored) -> Result<(), Document> {
+        let key = (stored.user.db.clone(), stored.user.name.clone());
         if self.map.contains_key(&key) {
-            let msg = format!("User \"{}@{}\" already exists", user.name, user.db);
+            let msg = format!("User \"{}@{}\" already exists", key.1, key.0);
             return Err(refused(codes::USER_EXISTS, &msg));
         }
-        let mut creds = Vec::new();
-        if let Some(password) = &user.password {
-            for m in &user.mechanisms {
-                let Some(hash) = Hash::from_mechanism(m) else {
-                    continue;
-                };
-                let iterations = match hash {
-                    Hash::Sha1 => self.sha1_iterations,
-                    Hash::Sha256 => self.sha256_iterations,
-                };
-                let input = scram::password_input(hash, &user.name, password);
-                let salt = random_bytes(hash.salt_len());
-                creds.push(scram::Credentials::derive(hash, &input, salt, iterations));
-            }
-        }
-        self.map.insert(key, Stored { user, roles, creds });
+        self.map.insert(key, stored);
         Ok(())
     }
 
@@ -219,10 +300,10 @@ impl Users {
         )
     }
 
-    /// `createUser`, `dropUser`, `usersInfo`, `dropAllUsersFromDatabase`.
+    /// `dropUser`, `usersInfo`, `dropAllUsersFromDatabase` (`createUser`: [`create_user`],
+    /// then [`Users::insert`]).
     pub fn command(&mut self, name: &str, db: &str, body: &Document) -> Document {
         match name {
-            "createUser" => self.create_user(db, body),
             "dropUser" => {
                 let Ok(user) = body.get_str("dropUser") else {
                     return refused(codes::BAD_VALUE, "dropUser needs a user name");
@@ -241,67 +322,6 @@ impl Users {
                 doc! { "n": (before - self.map.len()) as i32, "ok": 1.0 }
             }
             _ => self.users_info(db, body),
-        }
-    }
-
-    fn create_user(&mut self, db: &str, body: &Document) -> Document {
-        let name = match body.get_str("createUser") {
-            Ok(n) if !n.is_empty() => n,
-            _ => {
-                return refused(
-                    codes::BAD_VALUE,
-                    "User document needs 'user' field to be set",
-                )
-            }
-        };
-        let Ok(roles) = body.get_array("roles") else {
-            return refused(
-                codes::BAD_VALUE,
-                "\"createUser\" command requires a \"roles\" array",
-            );
-        };
-        if body.get_bool("digestPassword").ok() == Some(false) {
-            return refused(
-                codes::BAD_VALUE,
-                "the proxy supports only digestPassword: true",
-            );
-        }
-        let password = body.get_str("pwd").ok();
-        let mechanisms: Vec<String> = match body.get_array("mechanisms") {
-            Ok(list) => list
-                .iter()
-                .filter_map(|m| m.as_str().map(str::to_string))
-                .collect(),
-            Err(_) if db == EXTERNAL => vec![X509.to_string(), PLAIN.to_string()],
-            Err(_) => vec![SCRAM_SHA_1.to_string(), SCRAM_SHA_256.to_string()],
-        };
-        match (db == EXTERNAL, password) {
-            (true, Some(_)) => {
-                let msg = "Cannot create users with a password in the $external database";
-                return refused(codes::BAD_VALUE, msg);
-            }
-            (false, None) => {
-                let msg = "Must provide a 'pwd' field for all user documents, except those with \
-                           '$external' as the user's source db";
-                return refused(codes::BAD_VALUE, msg);
-            }
-            (false, Some(_)) if mechanisms.iter().any(|m| Hash::from_mechanism(m).is_none()) => {
-                return refused(
-                    codes::BAD_VALUE,
-                    "Only SCRAM mechanisms may be set for users with a password",
-                );
-            }
-            _ => {}
-        }
-        let user = User {
-            name: name.to_string(),
-            db: db.to_string(),
-            password: password.map(str::to_string),
-            mechanisms,
-        };
-        match self.add(user, roles.clone()) {
-            Ok(()) => doc! { "ok": 1.0 },
-            Err(e) => e,
         }
     }
 
@@ -542,9 +562,16 @@ impl Session {
                 "No SASL session state found",
             ));
         };
-        let id = crate::failpoint::number(body, "conversationId");
-        if id != Some(CONVERSATION_ID as f64) {
-            return Step::fail(refused(codes::PROTOCOL_ERROR, "Mismatched conversation id"));
+        match crate::failpoint::number(body, "conversationId") {
+            Some(id) if id == CONVERSATION_ID as f64 => {}
+            Some(_) => {
+                let msg = "sasl: Mismatched conversation id";
+                return Step::fail(refused(codes::PROTOCOL_ERROR, msg));
+            }
+            None => {
+                let msg = "Missing expected field \"conversationId\"";
+                return Step::fail(refused(codes::NO_SUCH_KEY, msg));
+            }
         }
         let (bytes, _) = match payload(body) {
             Ok(p) => p,
@@ -591,11 +618,14 @@ impl Session {
             let msg = format!("Unsupported mechanism '{mechanism}' for the authenticate command");
             return Step::fail(refused(codes::MECHANISM_UNAVAILABLE, &msg));
         }
+        if db != EXTERNAL {
+            let msg = "X.509 authentication must always use the $external database.";
+            return Step::fail(refused(codes::PROTOCOL_ERROR, msg));
+        }
         let Some(subject) = peer_subject else {
             return auth_failed();
         };
-        let named = body.get_str("user").ok();
-        if db != EXTERNAL || named.is_some_and(|u| u != subject) {
+        if body.get_str("user").is_ok_and(|u| u != subject) {
             return auth_failed();
         }
         let known = users
@@ -648,7 +678,8 @@ pub(crate) fn hello_fields(
     };
     let db = spec.get_str("db").unwrap_or(EXTERNAL);
     let mut step = if spec.contains_key("saslStart") {
-        if spec.get_str("db").is_err() {
+        // mongod: a db is required, and a plaintext mechanism may not speculate.
+        if spec.get_str("db").is_err() || spec.get_str("mechanism").ok() == Some(PLAIN) {
             return out;
         }
         session.sasl_start(users, db, spec)
@@ -828,6 +859,11 @@ mod tests {
             "no TLS, no subject"
         );
         assert!(s.authenticate(&u, EXTERNAL, &x509, Some("CN=other")).failed);
+        let named = doc! { "authenticate": 1, "mechanism": X509, "user": "CN=someone" };
+        let mismatch = s.authenticate(&u, EXTERNAL, &named, Some("CN=client,O=test"));
+        assert_eq!(mismatch.reply.get_i32("code").unwrap(), 18);
+        let wrong_db = s.authenticate(&u, "admin", &x509, Some("CN=client,O=test"));
+        assert_eq!(wrong_db.reply.get_i32("code").unwrap(), 17);
         let ok = s.authenticate(&u, EXTERNAL, &x509, Some("CN=client,O=test"));
         assert_eq!(ok.reply.get_str("user").unwrap(), "CN=client,O=test");
         assert_eq!(s.user, Some(("CN=client,O=test".into(), EXTERNAL.into())));
@@ -859,6 +895,16 @@ mod tests {
         let fin = client_final(Hash::Sha256, "alice", "pw", "clientnonce", &server_first);
         assert!(cont(&mut s, fin.as_bytes()).authenticated);
 
+        // PLAIN may not speculate.
+        let req = doc! { "hello": 1, "speculativeAuthenticate": { "saslStart": 1,
+        "mechanism": PLAIN, "db": EXTERNAL, "payload": bin(b"\0ldap\0secret") } };
+        let mut reply = doc! {};
+        let mut fresh = Session::default();
+        assert!(hello_fields(&u, &mut fresh, &req, None, &mut reply)
+            .speculative
+            .is_none());
+        assert!(reply.is_empty() && !fresh.is_authenticated());
+
         // Unknown user: no saslSupportedMechs; a failed speculation leaves the field out.
         let req = doc! { "hello": 1, "saslSupportedMechs": "admin.nobody",
         "speculativeAuthenticate": { "saslStart": 1, "mechanism": SCRAM_SHA_256, "db": "admin",
@@ -869,27 +915,52 @@ mod tests {
     }
 
     #[test]
+    fn speculative_x509_authenticates_in_the_hello() {
+        let u = users();
+        let req = doc! { "hello": 1, "speculativeAuthenticate": {
+        "authenticate": 1, "mechanism": X509, "db": EXTERNAL } };
+        let mut s = Session::default();
+        let mut reply = doc! {};
+        let out = hello_fields(&u, &mut s, &req, Some("CN=client,O=test"), &mut reply);
+        assert!(out
+            .speculative
+            .is_some_and(|st| st.authenticated && st.speculative));
+        assert_eq!(
+            reply.get_document("speculativeAuthenticate").unwrap(),
+            &doc! { "dbname": EXTERNAL, "user": "CN=client,O=test" }
+        );
+        // Without TLS there is no subject: the field is left out and nobody is authenticated.
+        let mut s = Session::default();
+        let mut reply = doc! {};
+        hello_fields(&u, &mut s, &req, None, &mut reply);
+        assert!(reply.is_empty() && !s.is_authenticated());
+    }
+
+    fn create(u: &mut Users, db: &str, body: &Document) -> Document {
+        match create_user(db, body, u.iterations()).and_then(|s| u.insert(s)) {
+            Ok(()) => doc! { "ok": 1.0 },
+            Err(e) => e,
+        }
+    }
+
+    #[test]
     fn user_commands() {
         let mut u = users();
-        let created = u.command(
-            "createUser",
+        let created = create(
+            &mut u,
             "db1",
             &doc! { "createUser": "bob", "pwd": "pw", "roles": [] },
         );
         assert_eq!(created.get_f64("ok").unwrap(), 1.0);
-        let again = u.command(
-            "createUser",
+        let again = create(
+            &mut u,
             "db1",
             &doc! { "createUser": "bob", "pwd": "pw", "roles": [] },
         );
         assert_eq!(again.get_i32("code").unwrap(), 51003);
-        let no_pwd = u.command(
-            "createUser",
-            "db1",
-            &doc! { "createUser": "c", "roles": [] },
-        );
+        let no_pwd = create(&mut u, "db1", &doc! { "createUser": "c", "roles": [] });
         assert_eq!(no_pwd.get_i32("code").unwrap(), 2);
-        let no_roles = u.command("createUser", "db1", &doc! { "createUser": "c", "pwd": "x" });
+        let no_roles = create(&mut u, "db1", &doc! { "createUser": "c", "pwd": "x" });
         assert_eq!(no_roles.get_i32("code").unwrap(), 2);
         let info = u.command("usersInfo", "db1", &doc! { "usersInfo": "bob" });
         let list = info.get_array("users").unwrap();

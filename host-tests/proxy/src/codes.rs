@@ -3,6 +3,7 @@
 use bson::{doc, Bson, Document};
 
 pub const BAD_VALUE: i32 = 2;
+pub const NO_SUCH_KEY: i32 = 4;
 pub const USER_NOT_FOUND: i32 = 11;
 pub const UNAUTHORIZED: i32 = 13;
 pub const PROTOCOL_ERROR: i32 = 17;

@@ -8,9 +8,20 @@
 //! println!("mongodb://{}/?directConnection=true", proxy.addresses()[0]);
 //! ```
 //!
-//! Admin commands of its own (any database): `{proxyStats: 1}`, `{proxyResetStats: 1}`,
-//! `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points: see [`failpoint`].
-//! Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see [`auth`].
+//! Admin commands of its own (any database, no authentication needed): `{proxyStats: 1}`,
+//! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points:
+//! see [`failpoint`]. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
+//! [`auth`]; with auth on:
+//!
+//! ```no_run
+//! use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
+//! let config = ProxyConfig {
+//!     auth: AuthConfig::with_users(vec![User::new("root", "admin", "pw")]),
+//!     ..ProxyConfig::new("127.0.0.1:27999".parse().unwrap())
+//! };
+//! let proxy = Proxy::start(config).unwrap();
+//! println!("mongodb://root:pw@{}/?directConnection=true", proxy.addresses()[0]);
+//! ```
 
 mod admin;
 pub mod auth;

@@ -98,3 +98,29 @@ fn main() -> ExitCode {
         std::thread::park();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_auth_flags() {
+        let args: Vec<String> = [
+            "--backend",
+            "127.0.0.1:1",
+            "--auth",
+            "--user",
+            "admin.root:a:b",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let config = parse(&args).unwrap();
+        assert!(config.auth.enabled);
+        assert_eq!(config.auth.users, [User::new("root", "admin", "a:b")]);
+        assert!(user("root:pw").is_err(), "no database");
+        assert!(user("admin.root").is_err(), "no password");
+        let off = parse(&args[..2]).unwrap();
+        assert!(!off.auth.enabled && off.auth.users.is_empty());
+    }
+}

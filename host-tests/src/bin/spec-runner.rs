@@ -3,11 +3,13 @@
 //! ```text
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
-//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS]
+//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
-//! (a standalone and a single-member replica set). A suite is a directory under the
+//! (a standalone and a single-member replica set). With `--auth` the proxies require
+//! authentication, every client authenticates as the runner's root user (unless its
+//! `uriOptions` name another mechanism), and `runOnRequirements`' `auth` follows. A suite is a directory under the
 //! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
 //! an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS]";
+[--test-timeout SECS] [--loop-ms MS] [--auth]";
 
 struct Cli {
     backend: SocketAddr,
@@ -39,6 +41,7 @@ struct Cli {
     update_expected: Option<PathBuf>,
     cap: Duration,
     loop_budget: Duration,
+    auth: bool,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -55,6 +58,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         update_expected: None,
         cap: Duration::from_secs(60),
         loop_budget: Duration::from_millis(1000),
+        auth: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -78,6 +82,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--update-expected" => cli.update_expected = Some(value()?.into()),
             "--test-timeout" => cli.cap = Duration::from_secs(number(value()?)?.max(1)),
             "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
+            "--auth" => cli.auth = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -142,14 +147,15 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let spec_root = spec_root()?;
     let skips = read_skips(&cli.skips)?;
     let expected = cli.expected.as_deref().map(read_expected).transpose()?;
-    let mut deployment = Deployment::start(cli.backend)?;
+    let mut deployment = Deployment::start(cli.backend, cli.auth)?;
     let v = deployment.info.version;
     println!(
-        "spec-runner: {} (proxies report {}.{}.{}), spec tests in {}, {} skip-list entries, {} s per test",
+        "spec-runner: {} (proxies report {}.{}.{}{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
         v[0],
         v[1],
         v[2],
+        if cli.auth { ", auth on" } else { "" },
         spec_root.display(),
         skips.len(),
         cli.cap.as_secs()
@@ -241,5 +247,23 @@ fn main() -> ExitCode {
             eprintln!("spec-runner: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn auth_is_off_unless_asked_for() {
+        let base = ["--backend", "127.0.0.1:1", "--suite", "crud/tests/unified"];
+        assert!(!parse(&args(&base)).unwrap().auth);
+        let with = parse(&args(&[&base[..], &["--auth"]].concat())).unwrap();
+        assert!(with.auth);
+        assert_eq!(with.suites, ["crud/tests/unified"]);
     }
 }

@@ -1,17 +1,22 @@
 //! The test deployment: two failpoint proxies in front of one nx-27017 (a
 //! standalone and a single-member replica set), and an admin instance of the
 //! component on this thread for probing and for cleaning up after abandoned tests.
+//! With auth on, the proxies require authentication and know one root user, whose
+//! credentials every URI carries.
 
 use super::engine;
 use super::internal;
 use super::requirements::{self, parse_version, Topology};
 use crate::guest::Guest;
 use bson::{doc, Bson, Document};
-use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::net::SocketAddr;
 use wasmtime::component::ResourceAny;
 
 pub const SET_NAME: &str = "rs0";
+/// The root-like user of `--auth` runs (in `admin`, SCRAM-SHA-1 and SCRAM-SHA-256).
+pub const AUTH_USER: &str = "spec-runner";
+pub const AUTH_PASSWORD: &str = "spec-runner-pw";
 
 pub struct Deployment {
     /// Kept alive for the run; dropping them stops the proxies.
@@ -24,22 +29,34 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    pub fn start(backend: SocketAddr) -> Result<Deployment, String> {
+    /// `auth`: the proxies run with auth on, and every URI carries [`AUTH_USER`]'s credentials.
+    pub fn start(backend: SocketAddr, auth: bool) -> Result<Deployment, String> {
         if !backend.ip().is_loopback() {
             return Err(format!(
                 "--backend {backend}: only loopback addresses are used"
             ));
         }
-        let start = |config| Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"));
+        let auth_config = match auth {
+            true => AuthConfig::with_users(vec![User::new(AUTH_USER, "admin", AUTH_PASSWORD)]),
+            false => AuthConfig::default(),
+        };
+        let start = |config: ProxyConfig| {
+            let config = ProxyConfig {
+                auth: auth_config.clone(),
+                ..config
+            };
+            Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"))
+        };
         let single = start(ProxyConfig::new(backend))?;
         let rs = start(ProxyConfig::replica_set(backend, SET_NAME, 1))?;
         let single_addr = single.addresses()[0];
         let rs_addr = rs.addresses()[0];
+        let user = credentials(auth);
         let uris = vec![
-            (Topology::Single, format!("mongodb://{single_addr}/")),
+            (Topology::Single, format!("mongodb://{user}{single_addr}/")),
             (
                 Topology::ReplicaSet,
-                format!("mongodb://{rs_addr}/?replicaSet={SET_NAME}"),
+                format!("mongodb://{user}{rs_addr}/?replicaSet={SET_NAME}"),
             ),
         ];
         let allowed = vec![single_addr, rs_addr];
@@ -63,6 +80,7 @@ impl Deployment {
         let info = requirements::Deployment {
             version: version(&build)?,
             parameters,
+            auth,
         };
         Ok(Deployment {
             _proxies: vec![single, rs],
@@ -96,6 +114,14 @@ impl Deployment {
     }
 }
 
+/// The user info of every URI: `user:password@` with auth on, else nothing.
+fn credentials(auth: bool) -> String {
+    match auth {
+        true => format!("{AUTH_USER}:{AUTH_PASSWORD}@"),
+        false => String::new(),
+    }
+}
+
 /// `buildInfo.versionArray` (or `version`) as `[major, minor, patch]`.
 fn version(build: &Document) -> Result<[u64; 3], String> {
     if let Ok(array) = build.get_array("versionArray") {
@@ -118,6 +144,17 @@ fn version(build: &Document) -> Result<[u64; 3], String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_only_with_auth() {
+        assert_eq!(credentials(false), "");
+        let info = credentials(true);
+        assert_eq!(info, format!("{AUTH_USER}:{AUTH_PASSWORD}@"));
+        // Nothing in them needs percent-encoding in a URI.
+        assert!(info[..info.len() - 1]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:".contains(&b)));
+    }
 
     #[test]
     fn version_prefers_the_array() {

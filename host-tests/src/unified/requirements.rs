@@ -1,5 +1,6 @@
 //! `runOnRequirements` against what the test deployment is: server version,
-//! topology, parameters, and the features it does not have (auth, CSFLE, serverless).
+//! topology, parameters, authentication (on with `--auth`), and the features it does not
+//! have (CSFLE, serverless).
 
 use super::matching::number;
 use bson::{Bson, Document};
@@ -38,6 +39,8 @@ pub struct Deployment {
     pub version: [u64; 3],
     /// `{getParameter: "*"}`'s reply.
     pub parameters: Document,
+    /// The proxies run with auth on and every client authenticates (`--auth`).
+    pub auth: bool,
 }
 
 /// A `major[.minor[.patch]]` version; anything past the patch is dropped.
@@ -114,15 +117,31 @@ fn one(req: &Document, topology: Topology, d: &Deployment) -> Result<(), String>
                 Some("forbid" | "allow") => {}
                 _ => return Err(format!("bad serverless value {value}")),
             },
-            "auth" => {
-                if value.as_bool() == Some(true) {
-                    return Err("needs authentication (nx-27017 has none)".into());
+            "auth" => match (value.as_bool(), d.auth) {
+                (Some(true), false) => {
+                    return Err("needs authentication (run spec-runner with --auth)".into())
                 }
-            }
+                (Some(false), true) => {
+                    return Err("needs authentication off (spec-runner runs with --auth)".into())
+                }
+                (Some(_), _) => {}
+                (None, _) => return Err(format!("bad auth value {value}")),
+            },
+            // The unified format: the mechanism must be one of the server's
+            // `authenticationMechanisms`, compared case-insensitively.
             "authMechanism" => {
-                return Err(format!(
-                    "needs auth mechanism {value} (nx-27017 has no auth)"
-                ));
+                let want = value.as_str().ok_or("authMechanism is not a string")?;
+                let offered = d
+                    .parameters
+                    .get_array("authenticationMechanisms")
+                    .map(|list| list.iter().filter_map(Bson::as_str).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                if !offered.iter().any(|m| m.eq_ignore_ascii_case(want)) {
+                    return Err(format!(
+                        "needs auth mechanism {want} (the server offers {})",
+                        offered.join("|")
+                    ));
+                }
             }
             "csfle" => {
                 if value.as_bool() == Some(true) {
@@ -185,7 +204,19 @@ mod tests {
     fn deployment() -> Deployment {
         Deployment {
             version: [7, 0, 0],
-            parameters: doc! { "enableTestCommands": true, "transactionLifetimeLimitSeconds": 60 },
+            parameters: doc! {
+                "enableTestCommands": true,
+                "transactionLifetimeLimitSeconds": 60,
+                "authenticationMechanisms": ["MONGODB-X509", "PLAIN", "SCRAM-SHA-1", "SCRAM-SHA-256"],
+            },
+            auth: false,
+        }
+    }
+
+    fn with_auth() -> Deployment {
+        Deployment {
+            auth: true,
+            ..deployment()
         }
     }
 
@@ -224,14 +255,64 @@ mod tests {
     fn features_the_deployment_lacks() {
         assert!(check(bson!([{"serverless": "require"}]), Topology::Single).is_err());
         check(bson!([{"serverless": "forbid"}]), Topology::Single).unwrap();
-        assert!(check(bson!([{"auth": true}]), Topology::Single).is_err());
-        check(bson!([{"auth": false}]), Topology::Single).unwrap();
         assert!(check(bson!([{"csfle": true}]), Topology::Single).is_err());
         check(bson!([{"csfle": false}]), Topology::Single).unwrap();
-        assert!(check(bson!([{"authMechanism": "PLAIN"}]), Topology::Single).is_err());
         assert!(check(bson!([{"bogus": 1}]), Topology::Single)
             .unwrap_err()
             .contains("unknown requirement"));
+    }
+
+    #[test]
+    fn auth_follows_the_runs_auth_flag() {
+        let without = deployment();
+        let with = with_auth();
+        let run = |reqs: Bson, d: &Deployment| satisfied(Some(&reqs), Topology::Single, d);
+        let err = run(bson!([{"auth": true}]), &without).unwrap_err();
+        assert!(err.contains("--auth"), "{err}");
+        run(bson!([{"auth": true}]), &with).unwrap();
+        run(bson!([{"auth": false}]), &without).unwrap();
+        let err = run(bson!([{"auth": false}]), &with).unwrap_err();
+        assert!(err.contains("off"), "{err}");
+        assert!(run(bson!([{"auth": "yes"}]), &with).is_err());
+        // No requirement: runs either way.
+        run(bson!([{"minServerVersion": "4.4"}]), &with).unwrap();
+        // The SDAM auth-error files: auth, a version and topologies together.
+        let sdam = bson!([{"minServerVersion": "4.4", "auth": true, "serverless": "forbid",
+            "topologies": ["single", "replicaset", "sharded"]}]);
+        assert_eq!(
+            choose(Some(&sdam), None, &with).unwrap(),
+            Topology::ReplicaSet
+        );
+        assert!(choose(Some(&sdam), None, &without)
+            .unwrap_err()
+            .contains("needs authentication"));
+    }
+
+    #[test]
+    fn auth_mechanism_must_be_offered_by_the_server() {
+        let d = with_auth();
+        let run = |reqs: Bson| satisfied(Some(&reqs), Topology::Single, &d);
+        run(bson!([{"authMechanism": "SCRAM-SHA-256"}])).unwrap();
+        run(bson!([{"authMechanism": "scram-sha-1"}])).unwrap();
+        run(bson!([{"auth": true, "authMechanism": "PLAIN"}])).unwrap();
+        let oidc = run(bson!([{"minServerVersion": "7.0", "auth": true,
+            "authMechanism": "MONGODB-OIDC", "serverless": "forbid"}]))
+        .unwrap_err();
+        assert!(
+            oidc.contains("MONGODB-OIDC") && oidc.contains("SCRAM-SHA-256"),
+            "{oidc}"
+        );
+        let none = Deployment {
+            parameters: doc! {},
+            ..with_auth()
+        };
+        assert!(satisfied(
+            Some(&bson!([{"authMechanism": "SCRAM-SHA-1"}])),
+            Topology::Single,
+            &none
+        )
+        .is_err());
+        assert!(run(bson!([{"authMechanism": 1}])).is_err());
     }
 
     #[test]

@@ -3,8 +3,23 @@
 
 use bson::{Bson, Document};
 
+/// The mechanisms the runner's own credentials (`--auth`) can authenticate with.
+const RUNNER_MECHANISMS: &[&str] = &["SCRAM-SHA-1", "SCRAM-SHA-256"];
+
 /// The topology's URI with `uriOptions` as query parameters (overriding the URI's own).
+/// The runner's credentials (the base URI's user info under `--auth`) stay, unless the
+/// options name an `authMechanism` they cannot serve (MONGODB-OIDC, MONGODB-X509, ...).
 pub fn client_uri(base: &str, options: &Document) -> Result<String, String> {
+    let mechanism = options
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("authMechanism"))
+        .map(|(_, v)| v);
+    let base = match mechanism {
+        Some(Bson::String(m)) if RUNNER_MECHANISMS.contains(&m.as_str()) => base.to_string(),
+        Some(_) => without_credentials(base),
+        None => base.to_string(),
+    };
+    let base = base.as_str();
     let (head, query) = match base.split_once('?') {
         Some((h, q)) => (h.to_string(), q.to_string()),
         None if base.contains('/') && base.matches('/').count() > 2 => {
@@ -37,6 +52,18 @@ pub fn client_uri(base: &str, options: &Document) -> Result<String, String> {
     }
     let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
     Ok(format!("{head}?{}", query.join("&")))
+}
+
+/// `mongodb://user:pw@host/...` without `user:pw@`.
+fn without_credentials(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => uri.to_string(),
+    }
 }
 
 fn uri_value(key: &str, v: &Bson) -> Result<String, String> {
@@ -99,6 +126,29 @@ mod tests {
         assert_eq!(over, "mongodb://127.0.0.1:5/?replicaset=other");
         let plain = client_uri("mongodb://127.0.0.1:5", &doc! { "appname": "my app" }).unwrap();
         assert_eq!(plain, "mongodb://127.0.0.1:5/?appname=my%20app");
+    }
+
+    #[test]
+    fn runner_credentials_stay_unless_another_mechanism_is_named() {
+        let base = "mongodb://u:p@127.0.0.1:5/?replicaSet=rs0";
+        let uri = client_uri(base, &doc! { "appname": "a" }).unwrap();
+        assert_eq!(uri, "mongodb://u:p@127.0.0.1:5/?replicaSet=rs0&appname=a");
+        let scram = client_uri(base, &doc! { "authMechanism": "SCRAM-SHA-1" }).unwrap();
+        assert_eq!(
+            scram,
+            "mongodb://u:p@127.0.0.1:5/?replicaSet=rs0&authMechanism=SCRAM-SHA-1"
+        );
+        let oidc = doc! { "authMechanism": "MONGODB-OIDC", "appName": "x" };
+        assert_eq!(
+            client_uri(base, &oidc).unwrap(),
+            "mongodb://127.0.0.1:5/?replicaSet=rs0&authMechanism=MONGODB-OIDC&appName=x"
+        );
+        let x509 = client_uri(
+            "mongodb://u:p@h:1",
+            &doc! { "authmechanism": "MONGODB-X509" },
+        );
+        assert_eq!(x509.unwrap(), "mongodb://h:1/?authmechanism=MONGODB-X509");
+        assert_eq!(without_credentials("mongodb://h:1/"), "mongodb://h:1/");
     }
 
     #[test]

@@ -14,10 +14,11 @@ const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
-                        [--update-expected]
+                        [--update-expected] [--auth]
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
   --all                every unified-format suite
-  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes";
+  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes
+  --auth               proxies with auth on; every client authenticates as a root user";
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Args {
@@ -27,6 +28,7 @@ pub struct Args {
     filter: Option<String>,
     verbose: bool,
     update_expected: bool,
+    auth: bool,
 }
 
 impl Args {
@@ -45,6 +47,7 @@ impl Args {
                 "--filter" => out.filter = Some(value()?),
                 "--verbose" => out.verbose = true,
                 "--update-expected" => out.update_expected = true,
+                "--auth" => out.auth = true,
                 flag if flag.starts_with("--") => {
                     return Err(format!("unknown option {flag}\n\n{USAGE}"))
                 }
@@ -53,6 +56,12 @@ impl Args {
         }
         if out.suites.is_empty() && !out.all {
             return Err(format!("name a suite directory, or --all\n\n{USAGE}"));
+        }
+        // The expected-pass list describes runs without auth (auth: false tests skip with it).
+        if out.auth && out.update_expected {
+            return Err(format!(
+                "--update-expected describes runs without --auth; drop one\n\n{USAGE}"
+            ));
         }
         Ok(out)
     }
@@ -73,6 +82,9 @@ impl Args {
         }
         if self.verbose {
             v.push("--verbose".into());
+        }
+        if self.auth {
+            v.push("--auth".into());
         }
         if self.update_expected {
             let path = ctx.root.join(EXPECTED);
@@ -144,6 +156,11 @@ mod tests {
                 "--verbose"
             ]
         );
+        let auth = Args::parse(&["auth/tests/unified", "--auth"]).unwrap();
+        assert_eq!(
+            auth.runner_args(&ctx),
+            ["--suite", "auth/tests/unified", "--auth"]
+        );
         let all = Args::parse(&["--all", "--update-expected"]).unwrap();
         let args = all.runner_args(&ctx);
         assert_eq!(args[0], "--all");
@@ -159,5 +176,8 @@ mod tests {
         assert!(Args::parse(&["--json"])
             .unwrap_err()
             .contains("needs a value"));
+        assert!(Args::parse(&["--all", "--auth", "--update-expected"])
+            .unwrap_err()
+            .contains("without --auth"));
     }
 }

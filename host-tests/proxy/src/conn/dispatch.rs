@@ -361,7 +361,17 @@ impl Conn {
                 self.auth.logout();
                 doc! { "ok": 1.0 }
             }
-            "createUser" | "dropUser" | "usersInfo" | "dropAllUsersFromDatabase" => {
+            // PBKDF2 runs outside the lock: hellos and SASL steps of other connections go on.
+            "createUser" => {
+                let iterations = lock(&self.shared.users).iterations();
+                match auth::create_user(db, body, iterations)
+                    .and_then(|user| lock(&self.shared.users).insert(user))
+                {
+                    Ok(()) => doc! { "ok": 1.0 },
+                    Err(e) => e,
+                }
+            }
+            "dropUser" | "usersInfo" | "dropAllUsersFromDatabase" => {
                 lock(&self.shared.users).command(name, db, body)
             }
             "buildInfo" => admin::build_info(version),
