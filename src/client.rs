@@ -101,6 +101,12 @@ impl Client {
     pub fn with_options(uri: &str, options: ClientOptions) -> Result<Client> {
         let cs = uri::parse(uri)?;
         check_supported(&cs)?;
+        let auth = cs
+            .credential
+            .clone()
+            .map(crate::auth::Authenticator::new)
+            .transpose()?
+            .map(Rc::new);
         // A mongodb+srv URI gets its seeds at the first operation (seedlist discovery).
         let seeds = if cs.srv { Vec::new() } else { seeds(&cs)? };
         let o = &cs.options;
@@ -116,6 +122,7 @@ impl Client {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
                 server_api: options.server_api.clone(),
                 name_servers: Vec::new(),
+                auth,
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -345,9 +352,6 @@ pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
     }
     if cs.tls_enabled() {
         return Err(Error::not_implemented("TLS"));
-    }
-    if cs.credential.is_some() {
-        return Err(Error::not_implemented("authentication"));
     }
     if cs.options.load_balanced == Some(true) {
         return Err(Error::not_implemented("load-balanced mode"));

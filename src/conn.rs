@@ -3,6 +3,7 @@
 //! message. Any I/O failure (a timeout included) breaks the connection so
 //! the pool drops it: a half-read reply must never be read as the next one.
 
+use crate::auth::{self, Authenticator, HelloAuth, Step};
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
@@ -10,6 +11,7 @@ use crate::runtime::{self, TcpStream};
 use crate::versioned_api::ServerApi;
 use crate::wire::{self, Message};
 use bson::{RawDocument, RawDocumentBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
@@ -43,6 +45,8 @@ pub struct ConnectSettings {
     pub server_api: Option<ServerApi>,
     /// The DNS servers that resolved `mongodb+srv`: asked first for host names.
     pub name_servers: Vec<std::net::SocketAddr>,
+    /// The credential and its SCRAM key cache, shared by the client's connections.
+    pub auth: Option<Rc<Authenticator>>,
 }
 
 /// What establishing a connection measured.
@@ -52,7 +56,7 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects and runs the handshake, all within `deadline`.
+    /// Connects, runs the handshake and authenticates, all within `deadline`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -76,28 +80,69 @@ impl Connection {
             },
             broken: false,
         };
+        let auth = settings.auth.as_deref();
+        let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
         let started = runtime::now();
-        let reply = match conn.hello(settings, false, deadline) {
+        let reply = match conn.hello(settings, hello_auth.as_ref(), false, deadline) {
             Err(e) if handshake::wants_legacy_fallback(&e, settings.server_api.is_some()) => {
-                conn.hello(settings, true, deadline)
+                conn.hello(settings, hello_auth.as_ref(), true, deadline)
             }
             other => other,
         }
-        .map_err(|e| in_handshake(e, address))?;
+        .map_err(|e| match auth {
+            Some(a) if e.kind == ErrorKind::Server => a.hello_failed(e),
+            _ => in_handshake(e, address),
+        })?;
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
         conn.hello.check_wire_version(address)?;
+        if let (Some(a), Some(h)) = (auth, hello_auth) {
+            // An arbiter holds no users: nothing to authenticate (auth spec).
+            if !conn.hello.arbiter_only {
+                conn.authenticate(a, h, &reply, deadline)?;
+            }
+        }
         Ok(Established { conn, rtt })
+    }
+
+    /// The auth conversation, continued from the hello's speculative answer
+    /// when there is one. Its round trips share the establishment deadline.
+    fn authenticate(
+        &mut self,
+        auth: &Authenticator,
+        hello: HelloAuth<'_>,
+        reply: &RawDocument,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce)?;
+        while let Step::Send(mut cmd) = step {
+            cmd.append(bson::cstr!("$db"), conversation.db());
+            let request_id = next_request_id();
+            let reply = self
+                .send(request_id, &cmd, &[], deadline)
+                .and_then(|()| self.receive(request_id, deadline))
+                .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
+            step = conversation.reply(&reply)?;
+        }
+        Ok(())
     }
 
     fn hello(
         &mut self,
         settings: &ConnectSettings,
+        auth: Option<&HelloAuth>,
         legacy: bool,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
-        let cmd =
+        let mut cmd =
             handshake::hello_command(&settings.metadata, legacy, settings.server_api.as_ref());
+        if let Some(a) = auth {
+            handshake::append_auth(
+                &mut cmd,
+                a.sasl_supported_mechs.as_deref(),
+                a.speculative.as_deref(),
+            );
+        }
         let request_id = next_request_id();
         self.buf.clear();
         if legacy {
@@ -184,10 +229,21 @@ impl Connection {
     }
 }
 
+/// A SCRAM client nonce from wasi:random.
+fn new_nonce() -> String {
+    auth::nonce_from(&runtime::random_bytes(auth::NONCE_BYTES))
+}
+
 fn in_handshake(e: Error, address: &str) -> Error {
+    in_section(e, &format!("connection handshake with {address}"))
+}
+
+/// A timeout names the section of establishment that was waiting (the
+/// socket's own message becomes the cause); other errors pass unchanged.
+fn in_section(e: Error, section: &str) -> Error {
     if e.is_timeout() {
         let cause = e.message.clone();
-        Error::timeout(&format!("connection handshake with {address}")).with_cause(cause)
+        Error::timeout(section).with_cause(cause)
     } else {
         e
     }

@@ -13,6 +13,9 @@ pub enum ErrorKind {
     NotImplemented,
     Protocol,
     Closed,
+    /// The server refused the credential, or the authentication conversation
+    /// failed (a malformed or forged server message). Never retried.
+    Authentication,
 }
 
 #[derive(Debug, Clone, PartialEq)]

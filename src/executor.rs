@@ -9,7 +9,7 @@ use crate::conn::{check_ok, next_request_id, Connection};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
-use crate::monitoring::{is_sensitive, CommandEvent, EventKind};
+use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
 use crate::retryable::{may_retry, Retryability};
 use crate::runtime;
@@ -222,7 +222,11 @@ fn attempt<O: Operation>(
                 Some(elapsed),
                 None,
                 reply,
-                Some(e.clone()),
+                Some(if sensitive {
+                    redact_failure(e)
+                } else {
+                    e.clone()
+                }),
             );
         }
     };

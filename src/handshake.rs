@@ -68,6 +68,22 @@ pub fn hello_command(
     cmd
 }
 
+/// Adds authentication to a handshake `hello`: `saslSupportedMechs`
+/// (mechanism negotiation) and `speculativeAuthenticate` (the first auth
+/// command, answered in the hello reply: one round trip saved).
+pub fn append_auth(
+    cmd: &mut RawDocumentBuf,
+    sasl_supported_mechs: Option<&str>,
+    speculative: Option<&RawDocument>,
+) {
+    if let Some(user) = sasl_supported_mechs {
+        cmd.append(cstr!("saslSupportedMechs"), user);
+    }
+    if let Some(doc) = speculative {
+        cmd.append(cstr!("speculativeAuthenticate"), doc.to_owned());
+    }
+}
+
 /// Whether a failed `hello` means "try legacy isMaster" rather than a real
 /// error. Never with a declared Stable API: the spec then allows only
 /// `hello` over OP_MSG, and a server without it stays Unknown.

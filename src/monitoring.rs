@@ -50,6 +50,21 @@ pub fn is_sensitive(name: &str, body: &bson::RawDocument) -> bool {
             && body.get("speculativeAuthenticate").ok().flatten().is_some())
 }
 
+/// A sensitive command's failure as events may show it: a server's error
+/// keeps its kind, code, codeName and labels but not its message or reply;
+/// a network error or timeout is the driver's own and shown as is.
+pub fn redact_failure(e: &Error) -> Error {
+    if e.reply.is_none() && e.code.is_none() {
+        return e.clone();
+    }
+    Error {
+        message: "the server's error for a sensitive command (redacted)".into(),
+        cause: None,
+        reply: None,
+        ..e.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +79,28 @@ mod tests {
             "hello",
             &rawdoc! { "speculativeAuthenticate": {} }
         ));
+        for name in ["authenticate", "saslContinue", "isMaster", "ismaster"] {
+            let body = rawdoc! { "speculativeAuthenticate": { "saslStart": 1 } };
+            assert!(is_sensitive(name, &body), "{name}");
+        }
+        assert!(!is_sensitive("isMaster", &rawdoc! {}));
+        assert!(!is_sensitive(
+            "find",
+            &rawdoc! { "speculativeAuthenticate": {} }
+        ));
+    }
+
+    #[test]
+    fn a_sensitive_failure_keeps_the_code_not_the_server_text() {
+        let server = crate::conn::check_ok(
+            &rawdoc! { "ok": 0, "errmsg": "user alice", "code": 18, "codeName": "AuthenticationFailed" },
+        )
+        .unwrap_err();
+        let shown = redact_failure(&server);
+        assert_eq!(shown.code, Some(18));
+        assert_eq!(shown.code_name.as_deref(), Some("AuthenticationFailed"));
+        assert!(shown.reply.is_none() && !shown.message.contains("alice"));
+        let net = crate::Error::network("connection closed by the server");
+        assert_eq!(redact_failure(&net), net, "a network error is not redacted");
     }
 }

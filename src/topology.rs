@@ -6,7 +6,7 @@
 use crate::conn::{ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::runtime;
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
@@ -129,6 +129,11 @@ impl Topology {
         self.settings.seeds = seeds;
         self.settings.replica_set = set_name;
         self.settings.connect.name_servers = found.name_servers;
+        if let Some(credential) = found.cs.credential.clone() {
+            // A TXT record's authSource says where the user is defined.
+            let auth = crate::auth::Authenticator::new(credential)?;
+            self.settings.connect.auth = Some(std::rc::Rc::new(auth));
+        }
         self.settings.srv = None;
         Ok(())
     }
@@ -191,6 +196,13 @@ impl Topology {
                     Some(op) if op.is_expired(now) => e,
                     _ => timeout.selection_error(now, self.selection_failure(criteria)),
                 });
+            }
+            Err(e) if e.kind == ErrorKind::Authentication => {
+                // The auth spec: mark the server Unknown and clear its pool,
+                // and fail with the auth error rather than wait out selection
+                // (it would only repeat it, and then hide it).
+                self.mark_unknown(address, &e);
+                return Err(e);
             }
             Err(e) => self.description.update(address, Err(e.to_string())),
         }

@@ -29,6 +29,7 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         ErrorKind::NotImplemented => wit::ErrorKind::NotImplemented,
         ErrorKind::Protocol => wit::ErrorKind::Protocol,
         ErrorKind::Closed => wit::ErrorKind::Closed,
+        ErrorKind::Authentication => wit::ErrorKind::Authentication,
     };
     wit::Error {
         kind,

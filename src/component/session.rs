@@ -41,6 +41,7 @@ fn from_wit(e: wit::Error) -> Error {
         wit::ErrorKind::NotImplemented => ErrorKind::NotImplemented,
         wit::ErrorKind::Protocol => ErrorKind::Protocol,
         wit::ErrorKind::Closed => ErrorKind::Closed,
+        wit::ErrorKind::Authentication => ErrorKind::Authentication,
     };
     // A malformed reply document is dropped rather than refused: the error
     // itself is what the caller reports.

@@ -1,0 +1,545 @@
+//! SCRAM-SHA-1 (RFC 5802) and SCRAM-SHA-256 (RFC 7677) as the auth spec
+//! profiles them, sans I/O: the client-first message, the client-final
+//! message with its proof, and the check of the server's signature. User
+//! names are never SASLprepped; SCRAM-SHA-1 derives its key from MongoDB's
+//! password digest, SCRAM-SHA-256 from the SASLprepped password. Crypto is
+//! `ring` (the TLS stack's own), MD5 only for the legacy digest.
+
+use super::saslprep;
+use crate::error::{Error, ErrorKind, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use ring::{digest, hmac, pbkdf2};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+
+/// The auth spec's floor: fewer iterations would allow a downgrade attack.
+pub const MIN_ITERATIONS: u32 = 4096;
+/// PBKDF2 cannot be interrupted by a deadline; a lying server must not make
+/// the guest compute for minutes. Real deployments use 10,000 to 15,000.
+pub const MAX_ITERATIONS: u32 = 10_000_000;
+/// SCRAM keys kept per client (one credential: one entry per mechanism and
+/// salt in practice; the bound keeps a server that varies its salt harmless).
+const CACHE_CAPACITY: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hash {
+    Sha1,
+    Sha256,
+}
+
+impl Hash {
+    pub fn mechanism(self) -> &'static str {
+        match self {
+            Hash::Sha1 => "SCRAM-SHA-1",
+            Hash::Sha256 => "SCRAM-SHA-256",
+        }
+    }
+
+    fn hmac_key(self, key: &[u8]) -> hmac::Key {
+        let alg = match self {
+            Hash::Sha1 => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+            Hash::Sha256 => hmac::HMAC_SHA256,
+        };
+        hmac::Key::new(alg, key)
+    }
+
+    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+        hmac::sign(&self.hmac_key(key), data).as_ref().to_vec()
+    }
+
+    fn h(self, data: &[u8]) -> Vec<u8> {
+        let alg = match self {
+            Hash::Sha1 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
+            Hash::Sha256 => &digest::SHA256,
+        };
+        digest::digest(alg, data).as_ref().to_vec()
+    }
+
+    /// RFC 5802's Hi(): PBKDF2 with one output block.
+    fn hi(self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
+        let (alg, len) = match self {
+            Hash::Sha1 => (pbkdf2::PBKDF2_HMAC_SHA1, 20),
+            Hash::Sha256 => (pbkdf2::PBKDF2_HMAC_SHA256, 32),
+        };
+        let mut out = vec![0; len];
+        pbkdf2::derive(alg, iterations, salt, password, &mut out);
+        out
+    }
+}
+
+/// MongoDB's SCRAM-SHA-1 password: hex(md5("<user>:mongo:<password>")),
+/// neither part SASLprepped.
+pub fn mongo_password_digest(username: &str, password: &str) -> String {
+    use md5::{Digest, Md5};
+    let sum = Md5::digest(format!("{username}:mongo:{password}").as_bytes());
+    sum.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What PBKDF2 produced for one password, salt and iteration count.
+#[derive(Clone)]
+struct Keys {
+    client_key: Vec<u8>,
+    server_key: Vec<u8>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct CacheKey {
+    hash: Hash,
+    /// The password as key derivation takes it (digested or SASLprepped).
+    password: String,
+    salt: Vec<u8>,
+    iterations: u32,
+}
+
+/// The auth spec's SCRAM cache: client and server keys per (mechanism,
+/// password, salt, iterations), kept by the client so a new connection
+/// does not run PBKDF2 again.
+#[derive(Default)]
+pub struct KeyCache {
+    entries: RefCell<HashMap<CacheKey, Keys>>,
+    /// How often PBKDF2 ran (tests check that the cache is used).
+    derivations: Cell<u64>,
+}
+
+impl std::fmt::Debug for KeyCache {
+    /// Never the keys or passwords.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyCache")
+            .field("entries", &self.entries.borrow().len())
+            .finish()
+    }
+}
+
+impl KeyCache {
+    pub fn derivations(&self) -> u64 {
+        self.derivations.get()
+    }
+
+    fn keys(&self, hash: Hash, password: &str, salt: &[u8], iterations: NonZeroU32) -> Keys {
+        let key = CacheKey {
+            hash,
+            password: password.to_owned(),
+            salt: salt.to_vec(),
+            iterations: iterations.get(),
+        };
+        if let Some(k) = self.entries.borrow().get(&key) {
+            return k.clone();
+        }
+        self.derivations.set(self.derivations.get() + 1);
+        let salted = hash.hi(password.as_bytes(), salt, iterations);
+        let keys = Keys {
+            client_key: hash.hmac(&salted, b"Client Key"),
+            server_key: hash.hmac(&salted, b"Server Key"),
+        };
+        let mut entries = self.entries.borrow_mut();
+        if entries.len() >= CACHE_CAPACITY {
+            entries.clear();
+        }
+        entries.insert(key, keys.clone());
+        keys
+    }
+}
+
+enum State {
+    /// client-first sent; the server-first message is next.
+    First,
+    /// client-final sent; the server must prove it knows the keys.
+    Final {
+        server_key: Vec<u8>,
+        auth_message: String,
+    },
+    /// The server's signature checked out.
+    Verified,
+}
+
+/// One SCRAM conversation, client side.
+pub struct Scram {
+    hash: Hash,
+    /// The password as key derivation takes it.
+    password: String,
+    nonce: String,
+    client_first_bare: String,
+    state: State,
+}
+
+impl Scram {
+    /// A conversation for `username` and the plain-text `password`; `nonce`
+    /// must be printable ASCII without commas (base64 of random bytes).
+    pub fn new(hash: Hash, username: &str, password: &str, nonce: String) -> Result<Scram> {
+        let password = match hash {
+            Hash::Sha1 => mongo_password_digest(username, password),
+            Hash::Sha256 => saslprep::prepare(password)?.into_owned(),
+        };
+        Ok(Scram::prepared(hash, username, password, nonce))
+    }
+
+    /// A conversation whose password is already in key-derivation form.
+    fn prepared(hash: Hash, username: &str, password: String, nonce: String) -> Scram {
+        // RFC 5802 saslname: ',' and '=' are escaped; no SASLprep (auth spec).
+        let name = username.replace('=', "=3D").replace(',', "=2C");
+        Scram {
+            hash,
+            password,
+            client_first_bare: format!("n={name},r={nonce}"),
+            nonce,
+            state: State::First,
+        }
+    }
+
+    pub fn hash(&self) -> Hash {
+        self.hash
+    }
+
+    /// The client-first message: no channel binding (`n,,`), as the spec requires.
+    pub fn client_first(&self) -> Vec<u8> {
+        format!("n,,{}", self.client_first_bare).into_bytes()
+    }
+
+    /// Reads the server-first message and answers with the client-final
+    /// message carrying the proof.
+    pub fn client_final(&mut self, server_first: &[u8], cache: &KeyCache) -> Result<Vec<u8>> {
+        if !matches!(self.state, State::First) {
+            return Err(self.malformed("a second server-first message"));
+        }
+        let text = std::str::from_utf8(server_first)
+            .map_err(|_| self.malformed("a server-first message that is not UTF-8"))?;
+        let ServerFirst {
+            nonce,
+            salt,
+            iterations,
+        } = self.parse_server_first(text)?;
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{},{text},{without_proof}", self.client_first_bare);
+        let keys = cache.keys(self.hash, &self.password, &salt, iterations);
+        let stored_key = self.hash.h(&keys.client_key);
+        let signature = self.hash.hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = keys
+            .client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        self.state = State::Final {
+            server_key: keys.server_key,
+            auth_message,
+        };
+        Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message: the server's signature proves it
+    /// holds the same keys (it is not an impostor accepting any proof).
+    pub fn verify_server_final(&mut self, server_final: &[u8]) -> Result<()> {
+        let State::Final {
+            server_key,
+            auth_message,
+        } = &self.state
+        else {
+            return Err(self.malformed("a server-final message out of turn"));
+        };
+        let text = std::str::from_utf8(server_final)
+            .map_err(|_| self.malformed("a server-final message that is not UTF-8"))?;
+        let first = text.split(',').next().unwrap_or_default();
+        if let Some(reason) = first.strip_prefix("e=") {
+            return Err(self.failed(format!("the server rejected the proof ({reason})")));
+        }
+        let Some(v) = first.strip_prefix("v=") else {
+            return Err(self.malformed("a server-final message without v="));
+        };
+        let signature = BASE64
+            .decode(v)
+            .map_err(|_| self.malformed("a server signature that is not base64"))?;
+        // Constant-time comparison.
+        hmac::verify(
+            &self.hash.hmac_key(server_key),
+            auth_message.as_bytes(),
+            &signature,
+        )
+        .map_err(|_| {
+            self.failed("the server's signature is wrong: it does not know the password (or someone is in the middle)".to_string())
+        })?;
+        self.state = State::Verified;
+        Ok(())
+    }
+
+    pub fn is_verified(&self) -> bool {
+        matches!(self.state, State::Verified)
+    }
+
+    fn parse_server_first<'a>(&self, text: &'a str) -> Result<ServerFirst<'a>> {
+        let mut parts = text.split(',');
+        let mut next = |attr: &str| -> Result<&'a str> {
+            let part = parts.next().unwrap_or_default();
+            if part.starts_with("m=") {
+                return Err(self.malformed("a mandatory extension (m=) this client does not know"));
+            }
+            part.strip_prefix(attr)
+                .ok_or_else(|| self.malformed(&format!("a server-first message without {attr}")))
+        };
+        let nonce = next("r=")?;
+        let salt = next("s=")?;
+        let iterations = next("i=")?;
+        // Further attributes are extensions, which the client may ignore.
+        if !nonce.starts_with(&self.nonce) || nonce.len() <= self.nonce.len() {
+            return Err(self.failed(
+                "the server's nonce does not extend the client's (a replayed or forged message)"
+                    .to_string(),
+            ));
+        }
+        if !nonce.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(self.malformed("a nonce with characters RFC 5802 forbids"));
+        }
+        let salt = BASE64
+            .decode(salt)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| self.malformed("a salt that is empty or not base64"))?;
+        let iterations: u32 = iterations
+            .parse()
+            .map_err(|_| self.malformed("an iteration count that is not a number"))?;
+        if iterations < MIN_ITERATIONS {
+            return Err(self.failed(format!(
+                "the server asked for {iterations} iterations, fewer than the {MIN_ITERATIONS} the auth spec requires"
+            )));
+        }
+        if iterations > MAX_ITERATIONS {
+            return Err(self.failed(format!(
+                "the server asked for {iterations} iterations, more than this driver's limit of {MAX_ITERATIONS}"
+            )));
+        }
+        let iterations = NonZeroU32::new(iterations).expect("at least MIN_ITERATIONS");
+        Ok(ServerFirst {
+            nonce,
+            salt,
+            iterations,
+        })
+    }
+
+    fn failed(&self, what: String) -> Error {
+        Error::new(
+            ErrorKind::Authentication,
+            format!("{} failed: {what}", self.hash.mechanism()),
+        )
+    }
+
+    fn malformed(&self, what: &str) -> Error {
+        self.failed(format!("malformed server message: {what}"))
+    }
+}
+
+struct ServerFirst<'a> {
+    nonce: &'a str,
+    salt: Vec<u8>,
+    iterations: NonZeroU32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(b: Vec<u8>) -> String {
+        String::from_utf8(b).unwrap()
+    }
+
+    /// RFC 5802 section 5, with the plain password (the RFC does not digest).
+    #[test]
+    fn rfc_5802_sha1_vector() {
+        let cache = KeyCache::default();
+        let mut s = Scram::prepared(
+            Hash::Sha1,
+            "user",
+            "pencil".into(),
+            "fyko+d2lbbFgONRv9qkxdawL".into(),
+        );
+        assert_eq!(
+            text(s.client_first()),
+            "n,,n=user,r=fyko+d2lbbFgONRv9qkxdawL"
+        );
+        let server_first =
+            b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096";
+        assert_eq!(
+            text(s.client_final(server_first, &cache).unwrap()),
+            "c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
+        );
+        s.verify_server_final(b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=")
+            .unwrap();
+        assert!(s.is_verified());
+    }
+
+    /// RFC 7677 section 3.
+    #[test]
+    fn rfc_7677_sha256_vector() {
+        let cache = KeyCache::default();
+        let mut s = Scram::new(
+            Hash::Sha256,
+            "user",
+            "pencil",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+        )
+        .unwrap();
+        assert_eq!(text(s.client_first()), "n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+        let server_first =
+            b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        assert_eq!(
+            text(s.client_final(server_first, &cache).unwrap()),
+            "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+             p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+        );
+        s.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+            .unwrap();
+    }
+
+    /// The auth spec's MongoDB SCRAM-SHA-1 conversation (the digested password).
+    #[test]
+    fn auth_spec_mongodb_sha1_conversation() {
+        let cache = KeyCache::default();
+        let mut s = Scram::new(
+            Hash::Sha1,
+            "user",
+            "pencil",
+            "fyko+d2lbbFgONRv9qkxdawL".into(),
+        )
+        .unwrap();
+        let server_first = b"r=fyko+d2lbbFgONRv9qkxdawLHo+Vgk7qvUOKUwuWLIWg4l/9SraGMHEE,s=rQ9ZY3MntBeuP3E1TDVC4w==,i=10000";
+        assert_eq!(
+            text(s.client_final(server_first, &cache).unwrap()),
+            "c=biws,r=fyko+d2lbbFgONRv9qkxdawLHo+Vgk7qvUOKUwuWLIWg4l/9SraGMHEE,\
+             p=MC2T8BvbmWRckDw8oWl5IVghwCY="
+        );
+        s.verify_server_final(b"v=UMWeI25JD1yNYZRMpZ4VHvhZ9e0=")
+            .unwrap();
+    }
+
+    #[test]
+    fn mongodb_password_digest() {
+        // md5("user:mongo:pencil"), computed independently (Python hashlib).
+        assert_eq!(
+            mongo_password_digest("user", "pencil"),
+            "1c33006ec1ffd90f9cadcbcc0e118200"
+        );
+    }
+
+    #[test]
+    fn user_names_are_escaped_not_prepared() {
+        let s = Scram::prepared(Hash::Sha256, "a,b=c\u{00AD}", String::new(), "N".into());
+        assert_eq!(text(s.client_first()), "n,,n=a=2Cb=3Dc\u{00AD},r=N");
+    }
+
+    fn sha256_after_first(server_first: &[u8]) -> Result<Vec<u8>> {
+        let mut s = Scram::new(
+            Hash::Sha256,
+            "user",
+            "pencil",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+        )?;
+        s.client_final(server_first, &KeyCache::default())
+    }
+
+    #[test]
+    fn tampered_server_signature_is_rejected() {
+        let cache = KeyCache::default();
+        let mut s = Scram::new(
+            Hash::Sha256,
+            "user",
+            "pencil",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+        )
+        .unwrap();
+        s.client_final(
+            b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+            &cache,
+        )
+        .unwrap();
+        // The right signature with its first character changed.
+        let e = s
+            .verify_server_final(b"v=7rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Authentication);
+        assert!(e.message.contains("signature is wrong"), "{e}");
+        assert!(!s.is_verified());
+        let e = s.verify_server_final(b"e=other-error").unwrap_err();
+        assert!(e.message.contains("other-error"), "{e}");
+    }
+
+    #[test]
+    fn too_few_iterations_are_rejected() {
+        let e = sha256_after_first(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4095")
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Authentication);
+        assert!(e.message.contains("4095 iterations"), "{e}");
+        assert!(
+            sha256_after_first(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+                .is_ok()
+        );
+        let e = sha256_after_first(
+            b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4000000000",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn malformed_server_first_messages_are_clear_errors() {
+        for (msg, expect) in [
+            (&b""[..], "without r="),
+            (
+                b"m=ext,r=rOprNGfwEbeRWgbNEkqOxyz,s=AA==,i=4096",
+                "mandatory extension",
+            ),
+            (b"r=rOprNGfwEbeRWgbNEkqOxyz,i=4096", "without s="),
+            (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=AA==", "without i="),
+            (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=!!,i=4096", "not base64"),
+            (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=,i=4096", "empty"),
+            (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=AA==,i=lots", "not a number"),
+            (b"r=someoneelse,s=AA==,i=4096", "nonce"),
+            (b"r=rOprNGfwEbeRWgbNEkqO,s=AA==,i=4096", "nonce"),
+            (b"\xff\xfe", "UTF-8"),
+        ] {
+            let e = sha256_after_first(msg).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Authentication, "{msg:?}");
+            assert!(e.message.contains(expect), "{msg:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_cache_skips_pbkdf2_for_the_same_salt() {
+        let cache = KeyCache::default();
+        let first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        let run = |cache: &KeyCache| {
+            let mut s = Scram::new(
+                Hash::Sha256,
+                "user",
+                "pencil",
+                "rOprNGfwEbeRWgbNEkqO".into(),
+            )
+            .unwrap();
+            s.client_final(first, cache).unwrap()
+        };
+        let a = run(&cache);
+        let b = run(&cache);
+        assert_eq!(a, b);
+        assert_eq!(cache.derivations(), 1);
+        // Another salt (or mechanism, or password) derives again.
+        let mut s = Scram::new(Hash::Sha256, "user", "pencil", "N".into()).unwrap();
+        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache)
+            .unwrap();
+        assert_eq!(cache.derivations(), 2);
+        let mut s = Scram::new(Hash::Sha256, "user", "other", "N".into()).unwrap();
+        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache)
+            .unwrap();
+        assert_eq!(cache.derivations(), 3);
+    }
+
+    #[test]
+    fn sha256_passwords_are_saslprepped() {
+        // "I\u{00AD}X" and "IX" derive the same proof.
+        let first = b"r=NNxyz,s=QSXCR+Q6sek8bf92,i=4096";
+        let proof = |pw: &str| {
+            let mut s = Scram::new(Hash::Sha256, "IX", pw, "NN".into()).unwrap();
+            s.client_final(first, &KeyCache::default()).unwrap()
+        };
+        assert_eq!(proof("I\u{00AD}X"), proof("IX"));
+        assert_ne!(proof("IY"), proof("IX"));
+    }
+}
