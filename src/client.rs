@@ -21,6 +21,12 @@ use std::time::Duration;
 pub struct ClientOptions {
     pub timeout_ms: Option<u64>,
     pub monitor_commands: bool,
+    /// PEM CA certificates trusted instead of the bundled Mozilla roots (and
+    /// instead of `tlsCAFile`). TLS itself is turned on by `tls=true` in the URI.
+    pub tls_ca_pem: Option<Vec<u8>>,
+    /// The client certificate chain and its unencrypted private key in one PEM
+    /// (instead of `tlsCertificateKeyFile`), for mutual TLS and MONGODB-X509.
+    pub tls_certificate_key_pem: Option<Vec<u8>>,
 }
 
 pub(crate) struct ClientInner {
@@ -87,9 +93,6 @@ impl Client {
         if cs.srv {
             return Err(Error::not_implemented("mongodb+srv (DNS SRV lookup)"));
         }
-        if cs.tls_enabled() {
-            return Err(Error::not_implemented("TLS"));
-        }
         if cs.credential.is_some() {
             return Err(Error::not_implemented("authentication"));
         }
@@ -109,6 +112,20 @@ impl Client {
             }
         }
         let o = &cs.options;
+        let tls = match cs.tls_enabled() {
+            false => None,
+            true => {
+                let pem = crate::tls::PemInputs {
+                    ca: options.tls_ca_pem.as_deref(),
+                    certificate_key: options.tls_certificate_key_pem.as_deref(),
+                };
+                Some(crate::tls::client_config(
+                    o,
+                    pem,
+                    &crate::runtime::read_file,
+                )?)
+            }
+        };
         let app_name = o.app_name.as_deref();
         let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
         let settings = TopologySettings {
@@ -118,6 +135,7 @@ impl Client {
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
             connect: crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
+                tls,
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.

@@ -6,10 +6,11 @@
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
-use crate::runtime::{self, TcpStream};
+use crate::runtime::{self, Stream};
 use crate::wire::{self, Message};
 use bson::{RawDocument, RawDocumentBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
@@ -19,7 +20,8 @@ pub fn next_request_id() -> i32 {
 }
 
 pub struct Connection {
-    stream: TcpStream,
+    /// Plain TCP, or TLS over it.
+    stream: Stream,
     buf: Vec<u8>,
     /// Driver-side id, unique per client.
     pub id: u64,
@@ -37,6 +39,8 @@ pub struct Connection {
 pub struct ConnectSettings {
     /// The handshake's `client` document.
     pub metadata: RawDocumentBuf,
+    /// TLS for every connection when set: one rustls configuration per client.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What establishing a connection measured.
@@ -46,7 +50,7 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects and runs the handshake, all within `deadline`.
+    /// Connects (with TLS if the settings say so) and runs the handshake, all within `deadline`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -56,7 +60,7 @@ impl Connection {
         generation: u64,
         deadline: Deadline,
     ) -> Result<Established> {
-        let stream = TcpStream::connect(host, port, deadline)?;
+        let stream = Stream::connect(address, host, port, settings.tls.as_ref(), deadline)?;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),

@@ -55,7 +55,12 @@ pub fn find_options() -> FindOptions {
 impl Guest {
     /// A fresh instance whose sockets may connect to `allowed` only.
     pub fn new(allowed: &[SocketAddr]) -> Result<Guest> {
-        let mut store = new_store(wasi_state(allowed, &[], true));
+        Guest::with_state(wasi_state(allowed, &[], true))
+    }
+
+    /// A fresh instance in the given WASI context (e.g. with a preopened directory).
+    pub fn with_state(state: HostState) -> Result<Guest> {
+        let mut store = new_store(state);
         let driver = driver_pre().instantiate(&mut store)?;
         Ok(Guest { store, driver })
     }
@@ -69,12 +74,19 @@ impl Guest {
         let opts = ClientOptions {
             timeout_ms,
             monitor_commands: monitor,
+            tls_ca_pem: None,
+            tls_certificate_key_pem: None,
         };
+        self.connect_with(uri, opts)
+    }
+
+    /// `connect` with every client option given.
+    pub fn connect_with(&mut self, uri: &str, opts: ClientOptions) -> Result<WitResult<Client>> {
         let r = self
             .driver
             .mongo_wasi_driver_client()
             .client()
-            .call_connect(&mut self.store, uri, opts)?;
+            .call_connect(&mut self.store, uri, &opts)?;
         Ok(r.map(Client))
     }
 

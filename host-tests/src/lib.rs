@@ -19,7 +19,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::Result;
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::sockets::SocketAddrUse;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub struct HostState {
     ctx: WasiCtx,
@@ -113,8 +113,24 @@ pub fn linker() -> Result<Linker<HostState>> {
 /// addresses given by the test). Binds to the unspecified or a loopback
 /// address are allowed, since wasmtime checks the implicit bind of `connect`.
 pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) -> HostState {
+    wasi_state_with_dir(allowed, args, inherit_stdio, None)
+}
+
+/// `wasi_state`, plus `dir` preopened read-only as the same path in the guest
+/// (e.g. for tlsCAFile).
+pub fn wasi_state_with_dir(
+    allowed: &[SocketAddr],
+    args: &[String],
+    inherit_stdio: bool,
+    dir: Option<&Path>,
+) -> HostState {
     let allowed: Vec<SocketAddr> = allowed.to_vec();
     let mut b = WasiCtxBuilder::new();
+    if let Some(dir) = dir {
+        let guest_path = dir.to_string_lossy();
+        b.preopened_dir(dir, &*guest_path, FsPerms::ReadOnly)
+            .expect("preopen the directory");
+    }
     if inherit_stdio {
         b.inherit_stdio();
     }

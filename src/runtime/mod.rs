@@ -1,14 +1,18 @@
 //! The one transport layer over WASI 0.2: monotonic clock, the deadline-aware
-//! wait, TCP and name lookup. Nothing outside this folder touches `wasi::`
+//! wait, TCP, TLS over it, name lookup and reading a (preopened) file. Nothing outside this folder touches `wasi::`
 //! I/O, and only `wait` calls `poll`. Moving to WASI 0.3 touches only here.
 
 mod clock;
 mod dns;
+mod stream;
 mod tcp;
+mod tls;
 mod wait;
 
 pub use clock::now;
+pub use stream::Stream;
 pub use tcp::TcpStream;
+pub use tls::TlsStream;
 pub use wait::{sleep_until, wait};
 
 /// Random bytes from wasi:random (session ids).
@@ -23,4 +27,9 @@ pub fn random_bytes(n: u64) -> Vec<u8> {
     use std::hash::{BuildHasher, RandomState};
     let state = RandomState::new();
     (0..n).map(|i| state.hash_one(i) as u8).collect()
+}
+
+/// A whole file, through wasi:filesystem: only under a directory the host preopened.
+pub fn read_file(path: &str) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
 }

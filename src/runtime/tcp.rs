@@ -65,12 +65,17 @@ impl TcpStream {
 
     /// Writes all of `bytes`: one `write` when the permit allows (it usually does).
     pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        self.write_all_as(bytes, deadline, "socket write")
+    }
+
+    /// `write_all`, its waits named `section` (e.g. "TLS handshake").
+    pub fn write_all_as(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
         let pollable = self.output.subscribe();
         let mut off = 0;
         while off < bytes.len() {
             let permit = self.output.check_write().map_err(stream_err)?;
             if permit == 0 {
-                wait(&pollable, deadline, "socket write")?;
+                wait(&pollable, deadline, section)?;
                 continue;
             }
             let n = (bytes.len() - off).min(usize::try_from(permit).unwrap_or(usize::MAX));
@@ -82,7 +87,7 @@ impl TcpStream {
         self.output.flush().map_err(stream_err)?;
         // The flush is done once the stream accepts writes again.
         while self.output.check_write().map_err(stream_err)? == 0 {
-            wait(&pollable, deadline, "socket write")?;
+            wait(&pollable, deadline, section)?;
         }
         Ok(())
     }
@@ -105,6 +110,27 @@ impl TcpStream {
             }
         }
         Ok(())
+    }
+}
+
+impl TcpStream {
+    /// Appends what has arrived (at least one byte) to `buf`, waiting as
+    /// `section` until `deadline`.
+    pub fn read_some(
+        &mut self,
+        buf: &mut Vec<u8>,
+        deadline: Deadline,
+        section: &str,
+    ) -> Result<()> {
+        let pollable = self.input.subscribe();
+        loop {
+            let chunk = self.input.read(READ_CHUNK).map_err(stream_err)?;
+            if !chunk.is_empty() {
+                buf.extend_from_slice(&chunk);
+                return Ok(());
+            }
+            wait(&pollable, deadline, section)?;
+        }
     }
 }
 

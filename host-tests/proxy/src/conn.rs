@@ -15,6 +15,7 @@ use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
 use crate::server::{lock, Shared};
+use crate::tls::ClientStream;
 use crate::topology::Role;
 
 /// A message that has started must be complete within this time.
@@ -35,11 +36,24 @@ enum Action {
 pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u64) {
     let _ = client.set_nodelay(true);
     let _ = client.set_write_timeout(Some(WRITE_TIMEOUT));
+    let (client, peer_subject) = match &shared.tls {
+        None => (ClientStream::Plain(client), None),
+        Some(config) => match ClientStream::accept(client, config.clone(), BODY_TIMEOUT) {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                shared.log(&format!("connection {id}: TLS handshake failed: {e}"));
+                shared.untrack(id);
+                lock(&shared.stats).closed();
+                return;
+            }
+        },
+    };
     let mut conn = Conn {
         shared,
         member,
         id,
         client,
+        peer_subject,
         backend: None,
         app_name: None,
         internal_client: false,
@@ -55,7 +69,11 @@ struct Conn {
     shared: Arc<Shared>,
     member: usize,
     id: u64,
-    client: TcpStream,
+    client: ClientStream,
+    /// The verified client certificate's subject (RFC 2253), over mutual TLS:
+    /// the user name MONGODB-X509 authenticates.
+    #[allow(dead_code)] // until the proxy's MONGODB-X509 reads it
+    pub(crate) peer_subject: Option<String>,
     backend: Option<TcpStream>,
     app_name: Option<String>,
     internal_client: bool,
@@ -65,7 +83,7 @@ struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let _ = self.client.shutdown(Shutdown::Both);
+        let _ = self.client.socket().shutdown(Shutdown::Both);
         if let Some(b) = &self.backend {
             let _ = b.shutdown(Shutdown::Both);
         }

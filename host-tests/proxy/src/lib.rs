@@ -8,6 +8,9 @@
 //! println!("mongodb://{}/?directConnection=true", proxy.addresses()[0]);
 //! ```
 //!
+//! With [`ProxyConfig::tls`] it terminates TLS on the client side (see [`testcerts`]); the
+//! backend connection stays plain.
+//!
 //! Admin commands of its own (any database): `{proxyStats: 1}`, `{proxyResetStats: 1}`,
 //! `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points: see [`failpoint`].
 
@@ -19,6 +22,8 @@ pub mod failpoint;
 mod frame;
 mod server;
 mod stats;
+pub mod testcerts;
+pub mod tls;
 mod topology;
 
 pub use server::{Proxy, ProxyConfig};

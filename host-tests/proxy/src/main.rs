@@ -49,6 +49,7 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
         build_version: version,
         listen,
         verbose,
+        tls: None,
     })
 }
 

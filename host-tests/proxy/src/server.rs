@@ -26,6 +26,9 @@ pub struct ProxyConfig {
     pub listen: Vec<SocketAddr>,
     /// Log dropped connections and protocol errors to stderr.
     pub verbose: bool,
+    /// Terminate TLS on client connections with this configuration (its
+    /// client-certificate verifier decides about mutual TLS).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl ProxyConfig {
@@ -37,6 +40,7 @@ impl ProxyConfig {
             build_version: "7.0.0".to_string(),
             listen: Vec::new(),
             verbose: false,
+            tls: None,
         }
     }
 
@@ -61,6 +65,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) struct Shared {
     pub backend: SocketAddr,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     pub version: Version,
     pub verbose: bool,
     pub ports: Vec<u16>,
@@ -178,6 +183,7 @@ impl Proxy {
         let hosts = addrs.iter().map(SocketAddr::to_string).collect();
         let shared = Arc::new(Shared {
             backend: config.backend,
+            tls: config.tls.clone(),
             version: Version::parse(&config.build_version),
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),

@@ -277,12 +277,14 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: true,
+        tls_ca_pem: None,
+        tls_certificate_key_pem: None,
     };
     let handle = guest
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, &uri, opts)?
+        .call_connect(&mut guest.store, &uri, &opts)?
         .map_err(|e| Fail(format!("connect {uri}: {}", super::errors::describe(&e))))?;
     Ok(ClientEntity { handle, log })
 }

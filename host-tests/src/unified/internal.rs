@@ -43,12 +43,14 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: false,
+        tls_ca_pem: None,
+        tls_certificate_key_pem: None,
     };
     guest
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, uri, opts)?
+        .call_connect(&mut guest.store, uri, &opts)?
         .map_err(|e| failed(&format!("internal client {uri}"), e))
 }
 
