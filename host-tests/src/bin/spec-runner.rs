@@ -3,11 +3,12 @@
 //! ```text
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
-//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS]
+//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--tls]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
-//! (a standalone and a single-member replica set). A suite is a directory under the
+//! (a standalone and a single-member replica set). With `--tls` they terminate TLS
+//! and every client connects with `tls=true`, trusting the run's generated CA. A suite is a directory under the
 //! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
 //! an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS]";
+[--test-timeout SECS] [--loop-ms MS] [--tls]";
 
 struct Cli {
     backend: SocketAddr,
@@ -39,6 +40,7 @@ struct Cli {
     update_expected: Option<PathBuf>,
     cap: Duration,
     loop_budget: Duration,
+    tls: bool,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -55,6 +57,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         update_expected: None,
         cap: Duration::from_secs(60),
         loop_budget: Duration::from_millis(1000),
+        tls: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -73,6 +76,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--json" => cli.json = Some(value()?.into()),
             "--filter" => cli.filter = Some(value()?),
             "--verbose" => cli.verbose = true,
+            "--tls" => cli.tls = true,
             "--skips" => cli.skips = value()?.into(),
             "--expected" => cli.expected = Some(value()?.into()),
             "--update-expected" => cli.update_expected = Some(value()?.into()),
@@ -142,11 +146,12 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let spec_root = spec_root()?;
     let skips = read_skips(&cli.skips)?;
     let expected = cli.expected.as_deref().map(read_expected).transpose()?;
-    let mut deployment = Deployment::start(cli.backend)?;
+    let mut deployment = Deployment::start_with(cli.backend, cli.tls)?;
     let v = deployment.info.version;
     println!(
-        "spec-runner: {} (proxies report {}.{}.{}), spec tests in {}, {} skip-list entries, {} s per test",
+        "spec-runner: {}{} (proxies report {}.{}.{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
+        if cli.tls { " over TLS" } else { "" },
         v[0],
         v[1],
         v[2],

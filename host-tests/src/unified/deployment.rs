@@ -7,6 +7,7 @@ use super::internal;
 use super::requirements::{self, parse_version, Topology};
 use crate::guest::Guest;
 use bson::{doc, Bson, Document};
+use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 use std::net::SocketAddr;
 use wasmtime::component::ResourceAny;
@@ -25,21 +26,46 @@ pub struct Deployment {
 
 impl Deployment {
     pub fn start(backend: SocketAddr) -> Result<Deployment, String> {
+        Deployment::start_with(backend, false)
+    }
+
+    /// With `tls`, the proxies terminate TLS with certificates made for this
+    /// run, and every client URI says `tls=true` and trusts their CA.
+    pub fn start_with(backend: SocketAddr, tls: bool) -> Result<Deployment, String> {
         if !backend.ip().is_loopback() {
             return Err(format!(
                 "--backend {backend}: only loopback addresses are used"
             ));
         }
-        let start = |config| Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"));
+        let server_tls = tls.then(|| {
+            let certs = TestCerts::generate();
+            super::tls::set_ca(certs.ca.as_bytes());
+            certs.server_config(&certs.server, ClientAuth::None)
+        });
+        let start = |config: ProxyConfig| {
+            let config = ProxyConfig {
+                tls: server_tls.clone(),
+                ..config
+            };
+            Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"))
+        };
         let single = start(ProxyConfig::new(backend))?;
         let rs = start(ProxyConfig::replica_set(backend, SET_NAME, 1))?;
         let single_addr = single.addresses()[0];
         let rs_addr = rs.addresses()[0];
+        let tls_option = if tls { "tls=true" } else { "" };
         let uris = vec![
-            (Topology::Single, format!("mongodb://{single_addr}/")),
+            (
+                Topology::Single,
+                format!("mongodb://{single_addr}/?{tls_option}")
+                    .trim_end_matches('?')
+                    .to_string(),
+            ),
             (
                 Topology::ReplicaSet,
-                format!("mongodb://{rs_addr}/?replicaSet={SET_NAME}"),
+                format!("mongodb://{rs_addr}/?replicaSet={SET_NAME}&{tls_option}")
+                    .trim_end_matches('&')
+                    .to_string(),
             ),
         ];
         let allowed = vec![single_addr, rs_addr];

@@ -277,7 +277,7 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: true,
-        tls_ca_pem: None,
+        tls_ca_pem: super::tls::ca_pem(),
         tls_certificate_key_pem: None,
     };
     let handle = guest

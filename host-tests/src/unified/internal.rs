@@ -43,7 +43,7 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
     let opts = ClientOptions {
         timeout_ms: None,
         monitor_commands: false,
-        tls_ca_pem: None,
+        tls_ca_pem: super::tls::ca_pem(),
         tls_certificate_key_pem: None,
     };
     guest

@@ -14,10 +14,11 @@ const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
-                        [--update-expected]
+                        [--update-expected] [--tls]
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
   --all                every unified-format suite
-  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes";
+  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes
+  --tls                the proxies terminate TLS; every client uses tls=true and trusts their CA";
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Args {
@@ -27,6 +28,7 @@ pub struct Args {
     filter: Option<String>,
     verbose: bool,
     update_expected: bool,
+    tls: bool,
 }
 
 impl Args {
@@ -45,6 +47,7 @@ impl Args {
                 "--filter" => out.filter = Some(value()?),
                 "--verbose" => out.verbose = true,
                 "--update-expected" => out.update_expected = true,
+                "--tls" => out.tls = true,
                 flag if flag.starts_with("--") => {
                     return Err(format!("unknown option {flag}\n\n{USAGE}"))
                 }
@@ -73,6 +76,9 @@ impl Args {
         }
         if self.verbose {
             v.push("--verbose".into());
+        }
+        if self.tls {
+            v.push("--tls".into());
         }
         if self.update_expected {
             let path = ctx.root.join(EXPECTED);
@@ -148,6 +154,11 @@ mod tests {
         let args = all.runner_args(&ctx);
         assert_eq!(args[0], "--all");
         assert!(args[2].ends_with("host-tests/spec/expected-pass.txt"));
+        let tls = Args::parse(&["crud/tests/unified", "--tls"]).unwrap();
+        assert_eq!(
+            tls.runner_args(&ctx),
+            ["--suite", "crud/tests/unified", "--tls"]
+        );
     }
 
     #[test]
