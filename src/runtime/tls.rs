@@ -52,14 +52,17 @@ impl TlsStream {
                 s.receive(deadline, &section)?;
             }
         }
-        // The client's last flight (its Finished) is still queued.
-        s.send_pending(deadline, &section)?;
+        // TLS 1.3: the client's last flight (its Finished) is still queued; it
+        // goes out in the first message's write, so the guest's TCP (no
+        // TCP_NODELAY in WASI 0.2) never holds a small second write for an ACK.
         Ok(s)
     }
 
-    /// Encrypts `bytes` and sends the records in one write.
+    /// Encrypts `bytes` and sends the records (after any queued handshake
+    /// records) in one write.
     pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         self.out.clear();
+        self.drain_records()?;
         let mut off = 0;
         while off < bytes.len() {
             let n = self
@@ -94,11 +97,11 @@ impl TlsStream {
                 return Ok(());
             }
             check(deadline, "socket read")?;
-            self.receive(deadline, "socket read")?;
             if self.conn.wants_write() {
-                // A key update's answer, or an alert.
+                // The handshake's last flight, a key update's answer, an alert.
                 self.send_pending(deadline, "socket write")?;
             }
+            self.receive(deadline, "socket read")?;
         }
     }
 
