@@ -2,16 +2,16 @@
 //! for the run, and every client (test entities and the runner's own) gets
 //! `tls=true` in its URI and trusts the run's CA, given as PEM bytes.
 
-use std::sync::OnceLock;
+use std::sync::RwLock;
 
-static CA: OnceLock<Vec<u8>> = OnceLock::new();
+static CA: RwLock<Option<Vec<u8>>> = RwLock::new(None);
 
-/// Makes every client created from now on trust `pem` (once per process).
+/// Makes every client created from now on trust `pem` (the latest deployment's CA).
 pub fn set_ca(pem: &[u8]) {
-    let _ = CA.set(pem.to_vec());
+    *CA.write().unwrap_or_else(|e| e.into_inner()) = Some(pem.to_vec());
 }
 
 /// The CA for the client options' `tls-ca-pem`: `None` without `--tls`.
 pub fn ca_pem() -> Option<Vec<u8>> {
-    CA.get().cloned()
+    CA.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
