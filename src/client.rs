@@ -25,6 +25,12 @@ pub struct ClientOptions {
     /// The declared Stable API, sent with every command (never from the URI,
     /// as the Versioned API spec requires).
     pub server_api: Option<ServerApi>,
+    /// PEM CA certificates trusted instead of the bundled Mozilla roots (and
+    /// instead of `tlsCAFile`). TLS itself is turned on by `tls=true` in the URI.
+    pub tls_ca_pem: Option<Vec<u8>>,
+    /// The client certificate chain and its unencrypted private key in one PEM
+    /// (instead of `tlsCertificateKeyFile`), for mutual TLS and MONGODB-X509.
+    pub tls_certificate_key_pem: Option<Vec<u8>>,
 }
 
 pub(crate) struct ClientInner {
@@ -110,6 +116,20 @@ impl Client {
         // A mongodb+srv URI gets its seeds at the first operation (seedlist discovery).
         let seeds = if cs.srv { Vec::new() } else { seeds(&cs)? };
         let o = &cs.options;
+        let tls = match cs.tls_enabled() {
+            false => None,
+            true => {
+                let pem = crate::tls::PemInputs {
+                    ca: options.tls_ca_pem.as_deref(),
+                    certificate_key: options.tls_certificate_key_pem.as_deref(),
+                };
+                Some(crate::tls::client_config(
+                    o,
+                    pem,
+                    &crate::runtime::read_file,
+                )?)
+            }
+        };
         let app_name = o.app_name.as_deref();
         let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
         let settings = TopologySettings {
@@ -123,6 +143,7 @@ impl Client {
                 server_api: options.server_api.clone(),
                 name_servers: Vec::new(),
                 auth,
+                tls,
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -349,9 +370,6 @@ pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
         return Err(Error::invalid_argument(format!(
             "invalid connection string: {first}"
         )));
-    }
-    if cs.tls_enabled() {
-        return Err(Error::not_implemented("TLS"));
     }
     if cs.options.load_balanced == Some(true) {
         return Err(Error::not_implemented("load-balanced mode"));

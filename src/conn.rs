@@ -7,12 +7,13 @@ use crate::auth::{self, Authenticator, HelloAuth, Step};
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
-use crate::runtime::{self, TcpStream};
+use crate::runtime::{self, Stream};
 use crate::versioned_api::ServerApi;
 use crate::wire::{self, Message};
 use bson::{RawDocument, RawDocumentBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
@@ -22,7 +23,8 @@ pub fn next_request_id() -> i32 {
 }
 
 pub struct Connection {
-    stream: TcpStream,
+    /// Plain TCP, or TLS over it.
+    stream: Stream,
     buf: Vec<u8>,
     /// Driver-side id, unique per client.
     pub id: u64,
@@ -47,6 +49,8 @@ pub struct ConnectSettings {
     pub name_servers: Vec<std::net::SocketAddr>,
     /// The credential and its SCRAM key cache, shared by the client's connections.
     pub auth: Option<Rc<Authenticator>>,
+    /// TLS for every connection when set: one rustls configuration per client.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What establishing a connection measured.
@@ -56,7 +60,8 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects, runs the handshake and authenticates, all within `deadline`.
+    /// Connects (with TLS if the settings say so), runs the handshake and
+    /// authenticates, all within `deadline`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -66,7 +71,14 @@ impl Connection {
         generation: u64,
         deadline: Deadline,
     ) -> Result<Established> {
-        let stream = TcpStream::connect_via(host, port, &settings.name_servers, deadline)?;
+        let stream = Stream::connect(
+            address,
+            host,
+            port,
+            &settings.name_servers,
+            settings.tls.as_ref(),
+            deadline,
+        )?;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),

@@ -14,6 +14,7 @@ pub mod error;
 pub mod handshake;
 pub mod monitoring;
 pub mod sdam;
+pub mod tls;
 pub mod uri;
 pub mod wire;
 

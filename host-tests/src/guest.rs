@@ -57,7 +57,7 @@ pub fn find_options() -> FindOptions {
 impl Guest {
     /// A fresh instance whose sockets may connect to `allowed` only.
     pub fn new(allowed: &[SocketAddr]) -> Result<Guest> {
-        Guest::from_state(wasi_state(allowed, &[], true))
+        Guest::with_state(wasi_state(allowed, &[], true))
     }
 
     /// A fresh instance that may also use the DNS server at `dns` (UDP, and
@@ -72,15 +72,17 @@ impl Guest {
             udp: &[dns],
             env: &env,
             etc: None,
+            dir: None,
         })
     }
 
     /// A fresh instance that may reach what `sandbox` allows.
     pub fn in_sandbox(sandbox: &crate::Sandbox) -> Result<Guest> {
-        Guest::from_state(crate::wasi_state_with(sandbox, &[], true))
+        Guest::with_state(crate::wasi_state_with(sandbox, &[], true))
     }
 
-    fn from_state(state: HostState) -> Result<Guest> {
+    /// A fresh instance in the given WASI context (e.g. with a preopened directory).
+    pub fn with_state(state: HostState) -> Result<Guest> {
         let mut store = new_store(state);
         let driver = driver_pre().instantiate(&mut store)?;
         Ok(Guest { store, driver })
@@ -96,6 +98,8 @@ impl Guest {
             timeout_ms,
             monitor_commands: monitor,
             server_api: None,
+            tls_ca_pem: None,
+            tls_certificate_key_pem: None,
         };
         self.connect_with(uri, opts)
     }

@@ -20,7 +20,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::Result;
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::sockets::SocketAddrUse;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub struct HostState {
     ctx: WasiCtx,
@@ -121,6 +121,22 @@ pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) 
     wasi_state_with(&sandbox, args, inherit_stdio)
 }
 
+/// `wasi_state`, plus `dir` preopened read-only as the same path in the guest
+/// (e.g. for tlsCAFile).
+pub fn wasi_state_with_dir(
+    allowed: &[SocketAddr],
+    args: &[String],
+    inherit_stdio: bool,
+    dir: Option<&Path>,
+) -> HostState {
+    let sandbox = Sandbox {
+        tcp: allowed,
+        dir,
+        ..Sandbox::default()
+    };
+    wasi_state_with(&sandbox, args, inherit_stdio)
+}
+
 /// What an instance may reach beyond [`wasi_state`]'s TCP list.
 #[derive(Clone, Copy, Default)]
 pub struct Sandbox<'a> {
@@ -132,6 +148,8 @@ pub struct Sandbox<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// A host directory preopened read-only as the guest's `/etc`.
     pub etc: Option<&'a Path>,
+    /// A host directory preopened read-only at the same path (e.g. for tlsCAFile).
+    pub dir: Option<&'a Path>,
 }
 
 /// As [`wasi_state`], with UDP, environment and `/etc` as `sandbox` says.
@@ -141,6 +159,7 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
         udp,
         env,
         etc,
+        dir,
     } = *sandbox;
     let allowed: Vec<SocketAddr> = allowed.to_vec();
     let udp: Vec<SocketAddr> = udp
@@ -149,6 +168,11 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
         .filter(|a| a.ip().is_loopback())
         .collect();
     let mut b = WasiCtxBuilder::new();
+    if let Some(dir) = dir {
+        let guest_path = dir.to_string_lossy();
+        b.preopened_dir(dir, &*guest_path, FsPerms::ReadOnly)
+            .expect("preopen the directory");
+    }
     if inherit_stdio {
         b.inherit_stdio();
     }
@@ -164,8 +188,13 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
         b.env(k, v);
     }
     if let Some(dir) = etc {
-        b.preopened_dir(dir, "/etc", wasmtime_wasi::FsPerms::ReadOnly)
+        b.preopened_dir(dir, "/etc", FsPerms::ReadOnly)
             .expect("preopen /etc");
+    }
+    if let Some(dir) = dir {
+        let guest_path = dir.to_string_lossy();
+        b.preopened_dir(dir, &*guest_path, FsPerms::ReadOnly)
+            .expect("preopen the directory");
     }
     b.socket_addr_check(move |addr, use_| {
         let ok = match use_ {

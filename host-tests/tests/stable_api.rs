@@ -25,6 +25,8 @@ fn api(version: &str, strict: Option<bool>, deprecation_errors: Option<bool>) ->
             strict,
             deprecation_errors,
         }),
+        tls_ca_pem: None,
+        tls_certificate_key_pem: None,
     }
 }
 

@@ -30,6 +30,8 @@ impl GuestClient for ClientRes {
             timeout_ms: options.timeout_ms,
             monitor_commands: options.monitor_commands,
             server_api,
+            tls_ca_pem: options.tls_ca_pem,
+            tls_certificate_key_pem: options.tls_certificate_key_pem,
         };
         let client = wrap(Client::with_options(&uri, opts))?;
         Ok(wit_client::Client::new(ClientRes(client)))

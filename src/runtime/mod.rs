@@ -1,15 +1,20 @@
 //! The one transport layer over WASI 0.2: monotonic clock, the deadline-aware
-//! wait, TCP, name lookup, and DNS over UDP (for `mongodb+srv`). Nothing outside this folder touches `wasi::`
+//! wait, TCP, TLS over it, name lookup, DNS over UDP (for `mongodb+srv`) and reading a
+//! (preopened) file. Nothing outside this folder touches `wasi::`
 //! I/O, and only `wait` calls `poll`. Moving to WASI 0.3 touches only here.
 
 mod clock;
 mod dns;
+mod stream;
 mod tcp;
+mod tls;
 mod udp;
 mod wait;
 
 pub use clock::now;
+pub use stream::Stream;
 pub use tcp::TcpStream;
+pub use tls::TlsStream;
 pub use udp::lookup as dns_lookup;
 pub use wait::{sleep_until, wait};
 
@@ -36,4 +41,9 @@ pub fn dns_config() -> (Option<String>, Option<String>) {
         None => std::fs::read_to_string(crate::dns::config::RESOLV_CONF).ok(),
     };
     (env, file)
+}
+
+/// A whole file, through wasi:filesystem: only under a directory the host preopened.
+pub fn read_file(path: &str) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
 }

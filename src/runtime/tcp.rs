@@ -92,15 +92,19 @@ impl TcpStream {
     /// Writes all of `bytes`: one `write` when the permit allows (it usually
     /// does). Every pass checks the deadline, the flush wait's included.
     pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        const SECTION: &str = "socket write";
+        self.write_all_as(bytes, deadline, "socket write")
+    }
+
+    /// `write_all`, its waits named `section` (e.g. "TLS handshake").
+    pub fn write_all_as(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
         let output = &self.parts()?.output;
         let pollable = output.subscribe();
         let mut off = 0;
         while off < bytes.len() {
-            check(deadline, SECTION)?;
+            check(deadline, section)?;
             let permit = output.check_write().map_err(stream_err)?;
             if permit == 0 {
-                wait(&pollable, deadline, SECTION)?;
+                wait(&pollable, deadline, section)?;
                 continue;
             }
             let n = (bytes.len() - off).min(usize::try_from(permit).unwrap_or(usize::MAX));
@@ -110,7 +114,7 @@ impl TcpStream {
         output.flush().map_err(stream_err)?;
         // The flush is done once the stream accepts writes again.
         while output.check_write().map_err(stream_err)? == 0 {
-            wait(&pollable, deadline, SECTION)?;
+            wait(&pollable, deadline, section)?;
         }
         Ok(())
     }
@@ -152,6 +156,29 @@ fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
             .saturating_mul(2)
             .clamp(need, limit.max(need));
         buf.reserve_exact(target - buf.len());
+    }
+}
+
+impl TcpStream {
+    /// Appends what has arrived (at least one byte) to `buf`, waiting as
+    /// `section` until `deadline`, which is checked even when data is ready.
+    pub fn read_some(
+        &mut self,
+        buf: &mut Vec<u8>,
+        deadline: Deadline,
+        section: &str,
+    ) -> Result<()> {
+        let input = &self.parts()?.input;
+        let pollable = input.subscribe();
+        loop {
+            check(deadline, section)?;
+            let chunk = input.read(READ_CHUNK).map_err(stream_err)?;
+            if !chunk.is_empty() {
+                buf.extend_from_slice(&chunk);
+                return Ok(());
+            }
+            wait(&pollable, deadline, section)?;
+        }
     }
 }
 

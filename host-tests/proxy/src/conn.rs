@@ -16,6 +16,7 @@ use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
 use crate::server::{lock, Shared};
+use crate::tls::ClientStream;
 use crate::topology::Role;
 
 /// A message that has started must be complete within this time.
@@ -36,17 +37,29 @@ enum Action {
 pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u64) {
     let _ = client.set_nodelay(true);
     let _ = client.set_write_timeout(Some(WRITE_TIMEOUT));
+    let (client, peer_subject) = match &shared.tls {
+        None => (ClientStream::Plain(client), None),
+        Some(config) => match ClientStream::accept(client, config.clone(), BODY_TIMEOUT) {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                shared.log(&format!("connection {id}: TLS handshake failed: {e}"));
+                shared.untrack(id);
+                lock(&shared.stats).closed();
+                return;
+            }
+        },
+    };
     let mut conn = Conn {
         shared,
         member,
         id,
         client,
+        peer_subject,
         backend: None,
         app_name: None,
         internal_client: false,
         handshake_done: false,
         unacked: VecDeque::new(),
-        peer_subject: None,
         auth: auth::Session::default(),
     };
     if let Err(why) = conn.run() {
@@ -58,7 +71,7 @@ struct Conn {
     shared: Arc<Shared>,
     member: usize,
     id: u64,
-    client: TcpStream,
+    client: ClientStream,
     backend: Option<TcpStream>,
     app_name: Option<String>,
     internal_client: bool,
@@ -73,7 +86,7 @@ struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let _ = self.client.shutdown(Shutdown::Both);
+        let _ = self.client.socket().shutdown(Shutdown::Both);
         if let Some(b) = &self.backend {
             let _ = b.shutdown(Shutdown::Both);
         }

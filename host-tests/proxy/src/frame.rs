@@ -47,13 +47,29 @@ pub struct Message {
     pub bytes: Vec<u8>,
 }
 
+/// A byte stream messages are read from: TCP, or TLS over it.
+pub trait Socket: Read + Write {
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+}
+
+impl Socket for TcpStream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, t)
+    }
+}
+
 /// Reads one message. Waiting for the first byte has no time limit (pooled connections idle);
 /// once a message has started, the rest must arrive within `body_timeout`.
-pub fn read_message(stream: &mut TcpStream, body_timeout: Duration) -> Result<Message, FrameError> {
+pub fn read_message<S: Socket>(
+    stream: &mut S,
+    body_timeout: Duration,
+) -> Result<Message, FrameError> {
     let mut len_buf = [0u8; 4];
     let first = loop {
         match stream.read(&mut len_buf) {
             Ok(0) => return Err(FrameError::Closed),
+            // A TLS peer that leaves without close_notify, between messages.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(FrameError::Io(e)),
@@ -68,8 +84,8 @@ pub fn read_message(stream: &mut TcpStream, body_timeout: Duration) -> Result<Me
     result
 }
 
-fn read_rest(
-    stream: &mut TcpStream,
+fn read_rest<S: Socket>(
+    stream: &mut S,
     mut len_buf: [u8; 4],
     have: usize,
 ) -> Result<Message, FrameError> {
@@ -257,7 +273,7 @@ pub fn op_reply(request_id: i32, response_to: i32, doc: &Document) -> io::Result
     Ok(finish(out))
 }
 
-pub fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+pub fn write_all<S: Write>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes)?;
     stream.flush()
 }

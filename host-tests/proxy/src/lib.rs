@@ -8,6 +8,9 @@
 //! println!("mongodb://{}/?directConnection=true", proxy.addresses()[0]);
 //! ```
 //!
+//! With [`ProxyConfig::tls`] it terminates TLS on the client side (see [`testcerts`]); the
+//! backend connection stays plain.
+//!
 //! Admin commands of its own (any database, no authentication needed): `{proxyStats: 1}`,
 //! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points:
 //! see [`failpoint`]. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
@@ -33,6 +36,8 @@ pub mod failpoint;
 mod frame;
 mod server;
 mod stats;
+pub mod testcerts;
+pub mod tls;
 mod topology;
 
 pub use auth::{AuthConfig, User};

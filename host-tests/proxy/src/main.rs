@@ -63,6 +63,7 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
         listen,
         verbose,
         auth,
+        tls: None,
     })
 }
 

@@ -29,6 +29,9 @@ pub struct ProxyConfig {
     pub verbose: bool,
     /// Users, and whether commands need an authenticated connection. Off by default.
     pub auth: AuthConfig,
+    /// Terminate TLS on client connections with this configuration (its
+    /// client-certificate verifier decides about mutual TLS).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl ProxyConfig {
@@ -41,6 +44,7 @@ impl ProxyConfig {
             listen: Vec::new(),
             verbose: false,
             auth: AuthConfig::default(),
+            tls: None,
         }
     }
 
@@ -65,6 +69,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) struct Shared {
     pub backend: SocketAddr,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     pub version: Version,
     pub verbose: bool,
     pub ports: Vec<u16>,
@@ -186,6 +191,7 @@ impl Proxy {
         let users = Users::new(&config.auth).map_err(bad)?;
         let shared = Arc::new(Shared {
             backend: config.backend,
+            tls: config.tls.clone(),
             version: Version::parse(&config.build_version),
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),

@@ -1,4 +1,6 @@
-//! Runs `pymongo_failpoints.py` through the proxy in front of a running nx-27017.
+//! Runs PyMongo scripts through the proxy in front of a running nx-27017:
+//! `pymongo_failpoints.py` (mongod's fail points) and `pymongo_tls.py` (the
+//! proxy's TLS termination, verified by OpenSSL).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -7,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{backend_addr, run_python, venv_and_uri};
+use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -27,6 +30,47 @@ fn pymongo_sees_mongod_fail_points() {
         &[
             ("PROXY_URI", direct(&standalone)),
             ("PROXY_RS_URI", direct(&replica_set)),
+        ],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// PyMongo (OpenSSL) verifies the proxy's generated certificates: it connects
+/// with the CA, refuses the server without it, and presents a client certificate
+/// to a proxy that requires one; fail points still work over TLS.
+#[test]
+fn pymongo_verifies_the_tls_proxy() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let certs = TestCerts::generate();
+    let dir = certs.write_dir().expect("write the PEM files");
+    let start = |auth| {
+        let config = ProxyConfig {
+            tls: Some(certs.server_config(&certs.server, auth)),
+            ..ProxyConfig::new(backend)
+        };
+        Proxy::start(config).expect("start the TLS proxy")
+    };
+    let tls = start(ClientAuth::None);
+    let mutual = start(ClientAuth::Required);
+    let uri = |p: &Proxy| {
+        format!(
+            "mongodb://localhost:{}/?tls=true&directConnection=true",
+            p.addresses()[0].port()
+        )
+    };
+    let file = |name: &str| dir.file(name).display().to_string();
+    run_python(
+        &venv,
+        "pymongo_tls.py",
+        &[
+            ("PROXY_URI", uri(&tls)),
+            ("PROXY_MTLS_URI", uri(&mutual)),
+            ("CA_FILE", file("ca.pem")),
+            ("UNTRUSTED_CA_FILE", file("untrusted-ca.pem")),
+            ("CLIENT_FILE", file("client.pem")),
         ],
         SCRIPT_TIMEOUT,
     );

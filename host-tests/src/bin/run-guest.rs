@@ -60,7 +60,7 @@ fn main() -> Result<()> {
         tcp: &allowed,
         udp: &udp,
         env: &env,
-        etc: None,
+        ..Default::default()
     };
     let state = host_tests::wasi_state_with(&sandbox, &argv, true);
     let mut store = host_tests::new_store(state);

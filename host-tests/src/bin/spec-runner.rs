@@ -3,13 +3,15 @@
 //! ```text
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
-//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth]
+//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
 //! (a standalone and a single-member replica set). With `--auth` the proxies require
 //! authentication, every client authenticates as the runner's root user (unless its
-//! `uriOptions` name another mechanism), and `runOnRequirements`' `auth` follows. A suite is a directory under the
+//! `uriOptions` name another mechanism), and `runOnRequirements`' `auth` follows. With
+//! `--tls` they terminate TLS and every client connects with `tls=true`, trusting the
+//! run's generated CA. A suite is a directory under the
 //! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
 //! an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS] [--auth]";
+[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]";
 
 struct Cli {
     backend: SocketAddr,
@@ -42,6 +44,7 @@ struct Cli {
     cap: Duration,
     loop_budget: Duration,
     auth: bool,
+    tls: bool,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -59,6 +62,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         cap: Duration::from_secs(60),
         loop_budget: Duration::from_millis(1000),
         auth: false,
+        tls: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -77,6 +81,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--json" => cli.json = Some(value()?.into()),
             "--filter" => cli.filter = Some(value()?),
             "--verbose" => cli.verbose = true,
+            "--tls" => cli.tls = true,
             "--skips" => cli.skips = value()?.into(),
             "--expected" => cli.expected = Some(value()?.into()),
             "--update-expected" => cli.update_expected = Some(value()?.into()),
@@ -147,11 +152,12 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let spec_root = spec_root()?;
     let skips = read_skips(&cli.skips)?;
     let expected = cli.expected.as_deref().map(read_expected).transpose()?;
-    let mut deployment = Deployment::start(cli.backend, cli.auth)?;
+    let mut deployment = Deployment::start(cli.backend, cli.auth, cli.tls)?;
     let v = deployment.info.version;
     println!(
-        "spec-runner: {} (proxies report {}.{}.{}{}), spec tests in {}, {} skip-list entries, {} s per test",
+        "spec-runner: {}{} (proxies report {}.{}.{}{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
+        if cli.tls { " over TLS" } else { "" },
         v[0],
         v[1],
         v[2],

@@ -9,6 +9,7 @@ use super::internal;
 use super::requirements::{self, parse_version, Topology};
 use crate::guest::Guest;
 use bson::{doc, Bson, Document};
+use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::net::SocketAddr;
 use wasmtime::component::ResourceAny;
@@ -30,7 +31,9 @@ pub struct Deployment {
 
 impl Deployment {
     /// `auth`: the proxies run with auth on, and every URI carries [`AUTH_USER`]'s credentials.
-    pub fn start(backend: SocketAddr, auth: bool) -> Result<Deployment, String> {
+    /// `tls`: the proxies terminate TLS with certificates made for this run, and every
+    /// client URI says `tls=true` and trusts their CA.
+    pub fn start(backend: SocketAddr, auth: bool, tls: bool) -> Result<Deployment, String> {
         if !backend.ip().is_loopback() {
             return Err(format!(
                 "--backend {backend}: only loopback addresses are used"
@@ -40,9 +43,15 @@ impl Deployment {
             true => AuthConfig::with_users(vec![User::new(AUTH_USER, "admin", AUTH_PASSWORD)]),
             false => AuthConfig::default(),
         };
+        let server_tls = tls.then(|| {
+            let certs = TestCerts::generate();
+            super::tls::set_ca(certs.ca.as_bytes());
+            certs.server_config(&certs.server, ClientAuth::None)
+        });
         let start = |config: ProxyConfig| {
             let config = ProxyConfig {
                 auth: auth_config.clone(),
+                tls: server_tls.clone(),
                 ..config
             };
             Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"))
@@ -52,11 +61,19 @@ impl Deployment {
         let single_addr = single.addresses()[0];
         let rs_addr = rs.addresses()[0];
         let user = credentials(auth);
+        let tls_option = if tls { "tls=true" } else { "" };
         let uris = vec![
-            (Topology::Single, format!("mongodb://{user}{single_addr}/")),
+            (
+                Topology::Single,
+                format!("mongodb://{user}{single_addr}/?{tls_option}")
+                    .trim_end_matches('?')
+                    .to_string(),
+            ),
             (
                 Topology::ReplicaSet,
-                format!("mongodb://{user}{rs_addr}/?replicaSet={SET_NAME}"),
+                format!("mongodb://{user}{rs_addr}/?replicaSet={SET_NAME}&{tls_option}")
+                    .trim_end_matches('&')
+                    .to_string(),
             ),
         ];
         let allowed = vec![single_addr, rs_addr];

@@ -281,6 +281,8 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
         timeout_ms: None,
         monitor_commands: true,
         server_api: server_api(fields.get("serverApi"))?,
+        tls_ca_pem: super::tls::ca_pem(),
+        tls_certificate_key_pem: None,
     };
     let handle = guest
         .driver

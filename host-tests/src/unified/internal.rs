@@ -44,6 +44,8 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
         timeout_ms: None,
         monitor_commands: false,
         server_api: None,
+        tls_ca_pem: super::tls::ca_pem(),
+        tls_certificate_key_pem: None,
     };
     guest
         .driver

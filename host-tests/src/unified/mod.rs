@@ -3,7 +3,8 @@
 //! WIT exports, as a guest's host would.
 //!
 //! - `runner`: suites and files; which tests run, on which topology, or why not.
-//! - `deployment`: the failpoint proxies in front of nx-27017 and what they report.
+//! - `deployment`: the failpoint proxies in front of nx-27017 and what they report;
+//!   `tls`: the CA clients trust when the proxies terminate TLS (`--tls`).
 //! - `worker` / `testcase` / `engine`: one test on its own thread and component
 //!   instance, trapped by epoch interruption at its wall-clock cap.
 //! - `entities`, `uri`, `operations/*`, `internal`: the entity map and client URIs,
@@ -26,6 +27,7 @@ pub mod requirements;
 pub mod runner;
 pub mod skips;
 pub mod testcase;
+pub mod tls;
 pub mod uri;
 pub mod worker;
 

@@ -14,11 +14,12 @@ const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
-                        [--update-expected] [--auth]
+                        [--update-expected] [--auth] [--tls]
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
   --all                every unified-format suite
   --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes
-  --auth               proxies with auth on; every client authenticates as a root user";
+  --auth               proxies with auth on; every client authenticates as a root user
+  --tls                the proxies terminate TLS; every client uses tls=true and trusts their CA";
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Args {
@@ -29,6 +30,7 @@ pub struct Args {
     verbose: bool,
     update_expected: bool,
     auth: bool,
+    tls: bool,
 }
 
 impl Args {
@@ -48,6 +50,7 @@ impl Args {
                 "--verbose" => out.verbose = true,
                 "--update-expected" => out.update_expected = true,
                 "--auth" => out.auth = true,
+                "--tls" => out.tls = true,
                 flag if flag.starts_with("--") => {
                     return Err(format!("unknown option {flag}\n\n{USAGE}"))
                 }
@@ -85,6 +88,9 @@ impl Args {
         }
         if self.auth {
             v.push("--auth".into());
+        }
+        if self.tls {
+            v.push("--tls".into());
         }
         if self.update_expected {
             let path = ctx.root.join(EXPECTED);
@@ -165,6 +171,11 @@ mod tests {
         let args = all.runner_args(&ctx);
         assert_eq!(args[0], "--all");
         assert!(args[2].ends_with("host-tests/spec/expected-pass.txt"));
+        let tls = Args::parse(&["crud/tests/unified", "--tls"]).unwrap();
+        assert_eq!(
+            tls.runner_args(&ctx),
+            ["--suite", "crud/tests/unified", "--tls"]
+        );
     }
 
     #[test]

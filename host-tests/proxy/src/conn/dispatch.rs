@@ -389,6 +389,7 @@ impl Conn {
             "whatsmyuri" => {
                 let you = self
                     .client
+                    .socket()
                     .peer_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();

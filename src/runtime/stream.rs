@@ -1,0 +1,58 @@
+//! A connection's byte stream: plain TCP, or TLS over it.
+
+use super::tls::TlsStream;
+use super::TcpStream;
+use crate::deadline::Deadline;
+use crate::error::Result;
+use std::sync::Arc;
+
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+impl Stream {
+    /// Connects to `host:port` and, given a TLS configuration, completes the
+    /// TLS handshake; all within `deadline`.
+    pub fn connect(
+        address: &str,
+        host: &str,
+        port: u16,
+        name_servers: &[std::net::SocketAddr],
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        deadline: Deadline,
+    ) -> Result<Stream> {
+        let tcp = TcpStream::connect_via(host, port, name_servers, deadline)?;
+        Ok(match tls {
+            None => Stream::Plain(tcp),
+            Some(config) => Stream::Tls(Box::new(TlsStream::handshake(
+                tcp,
+                config.clone(),
+                host,
+                address,
+                deadline,
+            )?)),
+        })
+    }
+
+    /// Writes one whole message, in one write on the socket.
+    pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        match self {
+            Stream::Plain(s) => s.write_all(bytes, deadline),
+            Stream::Tls(s) => s.write_all(bytes, deadline),
+        }
+    }
+
+    /// Appends to `buf` until it holds at least `want` bytes.
+    pub fn read_to_len(
+        &mut self,
+        buf: &mut Vec<u8>,
+        want: usize,
+        deadline: Deadline,
+    ) -> Result<()> {
+        match self {
+            Stream::Plain(s) => s.read_to_len(buf, want, deadline),
+            Stream::Tls(s) => s.read_to_len(buf, want, deadline),
+        }
+    }
+}
