@@ -9,7 +9,7 @@ use bson::rawdoc;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
 use host_tests::dns_responder::{DnsResponder, Mode, Records};
 use host_tests::guest::{Guest, WitResult};
-use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -245,12 +245,20 @@ fn srv_targets_outside_the_parent_domain_are_refused_before_connecting() {
 
 /// The seedlist suite's replica-set cases against a three-member proxy
 /// replica set named repl0: the records' ports 27017-27019 become the
-/// members' ports. Cases with userinfo need authentication (not implemented
-/// here) and are counted apart.
+/// members' ports. The users of the cases with userinfo exist on the proxy,
+/// so those clients really authenticate with the credentials the URI carried.
 #[test]
 fn seedlist_spec_replica_set_cases() {
     let (_, backend) = host_tests::test_server();
-    let proxy = Proxy::start(ProxyConfig::replica_set(backend, "repl0", 3)).unwrap();
+    let users = vec![
+        User::new("b*b@f3tt=", "mydb?", "$4to@L8=MC"),
+        User::new("auser", "admin", "apass"),
+    ];
+    let config = ProxyConfig {
+        auth: AuthConfig::with_users(users),
+        ..ProxyConfig::replica_set(backend, "repl0", 3)
+    };
+    let proxy = Proxy::start(config).unwrap();
     let members = proxy.addresses();
     let port = |p: u16| match p {
         27017..=27019 => members[usize::from(p - 27017)].port(),
@@ -269,7 +277,7 @@ fn seedlist_spec_replica_set_cases() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    let (mut passed, mut auth, mut failures) = (0, 0, Vec::new());
+    let (mut passed, mut authenticated, mut failures) = (0, 0, Vec::new());
     for path in &files {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let case: serde_json::Value =
@@ -287,11 +295,13 @@ fn seedlist_spec_replica_set_cases() {
         let mut g = Guest::with_dns(&members, dns.addr()).unwrap();
         let outcome = ping(&mut g, &uri, None);
         match (outcome, error) {
-            (Err(e), _) if e.kind == ErrorKind::NotImplemented && uri.contains('@') => auth += 1,
             // The spec's errors: the URI, the records, or what they make of it.
             (Err(e), true) if e.kind == ErrorKind::InvalidArgument => passed += 1,
             (Err(e), true) if e.message.contains("cannot find the hosts") => passed += 1,
-            (Ok(addr), false) if member_addrs.contains(&addr) => passed += 1,
+            (Ok(addr), false) if member_addrs.contains(&addr) => {
+                passed += 1;
+                authenticated += usize::from(uri.contains('@'));
+            }
             (Ok(addr), false) => failures.push(format!("{name}: ping went to {addr}")),
             (Ok(addr), true) => failures.push(format!("{name}: expected an error, pinged {addr}")),
             (Err(e), _) => failures.push(format!("{name}: {:?}: {}", e.kind, e.message)),
@@ -299,10 +309,11 @@ fn seedlist_spec_replica_set_cases() {
     }
     println!(
         "initial-dns-seedlist-discovery/replica-set through the component: {} cases, \
-         {passed} passed, {auth} need authentication, {} failed",
+         {passed} passed ({authenticated} of them authenticated), {} failed",
         files.len(),
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(passed >= 30, "{passed} passed");
+    assert_eq!(authenticated, 2, "both cases with userinfo authenticate");
 }
