@@ -46,7 +46,7 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects and runs the handshake, all within `deadline`.
+    /// Connects within `connect`, then runs the handshake within `handshake`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -54,9 +54,10 @@ impl Connection {
         settings: &ConnectSettings,
         id: u64,
         generation: u64,
-        deadline: Deadline,
+        (connect, handshake): (Deadline, Deadline),
     ) -> Result<Established> {
-        let stream = TcpStream::connect(host, port, deadline)?;
+        let stream = TcpStream::connect(host, port, connect)?;
+        let deadline = handshake;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),
@@ -217,12 +218,8 @@ pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentB
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect();
     }
-    if e.code == Some(50) {
-        // The server's own limit (maxTimeMS) expired: a timeout to the caller.
-        e.kind = ErrorKind::Timeout;
-        e.cause = Some(message.to_string());
-        e.message = "operation timed out on the server (MaxTimeMSExpired)".into();
-    }
+    // Code 50 (MaxTimeMSExpired) becomes a timeout only under CSOT:
+    // `OpTimeout::transform` decides.
     e.reply = reply.map(Box::new);
     e
 }
@@ -259,11 +256,11 @@ mod tests {
     }
 
     #[test]
-    fn max_time_expired_is_a_timeout() {
+    fn max_time_expired_keeps_its_server_kind_here() {
         let e =
             check_ok(&rawdoc! { "ok": 0, "errmsg": "operation exceeded time limit", "code": 50 })
                 .unwrap_err();
-        assert!(e.is_timeout());
+        assert_eq!(e.kind, ErrorKind::Server, "the operation's mode decides");
         assert_eq!(e.code, Some(50));
     }
 }

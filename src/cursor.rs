@@ -3,7 +3,7 @@
 
 use crate::change_stream::{self, StreamState};
 use crate::client::Client;
-use crate::csot::{OpTimeout, CLEANUP_TIMEOUT_MS};
+use crate::csot::{resolve_timeout_ms, OpTimeout};
 use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunCommand};
 use crate::session::Session;
@@ -206,7 +206,7 @@ impl Cursor {
         let Some(state) = self.stream.clone() else {
             return Ok(());
         };
-        let _ = self.close();
+        let _ = self.close(None);
         let command = state.command(self.resume_token.as_ref())?;
         let mut op = CursorCommand(RunCommand::read(&self.db, command));
         let reply = self
@@ -220,8 +220,18 @@ impl Cursor {
         Ok(())
     }
 
-    /// Kills the server cursor if it is still open.
-    pub fn close(&mut self) -> Result<()> {
+    /// Kills the server cursor if it is still open. `timeout_ms` overrides
+    /// the cursor's timeoutMS; either is refreshed for the killCursors, even
+    /// when the cursor's own budget is spent (CSOT spec, "Cursors"). Without
+    /// timeoutMS the legacy socket timeouts apply.
+    pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+        let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);
+        let budget = self.client.start_timeout(timeout_ms);
+        self.close_within(&budget)
+    }
+
+    /// Kills the server cursor under `budget` (a GridFS stream's lifetime).
+    pub(crate) fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
         self.pending.clear();
         if self.id == 0 {
             return Ok(());
@@ -232,20 +242,13 @@ impl Cursor {
             ids: vec![self.id],
         };
         self.id = 0;
-        // A fresh budget: the cursor's own may be spent, and cleanup must still be bounded.
-        let budget = self.client.start_timeout(Some(
-            self.settings
-                .timeout_ms
-                .filter(|t| *t > 0)
-                .unwrap_or(CLEANUP_TIMEOUT_MS),
-        ));
         self.client
-            .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+            .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
     }
 }
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        let _ = self.close();
+        let _ = self.close(None);
     }
 }

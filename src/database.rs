@@ -81,7 +81,11 @@ impl Database {
 
     /// A collection handle; `timeout_ms` `None` inherits the database's.
     pub fn collection(&self, name: &str, timeout_ms: Option<u64>) -> Collection {
-        Collection::new(self.clone(), name, timeout_ms.or(self.timeout_ms))
+        Collection::new(
+            self.clone(),
+            name,
+            crate::csot::resolve_timeout_ms(None, None, &[timeout_ms, self.timeout_ms]),
+        )
     }
 
     /// Runs `command` as given; returns the reply (an ok:0 reply is an error).
@@ -93,7 +97,7 @@ impl Database {
         self.check()?;
         let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
         let mut op = RunCommand::new(&self.name, command, criteria);
-        let timeout = options.timeout_ms.or(self.timeout_ms);
+        let timeout = crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         self.client.execute(&mut op, timeout, options.session)
     }
 
@@ -125,7 +129,7 @@ impl Database {
             cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
         }
         let mut command = rawdoc! { "listCollections": 1, "filter": filter, "cursor": cursor_opts };
-        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        self.merge_options(&mut command, options)?;
         let op = RunCommand::read(&self.name, command);
         self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
     }
@@ -139,13 +143,21 @@ impl Database {
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
-        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        self.merge_options(&mut command, options)?;
         let op = if crate::collection::pipeline_writes(pipeline) {
             RunCommand::new(&self.name, command, Criteria::Write)
         } else {
             RunCommand::read(&self.name, command)
         };
         self.cursor_command(op, options.timeout_ms, mode, batch_size, options.session)
+    }
+
+    /// `options.extra` into `command`, without a maxTimeMS under CSOT.
+    fn merge_options(&self, command: &mut RawDocumentBuf, options: &OpOptions) -> Result<()> {
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
+        let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
+        crate::operation::merge_extra(command, extra.as_deref())
     }
 
     fn cursor_command(
@@ -157,13 +169,13 @@ impl Database {
         session: Option<&Session>,
     ) -> Result<Cursor> {
         self.check()?;
-        let timeout_ms = timeout_ms.or(self.timeout_ms);
+        let timeout_ms = crate::csot::resolve_timeout_ms(timeout_ms, None, &[self.timeout_ms]);
         let writes = op.criteria == Criteria::Write;
         let shape = crate::csot::CursorShape {
             writes,
             ..Default::default()
         };
-        let (mode, max_time) = crate::csot::cursor_timeout(mode, timeout_ms, shape, None)?;
+        let (mode, max_time) = crate::csot::cursor_timeout(mode, timeout_ms, shape)?;
         let budget = self.client.start_timeout(timeout_ms);
         let mut op = CursorCommand(RunCommand { max_time, ..op });
         // The cursor keeps the session (implicit or not) for its getMores.
@@ -223,7 +235,8 @@ impl Database {
         options: &OpOptions,
     ) -> Result<Cursor> {
         self.check()?;
-        let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         crate::change_stream::open(
             &self.client,
             &self.name,

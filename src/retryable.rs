@@ -32,12 +32,13 @@ pub enum Retryability {
 }
 
 /// A network error, or a server error the specs list as retryable.
+/// A socket timeout is a network error; under CSOT, `may_retry` still stops
+/// once the deadline has passed.
 pub fn is_retryable_read_error(e: &Error) -> bool {
+    if e.is_network() {
+        return true;
+    }
     match e.kind {
-        ErrorKind::Network => true,
-        // A socket timeout without a server code is a network error; under
-        // CSOT, `may_retry` still stops once the deadline has passed.
-        ErrorKind::Timeout if e.code.is_none() => true,
         ErrorKind::Server | ErrorKind::Timeout => e
             .code
             .is_some_and(|c| RETRYABLE_CODES.contains(&c) || c == READ_ONLY_RETRYABLE),
@@ -48,9 +49,7 @@ pub fn is_retryable_read_error(e: &Error) -> bool {
 /// Writes are retried on network errors (a socket timeout is one) and on
 /// errors the server labelled `RetryableWriteError` (4.4+ servers label them).
 pub fn is_retryable_write_error(e: &Error) -> bool {
-    e.kind == ErrorKind::Network
-        || (e.kind == ErrorKind::Timeout && e.code.is_none())
-        || e.has_label("RetryableWriteError")
+    e.is_network() || e.has_label("RetryableWriteError")
 }
 
 /// Whether attempt `attempts + 1` may run after `err`.
@@ -123,5 +122,14 @@ mod tests {
         assert!(may_retry(Retryability::Read, &e, 7, true, false));
         assert!(!may_retry(Retryability::Read, &e, 7, true, true));
         assert!(!may_retry(Retryability::None, &e, 1, false, false));
+        // timeoutMS=0: CSOT without a deadline retries until success.
+        assert!(may_retry(Retryability::Read, &e, 100, true, false));
+        assert!(may_retry(
+            Retryability::Write,
+            &Error::network("reset"),
+            100,
+            true,
+            false
+        ));
     }
 }

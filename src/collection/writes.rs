@@ -138,7 +138,7 @@ impl Collection {
         let budget = self
             .db
             .client
-            .start_timeout(self.resolve(options.timeout_ms, options.session)?);
+            .start_timeout(self.resolve(options.timeout_ms)?);
         for run in runs {
             let mut op = self.write_op(run.kind, run.statements, run.first_index);
             op.ordered = ordered;
@@ -235,7 +235,7 @@ impl Collection {
         let budget = self
             .db
             .client
-            .start_timeout(self.resolve(options.timeout_ms, options.session)?);
+            .start_timeout(self.resolve(options.timeout_ms)?);
         self.write_within(op, options, &budget)
     }
 
@@ -257,7 +257,15 @@ impl Collection {
             op.finish_batch();
             r?;
         }
-        Ok(op.result)
+        // Folded write errors are transformed like any other (CSOT spec).
+        let mut result = op.result;
+        for (_, e) in &mut result.write_errors {
+            *e = budget.transform(e.clone());
+        }
+        for e in &mut result.write_concern_errors {
+            *e = budget.transform(e.clone());
+        }
+        Ok(result)
     }
 }
 

@@ -332,7 +332,7 @@ impl GuestCursor for CursorRes {
         self.0.borrow().resume_token().map(|d| d.into_bytes())
     }
 
-    fn close(&self) -> WitResult<()> {
-        wrap(self.0.borrow_mut().close())
+    fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+        wrap(self.0.borrow_mut().close(timeout_ms))
     }
 }

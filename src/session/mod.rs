@@ -218,9 +218,11 @@ impl Session {
             .client
             .as_ref()
             .ok_or_else(|| Error::invalid_argument("transactions need an explicit session"))?;
-        let timeout = timeout_ms
-            .or(self.default_timeout_ms)
-            .or(client.timeout_ms());
+        let timeout = crate::csot::resolve_timeout_ms(
+            timeout_ms,
+            self.default_timeout_ms,
+            &[client.timeout_ms()],
+        );
         if timeout.is_some() {
             op.under_csot()?;
         }
@@ -280,8 +282,8 @@ fn unknown_commit_result(e: &Error) -> bool {
     const WRITE_CONCERN_CODES: &[i32] = &[
         64, 50, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436, 262,
     ];
-    matches!(e.kind, ErrorKind::Network | ErrorKind::ServerSelection)
-        || (e.kind == ErrorKind::Timeout && e.code.is_none())
+    e.is_network()
+        || e.kind == ErrorKind::ServerSelection
         || e.code.is_some_and(|c| WRITE_CONCERN_CODES.contains(&c))
 }
 
