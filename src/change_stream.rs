@@ -70,6 +70,8 @@ pub struct StreamState {
     pub options: ChangeStreamOptions,
     /// `startAfter` applies only until the stream has handed out a change.
     pub returned_any: bool,
+    /// The first call has handed over the aggregate's own batch.
+    pub initial_returned: bool,
 }
 
 impl StreamState {
@@ -113,6 +115,17 @@ impl StreamState {
     }
 }
 
+/// `watch` takes no timeoutMode: a change stream iterates like a tailable
+/// awaitData cursor, in iteration mode (CSOT spec, "Change Streams").
+pub fn refuse_timeout_mode(mode: Option<TimeoutMode>) -> Result<()> {
+    match mode {
+        Some(_) => Err(Error::invalid_argument(
+            "change streams do not take timeoutMode (they always use iteration)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Opens a change stream on `target` in `db` (the executor runs the aggregate).
 pub(crate) fn open(
     client: &Client,
@@ -130,6 +143,7 @@ pub(crate) fn open(
         pipeline: pipeline.to_vec(),
         options: stream_options,
         returned_any: false,
+        initial_returned: false,
     };
     let budget = client.start_timeout(timeout_ms);
     let session = client.session_for(options.session);
@@ -186,6 +200,7 @@ mod tests {
             pipeline: vec![rawdoc! { "$match": { "x": 1 } }],
             options: ChangeStreamOptions::from_extra(Some(&extra), Some(2), None).unwrap(),
             returned_any: false,
+            initial_returned: false,
         }
     }
 
@@ -265,6 +280,15 @@ mod tests {
         assert!(with(None).is_ok());
         let negative = rawdoc! { "maxAwaitTimeMS": -1 };
         assert!(ChangeStreamOptions::from_extra(Some(&negative), None, None).is_err());
+    }
+
+    #[test]
+    fn watch_refuses_timeout_mode() {
+        assert!(refuse_timeout_mode(None).is_ok());
+        for mode in [TimeoutMode::Iteration, TimeoutMode::CursorLifetime] {
+            let e = refuse_timeout_mode(Some(mode)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        }
     }
 
     #[test]

@@ -149,19 +149,30 @@ impl Cursor {
 
     /// A change stream's next batch: each call has its own budget; a
     /// resumable error opens the stream again from the last token, once.
+    /// The first call hands over the aggregate's batch, even an empty one,
+    /// as a cursor does: a getMore waits for the next call.
     fn next_changes(&mut self) -> Result<Batch> {
         let budget = self.client.start_timeout(self.settings.timeout_ms);
+        let initial = self
+            .stream
+            .as_mut()
+            .is_some_and(|s| !std::mem::replace(&mut s.initial_returned, true));
         if self.resume_next {
+            // Resuming after a timeout: this call also reads, within the
+            // same budget (CSOT spec, "Cursors").
             self.resume(&budget)?;
-        } else if self.pending.is_empty() {
+            if self.pending.is_empty() && self.id != 0 {
+                self.get_more_changes(&budget)
+                    .inspect_err(|e| self.resume_next = e.is_timeout())?;
+            }
+        } else if !initial && self.pending.is_empty() && self.id != 0 {
             match self.get_more_changes(&budget) {
                 Ok(()) => {}
                 Err(e) if change_stream::is_resumable(&e) => self.resume(&budget)?,
+                // A timed-out getMore left the server cursor behind: the
+                // next call resumes.
                 Err(e) => {
-                    // A timed-out getMore left the server cursor behind.
-                    if e.is_timeout() {
-                        self.resume_next = true;
-                    }
+                    self.resume_next = e.is_timeout();
                     return Err(e);
                 }
             }
@@ -206,7 +217,11 @@ impl Cursor {
         let Some(state) = self.stream.clone() else {
             return Ok(());
         };
-        let _ = self.close(None);
+        // Until a new cursor is open, every call tries again (a failed
+        // resume must not leave a stream that reads as exhausted).
+        self.resume_next = true;
+        // The old cursor's killCursors shares the resume's budget (CSOT spec).
+        let _ = self.close_within(budget);
         let command = state.command(self.resume_token.as_ref())?;
         let mut op = CursorCommand(RunCommand::read(&self.db, command));
         let reply = self
