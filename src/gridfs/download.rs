@@ -155,6 +155,14 @@ impl DownloadStream {
     }
 }
 
+impl Drop for DownloadStream {
+    /// A stream dropped unclosed still closes within its own budget, not
+    /// under the legacy timeouts its chunk cursor would fall back to.
+    fn drop(&mut self) {
+        self.close(None);
+    }
+}
+
 fn number(doc: &RawDocumentBuf, key: &str) -> Result<u64> {
     let v = crate::operation::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("GridFS document has no numeric {key}")))?;
