@@ -117,11 +117,23 @@ impl Error {
         self.kind == ErrorKind::Timeout
     }
 
+    /// No server was selected in time: the legacy server selection error,
+    /// or under CSOT a timeout caused by one.
+    pub fn is_selection_failure(&self) -> bool {
+        self.kind == ErrorKind::ServerSelection
+            || self
+                .cause_error()
+                .is_some_and(|c| c.kind == ErrorKind::ServerSelection)
+    }
+
     /// The one test for "a network error" (retries, transaction and
     /// retryable-write labels, change stream resumes): the socket failed, or
     /// a socket read or write timed out (a timeout with no server code).
     pub fn is_network(&self) -> bool {
-        self.kind == ErrorKind::Network || (self.kind == ErrorKind::Timeout && self.code.is_none())
+        self.kind == ErrorKind::Network
+            || (self.kind == ErrorKind::Timeout
+                && self.code.is_none()
+                && !self.is_selection_failure())
     }
 
     pub fn has_label(&self, label: &str) -> bool {
@@ -187,5 +199,21 @@ mod tests {
         let text = t.clone().with_cause("text");
         assert!(text.cause_error().is_none());
         assert!(text.to_string().ends_with("caused by text"));
+    }
+
+    #[test]
+    fn a_selection_timeout_is_not_a_network_error() {
+        assert!(Error::timeout("socket read").is_network());
+        assert!(Error::network("reset").is_network());
+        let selection = Error::new(ErrorKind::ServerSelection, "no server");
+        let t = Error::timeout("server selection").caused_by(selection.clone());
+        assert!(t.is_selection_failure() && selection.is_selection_failure());
+        assert!(
+            !t.is_network(),
+            "not retried, not a transient network error"
+        );
+        let mut code50 = Error::timeout("server");
+        code50.code = Some(50);
+        assert!(!code50.is_network());
     }
 }

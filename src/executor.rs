@@ -91,13 +91,21 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
                 e
             }
         };
-        // A retry that could not even reach a server reports the error that
-        // made it retry (the caller can tell an attempt was made).
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
+        // A failed selection is not retried. A retry that could not even
+        // reach a server reports the error that made it retry (the caller
+        // can tell an attempt was made); under CSOT, as the cause of the
+        // timeout error (CSOT spec, "Errors").
+        if err.is_selection_failure() {
+            return Err(match previous.take() {
+                Some(prev) if err.is_timeout() => err.caused_by(prev),
+                Some(prev) => prev,
+                None => err,
+            });
+        }
         let err = match previous.take() {
-            Some(prev) if err.kind == ErrorKind::ServerSelection => return Err(prev),
             // A CSOT retry that ran out of time: a timeout error whose cause
-            // is the last error a server or socket gave (CSOT spec, "Errors").
+            // is the last error a server or socket gave.
             Some(prev) if expired && err.is_timeout() && err.code.is_none() => {
                 return Err(err.caused_by(prev))
             }
