@@ -135,7 +135,12 @@ impl Client {
             inner: Rc::new(ClientInner {
                 topology: RefCell::new(Topology::new(settings)),
                 legacy,
-                timeout_ms: options.timeout_ms.or(o.timeout_ms),
+                // The client's own level: its options over the URI's.
+                timeout_ms: crate::csot::resolve_timeout_ms(
+                    None,
+                    None,
+                    &[options.timeout_ms, o.timeout_ms],
+                ),
                 retry_reads: o.retry_reads.unwrap_or(true),
                 read_concern: crate::concern::read_concern_from_uri(o),
                 write_concern: crate::concern::write_concern_from_uri(o),

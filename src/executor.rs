@@ -313,7 +313,7 @@ fn attach_session(
 
 /// Errors that leave a transaction retryable as a whole (Transactions spec).
 fn transient(e: &Error) -> bool {
-    e.is_network() || e.kind == ErrorKind::ServerSelection
+    e.is_network() || e.is_selection_failure()
 }
 
 /// Keeps the greatest `$clusterTime` and the session's `operationTime`.

@@ -12,7 +12,7 @@ pub use pool::SessionPool;
 pub use transaction::TransactionOptions;
 
 use crate::client::Client;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::operation::EndTransaction;
 use crate::runtime;
 use bson::{cstr, RawDocumentBuf};
@@ -283,7 +283,7 @@ fn unknown_commit_result(e: &Error) -> bool {
         64, 50, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436, 262,
     ];
     e.is_network()
-        || e.kind == ErrorKind::ServerSelection
+        || e.is_selection_failure()
         || e.code.is_some_and(|c| WRITE_CONCERN_CODES.contains(&c))
 }
 
@@ -293,6 +293,16 @@ mod tests {
 
     fn pool() -> Rc<SessionPool> {
         Rc::new(SessionPool::default())
+    }
+
+    #[test]
+    fn selection_failures_leave_a_commit_unknown_in_both_modes() {
+        use crate::error::ErrorKind;
+        let selection = Error::new(ErrorKind::ServerSelection, "no server");
+        assert!(unknown_commit_result(&selection));
+        let csot = Error::timeout("server selection").caused_by(selection);
+        assert!(unknown_commit_result(&csot));
+        assert!(!unknown_commit_result(&Error::invalid_argument("x")));
     }
 
     #[test]
