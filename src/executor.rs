@@ -10,7 +10,7 @@ use crate::csot::OpTimeout;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, CommandEvent, EventKind};
 use crate::operation::Operation;
-use crate::retryable::{may_retry, Retryability};
+use crate::retryable::{after_failure, Failure, Next, Retryability};
 use crate::runtime;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
@@ -92,29 +92,22 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             }
         };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        // A failed selection is not retried. A retry that could not even
-        // reach a server reports the error that made it retry (the caller
-        // can tell an attempt was made); under CSOT, as the cause of the
-        // timeout error (CSOT spec, "Errors").
-        if err.is_selection_failure() {
-            return Err(match previous.take() {
-                Some(prev) if err.is_timeout() => err.caused_by(prev),
-                Some(prev) => prev,
-                None => err,
-            });
-        }
-        let err = match previous.take() {
-            // A CSOT retry that ran out of time: a timeout error whose cause
-            // is the last error a server or socket gave.
-            Some(prev) if expired && err.is_timeout() && err.code.is_none() => {
-                return Err(err.caused_by(prev))
-            }
-            _ => err,
+        // The selected server could not retry this write: no retry.
+        let kind = match state.retry_supported {
+            true => kind,
+            false => Retryability::None,
         };
-        if !state.retry_supported || !may_retry(kind, &err, attempts, csot, expired) {
-            return Err(err);
+        let failed = Failure {
+            err,
+            previous: previous.take(),
+            attempts,
+            csot,
+            expired,
+        };
+        match after_failure(kind, failed) {
+            Next::Retry(err) => previous = Some(err),
+            Next::Fail(err) => return Err(err),
         }
-        previous = Some(err);
     }
 }
 

@@ -68,6 +68,55 @@ pub fn may_retry(
     retryable && !deadline_expired && (csot || attempts < 2)
 }
 
+/// One failed attempt, as the retry loop saw it.
+pub struct Failure {
+    pub err: Error,
+    /// The error of the attempt before, if this was a retry.
+    pub previous: Option<Error>,
+    /// Attempts made so far, this one included.
+    pub attempts: u32,
+    pub csot: bool,
+    /// The operation's deadline has passed.
+    pub expired: bool,
+}
+
+/// What the retry loop does next.
+#[derive(Debug, PartialEq)]
+pub enum Next {
+    /// Try again; the error is kept as the retry's `previous`.
+    Retry(Error),
+    Fail(Error),
+}
+
+/// The retry loop's decision after a failed attempt, and the error it
+/// reports. A failed selection is not retried; a retry that could not even
+/// reach a server reports the error that made it retry (the caller can tell
+/// an attempt was made), and under CSOT a retry that ran out of time is a
+/// timeout error caused by it (CSOT spec, "Errors").
+pub fn after_failure(kind: Retryability, f: Failure) -> Next {
+    let Failure {
+        err,
+        previous,
+        attempts,
+        csot,
+        expired,
+    } = f;
+    if err.is_selection_failure() {
+        return Next::Fail(match previous {
+            Some(prev) if err.is_timeout() => err.caused_by(prev),
+            Some(prev) => prev,
+            None => err,
+        });
+    }
+    match previous {
+        Some(prev) if expired && err.is_timeout() && err.code.is_none() => {
+            Next::Fail(err.caused_by(prev))
+        }
+        _ if may_retry(kind, &err, attempts, csot, expired) => Next::Retry(err),
+        _ => Next::Fail(err),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +161,60 @@ mod tests {
             is_retryable_write_error(&Error::timeout("socket read")),
             "a socket timeout"
         );
+    }
+
+    fn failure(err: Error, previous: Option<Error>, attempts: u32, expired: bool) -> Failure {
+        Failure {
+            err,
+            previous,
+            attempts,
+            csot: true,
+            expired,
+        }
+    }
+
+    #[test]
+    fn a_retry_out_of_time_is_a_timeout_caused_by_the_last_real_error() {
+        let prev = server(91);
+        let timed_out = Error::timeout("socket read");
+        let f = failure(timed_out.clone(), Some(prev.clone()), 3, true);
+        match after_failure(Retryability::Read, f) {
+            Next::Fail(e) => {
+                assert!(e.is_timeout());
+                assert_eq!(e.cause_error(), Some(&prev));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Time left: a socket timeout (legacy-style) is retried.
+        let f = failure(timed_out, Some(prev), 3, false);
+        assert!(matches!(
+            after_failure(Retryability::Read, f),
+            Next::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn a_failed_selection_ends_the_loop() {
+        let prev = Error::network("reset");
+        let legacy = Error::new(ErrorKind::ServerSelection, "none");
+        let f = Failure {
+            csot: false,
+            ..failure(legacy.clone(), Some(prev.clone()), 2, false)
+        };
+        assert_eq!(
+            after_failure(Retryability::Read, f),
+            Next::Fail(prev.clone())
+        );
+        let csot = Error::timeout("server selection").caused_by(legacy.clone());
+        match after_failure(
+            Retryability::Read,
+            failure(csot, Some(prev.clone()), 2, false),
+        ) {
+            Next::Fail(e) => assert_eq!((e.is_timeout(), e.cause_error()), (true, Some(&prev))),
+            other => panic!("{other:?}"),
+        }
+        let first = failure(legacy.clone(), None, 1, false);
+        assert_eq!(after_failure(Retryability::Read, first), Next::Fail(legacy));
     }
 
     #[test]
