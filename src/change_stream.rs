@@ -6,7 +6,7 @@
 use crate::client::Client;
 use crate::collection::OpOptions;
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, RunCommand};
 use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
@@ -32,8 +32,12 @@ pub struct ChangeStreamOptions {
 
 impl ChangeStreamOptions {
     /// Splits options given by their server names (`fullDocument`,
-    /// `resumeAfter`, `maxAwaitTimeMS`, `comment`...).
-    pub fn from_extra(extra: Option<&RawDocument>, batch_size: Option<u32>) -> Result<Self> {
+    /// `resumeAfter`, `maxAwaitTimeMS`, `comment`...), under the stream's timeoutMS.
+    pub fn from_extra(
+        extra: Option<&RawDocument>,
+        batch_size: Option<u32>,
+        timeout_ms: Option<u64>,
+    ) -> Result<Self> {
         let mut o = ChangeStreamOptions {
             batch_size,
             ..Default::default()
@@ -46,13 +50,7 @@ impl ChangeStreamOptions {
                 "startAfter" => o.start_after = value.as_document().map(|d| d.to_owned()),
                 "startAtOperationTime" => o.start_at_operation_time = Some(value.into()),
                 "maxAwaitTimeMS" => {
-                    let ms = value
-                        .as_i64()
-                        .or(value.as_i32().map(i64::from))
-                        .filter(|v| *v >= 0);
-                    o.max_await_ms = Some(ms.ok_or_else(|| {
-                        Error::invalid_argument("maxAwaitTimeMS must be a non-negative integer")
-                    })? as u64);
+                    o.max_await_ms = crate::csot::max_await_ms(Some(value), timeout_ms)?
                 }
                 "batchSize" => {}
                 k if STAGE_OPTIONS.contains(&k) => o.stage.append(key, value),
@@ -60,16 +58,6 @@ impl ChangeStreamOptions {
             }
         }
         Ok(o)
-    }
-
-    /// CSOT: a change stream waiting longer than its whole budget makes no sense.
-    pub fn check_against(&self, timeout_ms: Option<u64>) -> Result<()> {
-        match (self.max_await_ms, timeout_ms) {
-            (Some(wait), Some(t)) if t > 0 && wait >= t => Err(Error::invalid_argument(format!(
-                "maxAwaitTimeMS ({wait}) must be less than timeoutMS ({t})"
-            ))),
-            _ => Ok(()),
-        }
     }
 }
 
@@ -82,6 +70,8 @@ pub struct StreamState {
     pub options: ChangeStreamOptions,
     /// `startAfter` applies only until the stream has handed out a change.
     pub returned_any: bool,
+    /// The first call has handed over the aggregate's own batch.
+    pub initial_returned: bool,
 }
 
 impl StreamState {
@@ -125,6 +115,17 @@ impl StreamState {
     }
 }
 
+/// `watch` takes no timeoutMode: a change stream iterates like a tailable
+/// awaitData cursor, in iteration mode (CSOT spec, "Change Streams").
+pub fn refuse_timeout_mode(mode: Option<TimeoutMode>) -> Result<()> {
+    match mode {
+        Some(_) => Err(Error::invalid_argument(
+            "change streams do not take timeoutMode (they always use iteration)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Opens a change stream on `target` in `db` (the executor runs the aggregate).
 pub(crate) fn open(
     client: &Client,
@@ -135,13 +136,14 @@ pub(crate) fn open(
     batch_size: Option<u32>,
     timeout_ms: Option<u64>,
 ) -> Result<Cursor> {
-    let stream_options = ChangeStreamOptions::from_extra(options.extra.as_deref(), batch_size)?;
-    stream_options.check_against(timeout_ms)?;
+    let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
+    let stream_options = ChangeStreamOptions::from_extra(extra.as_deref(), batch_size, timeout_ms)?;
     let state = StreamState {
         target,
         pipeline: pipeline.to_vec(),
         options: stream_options,
         returned_any: false,
+        initial_returned: false,
     };
     let budget = client.start_timeout(timeout_ms);
     let session = client.session_for(options.session);
@@ -178,21 +180,26 @@ pub fn token_after(
     }
 }
 
-/// Errors after which the stream opens itself again (once per call).
+/// Errors after which the stream opens itself again at once (once per
+/// call). A timeout is resumed by the next call instead (CSOT spec).
 pub fn is_resumable(e: &Error) -> bool {
-    e.kind == ErrorKind::Network || e.has_label("ResumableChangeStreamError") || e.code == Some(43)
+    (e.is_network() && !e.is_timeout())
+        || e.has_label("ResumableChangeStreamError")
+        || e.code == Some(43)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn state(extra: RawDocumentBuf) -> StreamState {
         StreamState {
             target: RawBson::String("c".into()),
             pipeline: vec![rawdoc! { "$match": { "x": 1 } }],
-            options: ChangeStreamOptions::from_extra(Some(&extra), Some(2)).unwrap(),
+            options: ChangeStreamOptions::from_extra(Some(&extra), Some(2), None).unwrap(),
             returned_any: false,
+            initial_returned: false,
         }
     }
 
@@ -264,15 +271,23 @@ mod tests {
 
     #[test]
     fn max_await_must_fit_in_timeout() {
-        let o = ChangeStreamOptions::from_extra(Some(&rawdoc! { "maxAwaitTimeMS": 100 }), None)
-            .unwrap();
-        assert!(o.check_against(Some(100)).is_err());
-        assert!(o.check_against(Some(101)).is_ok());
-        assert!(o.check_against(Some(0)).is_ok(), "0 = no limit");
-        assert!(o.check_against(None).is_ok());
-        assert!(
-            ChangeStreamOptions::from_extra(Some(&rawdoc! { "maxAwaitTimeMS": -1 }), None).is_err()
-        );
+        let wait = rawdoc! { "maxAwaitTimeMS": 100 };
+        let with = |t| ChangeStreamOptions::from_extra(Some(&wait), None, t);
+        assert!(with(Some(100)).is_err());
+        assert_eq!(with(Some(101)).unwrap().max_await_ms, Some(100));
+        assert!(with(Some(0)).is_ok(), "0 = no limit");
+        assert!(with(None).is_ok());
+        let negative = rawdoc! { "maxAwaitTimeMS": -1 };
+        assert!(ChangeStreamOptions::from_extra(Some(&negative), None, None).is_err());
+    }
+
+    #[test]
+    fn watch_refuses_timeout_mode() {
+        assert!(refuse_timeout_mode(None).is_ok());
+        for mode in [TimeoutMode::Iteration, TimeoutMode::CursorLifetime] {
+            let e = refuse_timeout_mode(Some(mode)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        }
     }
 
     #[test]

@@ -161,7 +161,12 @@ impl Client {
             inner: Rc::new(ClientInner {
                 topology: RefCell::new(Topology::new(settings)),
                 legacy,
-                timeout_ms: options.timeout_ms.or(o.timeout_ms),
+                // The client's own level: its options over the URI's.
+                timeout_ms: crate::csot::resolve_timeout_ms(
+                    None,
+                    None,
+                    &[options.timeout_ms, o.timeout_ms],
+                ),
                 retry_reads: o.retry_reads.unwrap_or(true),
                 read_concern: crate::concern::read_concern_from_uri(o),
                 write_concern: crate::concern::write_concern_from_uri(o),
@@ -181,7 +186,9 @@ impl Client {
 
     /// A database handle; `timeout_ms` `None` inherits the client's.
     pub fn database(&self, name: &str, timeout_ms: Option<u64>) -> Database {
-        Database::new(self.clone(), name, timeout_ms.or(self.inner.timeout_ms))
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(None, None, &[timeout_ms, self.inner.timeout_ms]);
+        Database::new(self.clone(), name, timeout_ms)
     }
 
     pub fn start_session(&self, default_timeout_ms: Option<u64>) -> Session {
@@ -258,7 +265,9 @@ impl Client {
                 rawdoc! { "endSessions": arr },
                 Criteria::Read(ReadMode::PrimaryPreferred),
             );
-            let budget = self.start_timeout(Some(crate::csot::CLEANUP_TIMEOUT_MS));
+            // The client's timeoutMS, else the legacy timeouts (CSOT spec).
+            let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
+            let budget = self.start_timeout(timeout_ms);
             let ctx = Context {
                 timeout: budget,
                 session: None,
@@ -314,7 +323,8 @@ impl Client {
             extra: Some(extra),
             ..options.clone()
         };
-        let timeout_ms = options.timeout_ms.or(self.inner.timeout_ms);
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.inner.timeout_ms]);
         crate::change_stream::open(
             self,
             "admin",
@@ -337,13 +347,12 @@ impl Client {
         if name_only {
             cmd.append(bson::cstr!("nameOnly"), true);
         }
-        crate::operation::merge_extra(&mut cmd, options.extra.as_deref())?;
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.inner.timeout_ms]);
+        let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
+        crate::operation::merge_extra(&mut cmd, extra.as_deref())?;
         let mut op = RunCommand::read("admin", cmd);
-        let reply = self.execute(
-            &mut op,
-            options.timeout_ms.or(self.inner.timeout_ms),
-            options.session,
-        )?;
+        let reply = self.execute(&mut op, timeout_ms, options.session)?;
         let list = reply
             .get_array("databases")
             .map_err(|_| Error::protocol("listDatabases reply has no databases array"))?;

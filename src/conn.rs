@@ -60,8 +60,8 @@ pub struct Established {
 }
 
 impl Connection {
-    /// Connects (with TLS if the settings say so), runs the handshake and
-    /// authenticates, all within `deadline`.
+    /// Connects (TCP, and TLS if the settings say so) within `connect`, then
+    /// runs the handshake and authenticates within `handshake`.
     pub fn establish(
         address: &str,
         host: &str,
@@ -69,7 +69,7 @@ impl Connection {
         settings: &ConnectSettings,
         id: u64,
         generation: u64,
-        deadline: Deadline,
+        (connect, handshake): (Deadline, Deadline),
     ) -> Result<Established> {
         let stream = Stream::connect(
             address,
@@ -77,8 +77,9 @@ impl Connection {
             port,
             &settings.name_servers,
             settings.tls.as_ref(),
-            deadline,
+            connect,
         )?;
+        let deadline = handshake;
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(16 * 1024),
@@ -292,12 +293,8 @@ pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentB
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect();
     }
-    if e.code == Some(50) {
-        // The server's own limit (maxTimeMS) expired: a timeout to the caller.
-        e.kind = ErrorKind::Timeout;
-        e.cause = Some(message.to_string());
-        e.message = "operation timed out on the server (MaxTimeMSExpired)".into();
-    }
+    // Code 50 (MaxTimeMSExpired) becomes a timeout only under CSOT:
+    // `OpTimeout::transform` decides.
     e.reply = reply.map(Box::new);
     e
 }
@@ -334,11 +331,11 @@ mod tests {
     }
 
     #[test]
-    fn max_time_expired_is_a_timeout() {
+    fn max_time_expired_keeps_its_server_kind_here() {
         let e =
             check_ok(&rawdoc! { "ok": 0, "errmsg": "operation exceeded time limit", "code": 50 })
                 .unwrap_err();
-        assert!(e.is_timeout());
+        assert_eq!(e.kind, ErrorKind::Server, "the operation's mode decides");
         assert_eq!(e.code, Some(50));
     }
 }

@@ -48,6 +48,11 @@ impl OpTimeout {
         }
     }
 
+    /// CSOT mode: timeoutMS is set, 0 (no deadline) included.
+    pub fn is_csot(&self) -> bool {
+        self.csot.is_some()
+    }
+
     /// The whole operation's deadline (infinite in legacy mode).
     pub fn deadline(&self) -> Deadline {
         self.csot.unwrap_or(Deadline::Infinite)
@@ -58,8 +63,22 @@ impl OpTimeout {
             .cap_ms(now, Some(self.legacy.server_selection_ms))
     }
 
-    pub fn connect_deadline(&self, now: Instant) -> Deadline {
-        self.deadline().cap_ms(now, Some(self.legacy.connect_ms))
+    /// Deadlines for a new connection, given the selection deadline
+    /// (computedServerSelectionTimeout) fixed when selection began: the TCP
+    /// connect within connectTimeoutMS and what is left of it, the handshake
+    /// within what is left of it (CSOT spec, "Server Selection"). Without
+    /// timeoutMS, connectTimeoutMS bounds both, from now.
+    pub fn establish_deadlines(&self, selection: Deadline, now: Instant) -> (Deadline, Deadline) {
+        match self.csot {
+            Some(_) => (
+                selection.cap_ms(now, Some(self.legacy.connect_ms)),
+                selection,
+            ),
+            None => {
+                let connect = Deadline::from_ms(now, Some(self.legacy.connect_ms));
+                (connect, connect)
+            }
+        }
     }
 
     /// Every socket read and write of one round trip shares this deadline.
@@ -70,15 +89,32 @@ impl OpTimeout {
         }
     }
 
-    /// Whether an expired selection deadline is the operation's (a timeout
-    /// error) or serverSelectionTimeoutMS's (a server selection error).
-    pub fn selection_error(&self, now: Instant, message: String) -> Error {
+    /// The error of an expired server selection: a timeout under CSOT (its
+    /// cause the selection failure), else the legacy server selection error.
+    pub fn selection_error(&self, _now: Instant, message: String) -> Error {
         match self.csot {
-            Some(Deadline::At(at)) if now >= at => {
-                Error::timeout("server selection").with_cause(message)
-            }
-            _ => Error::new(ErrorKind::ServerSelection, message),
+            // Under CSOT the selection's limit is computedServerSelectionTimeout,
+            // whichever of its two parts expired: a timeout error (CSOT spec).
+            Some(_) => Error::timeout("server selection")
+                .caused_by(Error::new(ErrorKind::ServerSelection, message)),
+            None => Error::new(ErrorKind::ServerSelection, message),
         }
+    }
+
+    /// Error transformation (CSOT spec): under CSOT a server's
+    /// MaxTimeMSExpired (code 50 only, whatever its name or message) is a
+    /// timeout error; without timeoutMS it stays the server error it was.
+    pub fn transform(&self, e: Error) -> Error {
+        if !self.is_csot() || e.code != Some(50) || e.is_timeout() {
+            return e;
+        }
+        let mut t = Error::timeout("the server's maxTimeMS");
+        t.code = e.code;
+        t.code_name = e.code_name.clone();
+        t.labels = e.labels.clone();
+        t.reply = e.reply.clone();
+        t.message = format!("operation timed out on the server: {}", e.message);
+        t.caused_by(e)
     }
 
     /// The `maxTimeMS` to send: what is left minus the server's minimum RTT.
@@ -96,6 +132,64 @@ impl OpTimeout {
                 min_rtt.as_millis()
             ))),
         }
+    }
+}
+
+/// The one rule for which timeoutMS an operation runs under (CSOT spec,
+/// "Validation and Overrides" and "Sessions"): the operation's own, else the
+/// session's defaultTimeoutMS, else the first handle level that sets it, most
+/// specific first (collection or bucket, database, client).
+///
+/// `session` counts only for the session's own operations (commit, abort,
+/// endSession, withTransaction), and for the operations of a running
+/// withTransaction body under CSOT (what is left of the call's deadline,
+/// `Session::callback_timeout`); every other caller passes `None`. 0 is a
+/// value (no deadline, still CSOT), not "unset".
+pub fn resolve_timeout_ms(
+    operation: Option<u64>,
+    session: Option<u64>,
+    handles: &[Option<u64>],
+) -> Option<u64> {
+    operation
+        .or(session)
+        .or_else(|| handles.iter().find_map(|t| *t))
+}
+
+/// Under CSOT a `maxTimeMS` the caller put in an operation's options is
+/// ignored: the one derived from the deadline is sent instead (CSOT spec,
+/// "timeoutMS overrides deprecated timeout options"). runCommand does not
+/// ask: its command is sent as given.
+pub fn without_caller_max_time(
+    extra: Option<&bson::RawDocumentBuf>,
+    timeout_ms: Option<u64>,
+) -> Result<Option<bson::RawDocumentBuf>> {
+    match timeout_ms {
+        Some(_) => Ok(crate::operation::take_field(extra, "maxTimeMS")?.1),
+        None => Ok(extra.cloned()),
+    }
+}
+
+/// The maxAwaitTimeMS rules (CSOT spec, "Tailable awaitData Cursors" and
+/// "Change Streams"): a non-negative integer, and less than a non-zero
+/// timeoutMS.
+pub fn max_await_ms(
+    value: Option<bson::RawBsonRef>,
+    timeout_ms: Option<u64>,
+) -> Result<Option<u64>> {
+    let Some(v) = value else { return Ok(None) };
+    let ms = match v.as_i64().or(v.as_i32().map(i64::from)) {
+        Some(ms) if ms >= 0 => ms as u64,
+        _ => {
+            return Err(Error::invalid_argument(
+                "maxAwaitTimeMS must be a non-negative integer",
+            ))
+        }
+    };
+    match timeout_ms {
+        Some(t) if t > 0 && ms >= t => Err(Error::invalid_argument(format!(
+            "maxAwaitTimeMS ({ms}) must be less than timeoutMS ({t})"
+        ))),
+        _ => Ok(Some(ms)),
     }
 }
 
@@ -154,20 +248,15 @@ impl CursorShape {
 
 /// How a cursor's operation is timed (CSOT spec, "Cursors"): the mode, and
 /// whether the initial command may carry a derived `maxTimeMS`.
+/// `maxAwaitTimeMS` is checked by `max_await_ms`.
 pub fn cursor_timeout(
     mode: Option<TimeoutMode>,
     timeout_ms: Option<u64>,
     shape: CursorShape,
-    max_await_ms: Option<u64>,
 ) -> Result<(TimeoutMode, bool)> {
     let invalid = |m: &str| Err(Error::invalid_argument(m.to_string()));
     if mode.is_some() && timeout_ms.is_none() {
         return invalid("timeoutMode requires timeoutMS");
-    }
-    if let (Some(wait), Some(t)) = (max_await_ms, timeout_ms) {
-        if t > 0 && wait >= t {
-            return invalid("maxAwaitTimeMS must be less than timeoutMS");
-        }
     }
     if shape.tailable {
         if mode == Some(TimeoutMode::CursorLifetime) {
@@ -184,11 +273,6 @@ pub fn cursor_timeout(
     }
 }
 
-/// The deadline for best-effort cleanup with no operation of its own
-/// (killCursors from a dropped cursor): the client's timeoutMS when set,
-/// else this bound, so a drop never blocks indefinitely.
-pub const CLEANUP_TIMEOUT_MS: u64 = 1_000;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +287,11 @@ mod tests {
         let t = OpTimeout::start(T0, None, LegacyTimeouts::default());
         assert_eq!(t.deadline(), Deadline::Infinite);
         assert_eq!(t.selection_deadline(T0), Deadline::At(at(30_000)));
-        assert_eq!(t.connect_deadline(T0), Deadline::At(at(10_000)));
+        let selection = t.selection_deadline(T0);
+        assert_eq!(
+            t.establish_deadlines(selection, at(5)),
+            (Deadline::At(at(10_005)), Deadline::At(at(10_005)))
+        );
         assert_eq!(
             t.io_deadline(T0),
             Deadline::Infinite,
@@ -229,7 +317,11 @@ mod tests {
     fn csot_caps_every_section_by_one_deadline() {
         let t = OpTimeout::start(T0, Some(100), LegacyTimeouts::default());
         assert_eq!(t.selection_deadline(T0), Deadline::At(at(100)));
-        assert_eq!(t.connect_deadline(T0), Deadline::At(at(100)));
+        let selection = t.selection_deadline(T0);
+        assert_eq!(
+            t.establish_deadlines(selection, at(10)),
+            (Deadline::At(at(100)), Deadline::At(at(100)))
+        );
         assert_eq!(t.io_deadline(at(50)), Deadline::At(at(100)));
         let short_sst = LegacyTimeouts {
             server_selection_ms: 20,
@@ -237,6 +329,21 @@ mod tests {
         };
         let t = OpTimeout::start(T0, Some(100), short_sst);
         assert_eq!(t.selection_deadline(T0), Deadline::At(at(20)));
+        // Checkout, connect and handshake get what selection left of its 20 ms.
+        assert_eq!(
+            t.establish_deadlines(t.selection_deadline(T0), at(15)),
+            (Deadline::At(at(20)), Deadline::At(at(20)))
+        );
+        let short_connect = LegacyTimeouts {
+            connect_ms: 3,
+            ..Default::default()
+        };
+        let t = OpTimeout::start(T0, Some(0), short_connect);
+        assert_eq!(
+            t.establish_deadlines(t.selection_deadline(T0), at(10)),
+            (Deadline::At(at(13)), Deadline::At(at(30_000))),
+            "timeoutMS=0: connectTimeoutMS, then serverSelectionTimeoutMS's rest"
+        );
     }
 
     #[test]
@@ -250,6 +357,11 @@ mod tests {
             },
         );
         assert_eq!(t.csot, Some(Deadline::Infinite));
+        assert!(
+            t.is_csot(),
+            "retries until success, like any CSOT operation"
+        );
+        assert!(!OpTimeout::start(T0, None, LegacyTimeouts::default()).is_csot());
         assert_eq!(
             t.io_deadline(T0),
             Deadline::Infinite,
@@ -269,7 +381,7 @@ mod tests {
             .max_time_ms(at(95), Duration::from_millis(10))
             .unwrap_err();
         assert!(err.is_timeout());
-        assert!(err.cause.unwrap().contains("round trip"));
+        assert!(err.cause.unwrap().to_string().contains("round trip"));
         assert!(t.max_time_ms(at(200), Duration::ZERO).is_err());
     }
 
@@ -306,15 +418,15 @@ mod tests {
         let it = Some(TimeoutMode::Iteration);
         let life = Some(TimeoutMode::CursorLifetime);
         assert_eq!(
-            cursor_timeout(None, Some(100), plain, None).unwrap(),
+            cursor_timeout(None, Some(100), plain).unwrap(),
             (TimeoutMode::CursorLifetime, true)
         );
         assert_eq!(
-            cursor_timeout(it, Some(100), plain, None).unwrap(),
+            cursor_timeout(it, Some(100), plain).unwrap(),
             (TimeoutMode::Iteration, false)
         );
         assert!(
-            cursor_timeout(it, None, plain, None).is_err(),
+            cursor_timeout(it, None, plain).is_err(),
             "mode without timeoutMS"
         );
         assert!(cursor_timeout(
@@ -323,23 +435,17 @@ mod tests {
             CursorShape {
                 writes: true,
                 ..plain
-            },
-            None
+            }
         )
         .is_err());
         assert_eq!(
-            cursor_timeout(None, Some(100), tailable, None).unwrap(),
+            cursor_timeout(None, Some(100), tailable).unwrap(),
             (TimeoutMode::Iteration, false)
         );
-        assert!(cursor_timeout(life, Some(100), tailable, None).is_err());
+        assert!(cursor_timeout(life, Some(100), tailable).is_err());
         assert_eq!(
-            cursor_timeout(None, Some(100), awaiting, Some(50)).unwrap(),
+            cursor_timeout(None, Some(100), awaiting).unwrap(),
             (TimeoutMode::Iteration, true)
-        );
-        assert!(cursor_timeout(None, Some(100), awaiting, Some(100)).is_err());
-        assert!(
-            cursor_timeout(None, Some(0), awaiting, Some(100)).is_ok(),
-            "timeoutMS 0: no limit to exceed"
         );
     }
 
@@ -357,16 +463,81 @@ mod tests {
         assert!(!off.tailable);
         // A tailable command: iteration mode, no derived maxTimeMS.
         assert_eq!(
-            cursor_timeout(None, Some(100), tailable, None).unwrap(),
+            cursor_timeout(None, Some(100), tailable).unwrap(),
             (TimeoutMode::Iteration, false)
         );
-        assert!(
-            cursor_timeout(Some(TimeoutMode::CursorLifetime), Some(100), awaiting, None).is_err()
-        );
+        assert!(cursor_timeout(Some(TimeoutMode::CursorLifetime), Some(100), awaiting).is_err());
     }
 
     #[test]
-    fn selection_error_kind_depends_on_which_limit_expired() {
+    fn max_await_must_be_less_than_a_nonzero_timeout() {
+        let v = |ms: i64| Some(bson::RawBsonRef::Int64(ms));
+        assert_eq!(max_await_ms(v(50), Some(100)).unwrap(), Some(50));
+        assert!(max_await_ms(v(100), Some(100)).is_err());
+        assert_eq!(
+            max_await_ms(v(100), Some(0)).unwrap(),
+            Some(100),
+            "timeoutMS 0: no limit to exceed"
+        );
+        assert_eq!(max_await_ms(v(100), None).unwrap(), Some(100));
+        assert_eq!(max_await_ms(None, Some(10)).unwrap(), None);
+        assert!(max_await_ms(v(-1), None).is_err());
+        assert!(max_await_ms(Some(bson::RawBsonRef::String("1")), None).is_err());
+    }
+
+    #[test]
+    fn caller_max_time_is_ignored_only_under_csot() {
+        let extra = bson::rawdoc! { "maxTimeMS": 5, "comment": "c" };
+        assert_eq!(
+            without_caller_max_time(Some(&extra), Some(0)).unwrap(),
+            Some(bson::rawdoc! { "comment": "c" })
+        );
+        assert_eq!(
+            without_caller_max_time(Some(&extra), None).unwrap(),
+            Some(extra.clone())
+        );
+        assert_eq!(without_caller_max_time(None, Some(9)).unwrap(), None);
+    }
+
+    #[test]
+    fn timeout_resolves_most_specific_first() {
+        assert_eq!(resolve_timeout_ms(None, None, &[None, None, None]), None);
+        assert_eq!(
+            resolve_timeout_ms(None, None, &[None, Some(7), Some(9)]),
+            Some(7)
+        );
+        assert_eq!(
+            resolve_timeout_ms(None, None, &[Some(0), Some(7)]),
+            Some(0),
+            "0 overrides: no deadline, still CSOT"
+        );
+        assert_eq!(resolve_timeout_ms(None, Some(5), &[Some(7)]), Some(5));
+        assert_eq!(resolve_timeout_ms(Some(3), Some(5), &[Some(7)]), Some(3));
+        assert_eq!(resolve_timeout_ms(Some(0), Some(5), &[Some(7)]), Some(0));
+    }
+
+    #[test]
+    fn code_50_is_a_timeout_only_under_csot() {
+        let mut e = Error::new(ErrorKind::Server, "operation exceeded time limit");
+        e.code = Some(50);
+        e.add_label("X");
+        let legacy = OpTimeout::start(T0, None, LegacyTimeouts::default());
+        assert_eq!(legacy.transform(e.clone()).kind, ErrorKind::Server);
+        for ms in [0, 100] {
+            let t = OpTimeout::start(T0, Some(ms), LegacyTimeouts::default()).transform(e.clone());
+            assert!(t.is_timeout(), "timeoutMS={ms}");
+            assert_eq!((t.code, t.has_label("X")), (Some(50), true));
+            assert!(t.to_string().contains("operation exceeded time limit"));
+            assert_eq!(t.cause_error().unwrap().kind, ErrorKind::Server);
+        }
+        let mut other = e.clone();
+        other.code = Some(11000);
+        let csot = OpTimeout::start(T0, Some(100), LegacyTimeouts::default());
+        assert_eq!(csot.transform(other).kind, ErrorKind::Server);
+    }
+
+    #[test]
+    fn selection_error_kind_depends_on_the_mode() {
         let t = OpTimeout::start(
             T0,
             Some(100),
@@ -375,9 +546,17 @@ mod tests {
                 ..Default::default()
             },
         );
+        let e = t.selection_error(at(25), "x".into());
         assert_eq!(
-            t.selection_error(at(25), "x".into()).kind,
-            ErrorKind::ServerSelection
+            e.kind,
+            ErrorKind::Timeout,
+            "serverSelectionTimeoutMS expired first"
+        );
+        assert_eq!(e.cause_error().unwrap().kind, ErrorKind::ServerSelection);
+        let zero = OpTimeout::start(T0, Some(0), LegacyTimeouts::default());
+        assert_eq!(
+            zero.selection_error(at(30_000), "x".into()).kind,
+            ErrorKind::Timeout
         );
         assert_eq!(
             t.selection_error(at(100), "x".into()).kind,

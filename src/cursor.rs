@@ -3,7 +3,7 @@
 
 use crate::change_stream::{self, StreamState};
 use crate::client::Client;
-use crate::csot::{OpTimeout, CLEANUP_TIMEOUT_MS};
+use crate::csot::{resolve_timeout_ms, OpTimeout};
 use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunCommand};
 use crate::session::Session;
@@ -144,19 +144,30 @@ impl Cursor {
 
     /// A change stream's next batch: each call has its own budget; a
     /// resumable error opens the stream again from the last token, once.
+    /// The first call hands over the aggregate's batch, even an empty one,
+    /// as a cursor does: a getMore waits for the next call.
     fn next_changes(&mut self) -> Result<Batch> {
         let budget = self.client.start_timeout(self.settings.timeout_ms);
+        let initial = self
+            .stream
+            .as_mut()
+            .is_some_and(|s| !std::mem::replace(&mut s.initial_returned, true));
         if self.resume_next {
+            // Resuming after a timeout: this call also reads, within the
+            // same budget (CSOT spec, "Cursors").
             self.resume(&budget)?;
-        } else if self.pending.is_empty() {
+            if self.pending.is_empty() && self.id != 0 {
+                self.get_more_changes(&budget)
+                    .inspect_err(|e| self.resume_next = e.is_timeout())?;
+            }
+        } else if !initial && self.pending.is_empty() && self.id != 0 {
             match self.get_more_changes(&budget) {
                 Ok(()) => {}
                 Err(e) if change_stream::is_resumable(&e) => self.resume(&budget)?,
+                // A timed-out getMore left the server cursor behind: the
+                // next call resumes.
                 Err(e) => {
-                    // A timed-out getMore left the server cursor behind.
-                    if e.is_timeout() {
-                        self.resume_next = true;
-                    }
+                    self.resume_next = e.is_timeout();
                     return Err(e);
                 }
             }
@@ -201,7 +212,11 @@ impl Cursor {
         let Some(state) = self.stream.clone() else {
             return Ok(());
         };
-        let _ = self.close();
+        // Until a new cursor is open, every call tries again (a failed
+        // resume must not leave a stream that reads as exhausted).
+        self.resume_next = true;
+        // The old cursor's killCursors shares the resume's budget (CSOT spec).
+        let _ = self.close_within(budget);
         let command = state.command(self.resume_token.as_ref())?;
         let mut op = CursorCommand(RunCommand::read(&self.db, command));
         let reply = self
@@ -215,8 +230,18 @@ impl Cursor {
         Ok(())
     }
 
-    /// Kills the server cursor if it is still open.
-    pub fn close(&mut self) -> Result<()> {
+    /// Kills the server cursor if it is still open. `timeout_ms` overrides
+    /// the cursor's timeoutMS; either is refreshed for the killCursors, even
+    /// when the cursor's own budget is spent (CSOT spec, "Cursors"). Without
+    /// timeoutMS the legacy socket timeouts apply.
+    pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+        let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);
+        let budget = self.client.start_timeout(timeout_ms);
+        self.close_within(&budget)
+    }
+
+    /// Kills the server cursor under `budget` (a GridFS stream's lifetime).
+    pub(crate) fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
         self.pending.clear();
         if self.id == 0 {
             return Ok(());
@@ -227,20 +252,13 @@ impl Cursor {
             ids: vec![self.id],
         };
         self.id = 0;
-        // A fresh budget: the cursor's own may be spent, and cleanup must still be bounded.
-        let budget = self.client.start_timeout(Some(
-            self.settings
-                .timeout_ms
-                .filter(|t| *t > 0)
-                .unwrap_or(CLEANUP_TIMEOUT_MS),
-        ));
         self.client
-            .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+            .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
     }
 }
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        let _ = self.close();
+        let _ = self.close(None);
     }
 }

@@ -81,7 +81,11 @@ impl Database {
 
     /// A collection handle; `timeout_ms` `None` inherits the database's.
     pub fn collection(&self, name: &str, timeout_ms: Option<u64>) -> Collection {
-        Collection::new(self.clone(), name, timeout_ms.or(self.timeout_ms))
+        Collection::new(
+            self.clone(),
+            name,
+            crate::csot::resolve_timeout_ms(None, None, &[timeout_ms, self.timeout_ms]),
+        )
     }
 
     /// Runs `command` as given; returns the reply (an ok:0 reply is an error).
@@ -93,11 +97,12 @@ impl Database {
         self.check()?;
         let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
         let mut op = RunCommand::new(&self.name, command, criteria);
-        let timeout = match options.session {
+        let callback = match options.session {
             Some(s) => s.callback_timeout(options.timeout_ms)?,
             None => None,
         };
-        let timeout = timeout.or(options.timeout_ms).or(self.timeout_ms);
+        let timeout =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, callback, &[self.timeout_ms]);
         self.client.execute(&mut op, timeout, options.session)
     }
 
@@ -155,7 +160,7 @@ impl Database {
             cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
         }
         let mut command = rawdoc! { "listCollections": 1, "filter": filter, "cursor": cursor_opts };
-        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        self.merge_options(&mut command, options)?;
         let op = RunCommand::read(&self.name, command);
         self.cursor_command(
             op,
@@ -176,7 +181,7 @@ impl Database {
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
-        crate::operation::merge_extra(&mut command, options.extra.as_deref())?;
+        self.merge_options(&mut command, options)?;
         let op = if crate::collection::pipeline_writes(pipeline) {
             RunCommand::new(&self.name, command, Criteria::Write)
         } else {
@@ -192,6 +197,14 @@ impl Database {
         )
     }
 
+    /// `options.extra` into `command`, without a maxTimeMS under CSOT.
+    fn merge_options(&self, command: &mut RawDocumentBuf, options: &OpOptions) -> Result<()> {
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
+        let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
+        crate::operation::merge_extra(command, extra.as_deref())
+    }
+
     fn cursor_command(
         &self,
         op: RunCommand,
@@ -204,15 +217,19 @@ impl Database {
         self.check()?;
         let callback = session
             .map(|s| s.callback_timeout(timeout_ms))
-            .transpose()?;
-        let timeout_ms = callback.flatten().or(timeout_ms).or(self.timeout_ms);
+            .transpose()?
+            .flatten();
+        let timeout_ms = crate::csot::resolve_timeout_ms(timeout_ms, callback, &[self.timeout_ms]);
         let writes = op.criteria == Criteria::Write;
         let shape = crate::csot::CursorShape {
             writes,
             ..cursor.shape
         };
-        let (mode, max_time) =
-            crate::csot::cursor_timeout(mode, timeout_ms, shape, cursor.get_more_max_time)?;
+        if let Some(ms) = cursor.get_more_max_time {
+            // A getMore's maxTimeMS follows the maxAwaitTimeMS rules.
+            crate::csot::max_await_ms(Some(bson::RawBsonRef::Int64(ms as i64)), timeout_ms)?;
+        }
+        let (mode, max_time) = crate::csot::cursor_timeout(mode, timeout_ms, shape)?;
         let budget = self.client.start_timeout(timeout_ms);
         let mut op = CursorCommand(RunCommand { max_time, ..op });
         // The cursor keeps the session (implicit or not) for its getMores.
@@ -272,7 +289,8 @@ impl Database {
         options: &OpOptions,
     ) -> Result<Cursor> {
         self.check()?;
-        let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         crate::change_stream::open(
             &self.client,
             &self.name,

@@ -25,13 +25,30 @@ pub struct Error {
     pub code_name: Option<String>,
     pub labels: Vec<String>,
     pub message: String,
-    /// The underlying cause (the CSOT spec requires a timeout to carry it).
-    pub cause: Option<String>,
+    /// The underlying cause (the CSOT spec requires a timeout to carry it,
+    /// and its text to include the cause's). Boxed: rarely set.
+    pub cause: Option<Box<Cause>>,
     /// Boxed: rarely set, and it keeps `Result<T>` small on the hot path.
     pub reply: Option<Box<RawDocumentBuf>>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// What an error's cause is: another error, or only a text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cause {
+    Error(Error),
+    Text(String),
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::Error(e) => e.fmt(f),
+            Cause::Text(t) => f.write_str(t),
+        }
+    }
+}
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
@@ -77,13 +94,49 @@ impl Error {
         Error::new(ErrorKind::Closed, format!("{what} is closed"))
     }
 
+    /// A cause known only as text (a BSON decoding error, a computation).
     pub fn with_cause(mut self, cause: impl fmt::Display) -> Self {
-        self.cause = Some(cause.to_string());
+        self.cause = Some(Box::new(Cause::Text(cause.to_string())));
         self
+    }
+
+    /// `cause` as this error's typed cause.
+    pub fn caused_by(mut self, cause: Error) -> Self {
+        self.cause = Some(Box::new(Cause::Error(cause)));
+        self
+    }
+
+    /// The cause when it is an error (its kind, code and labels): the
+    /// server error behind MaxTimeMSExpired, the error a timed-out retry
+    /// began with, the selection failure behind a CSOT timeout.
+    pub fn cause_error(&self) -> Option<&Error> {
+        match self.cause.as_deref() {
+            Some(Cause::Error(e)) => Some(e),
+            _ => None,
+        }
     }
 
     pub fn is_timeout(&self) -> bool {
         self.kind == ErrorKind::Timeout
+    }
+
+    /// No server was selected in time: the legacy server selection error,
+    /// or under CSOT a timeout caused by one.
+    pub fn is_selection_failure(&self) -> bool {
+        self.kind == ErrorKind::ServerSelection
+            || self
+                .cause_error()
+                .is_some_and(|c| c.kind == ErrorKind::ServerSelection)
+    }
+
+    /// The one test for "a network error" (retries, transaction and
+    /// retryable-write labels, change stream resumes): the socket failed, or
+    /// a socket read or write timed out (a timeout with no server code).
+    pub fn is_network(&self) -> bool {
+        self.kind == ErrorKind::Network
+            || (self.kind == ErrorKind::Timeout
+                && self.code.is_none()
+                && !self.is_selection_failure())
     }
 
     pub fn has_label(&self, label: &str) -> bool {
@@ -114,7 +167,12 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause_error()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<bson::error::Error> for Error {
     fn from(e: bson::error::Error) -> Self {
@@ -125,5 +183,40 @@ impl From<bson::error::Error> for Error {
 impl From<crate::uri::UriError> for Error {
     fn from(e: crate::uri::UriError) -> Self {
         Error::invalid_argument(format!("invalid connection string: {}", e.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_cause_keeps_kind_code_and_labels_and_shows_in_the_text() {
+        let mut net = Error::network("connection reset");
+        net.code = Some(9001);
+        net.add_label("RetryableWriteError");
+        let t = Error::timeout("retry").caused_by(net.clone());
+        assert_eq!(t.cause_error(), Some(&net));
+        assert!(t.to_string().contains("connection reset"));
+        assert!(std::error::Error::source(&t).is_some());
+        let text = t.clone().with_cause("text");
+        assert!(text.cause_error().is_none());
+        assert!(text.to_string().ends_with("caused by text"));
+    }
+
+    #[test]
+    fn a_selection_timeout_is_not_a_network_error() {
+        assert!(Error::timeout("socket read").is_network());
+        assert!(Error::network("reset").is_network());
+        let selection = Error::new(ErrorKind::ServerSelection, "no server");
+        let t = Error::timeout("server selection").caused_by(selection.clone());
+        assert!(t.is_selection_failure() && selection.is_selection_failure());
+        assert!(
+            !t.is_network(),
+            "not retried, not a transient network error"
+        );
+        let mut code50 = Error::timeout("server");
+        code50.code = Some(50);
+        assert!(!code50.is_network());
     }
 }

@@ -7,11 +7,10 @@
 use crate::client::ClientInner;
 use crate::conn::{check_ok, next_request_id, Connection};
 use crate::csot::OpTimeout;
-use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
-use crate::retryable::{may_retry, Retryability};
+use crate::retryable::{after_failure, Failure, Next, Retryability};
 use crate::runtime;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
@@ -76,8 +75,9 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         Retryability::Write if client.retry_writes => Retryability::Write,
         _ => Retryability::None,
     };
-    // Retrying "until the deadline" needs a finite one: timeoutMS=0 retries once.
-    let csot = matches!(ctx.timeout.csot, Some(Deadline::At(_)));
+    // Under CSOT (timeoutMS=0 included) retries go on until success, a
+    // non-retryable error or the deadline (CSOT spec, "Retryability").
+    let csot = ctx.timeout.is_csot();
     let mut state = Attempts {
         txn_number: None,
         retry_supported: true,
@@ -95,26 +95,33 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
                     e.add_label("TransientTransactionError");
                 }
                 // A network error on a retryable write says so (Retryable Writes spec).
-                if kind == Retryability::Write && state.retry_supported && is_network(&e) {
+                if kind == Retryability::Write && state.retry_supported && e.is_network() {
                     e.add_label("RetryableWriteError");
                 }
                 e
             }
         };
-        // A retry that could not even reach a server reports the error that
-        // made it retry (the caller can tell an attempt was made).
-        let err = match previous.take() {
-            Some(prev) if err.kind == ErrorKind::ServerSelection => return Err(prev),
-            _ => err,
-        };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        if state.final_error
-            || !state.retry_supported
-            || !may_retry(kind, &err, attempts, csot, expired)
-        {
+        // Refused before sending: nothing was sent, and no retry finds more time.
+        if state.final_error {
             return Err(err);
         }
-        previous = Some(err);
+        // The selected server could not retry this write: no retry.
+        let kind = match state.retry_supported {
+            true => kind,
+            false => Retryability::None,
+        };
+        let failed = Failure {
+            err,
+            previous: previous.take(),
+            attempts,
+            csot,
+            expired,
+        };
+        match after_failure(kind, failed) {
+            Next::Retry(err) => previous = Some(err),
+            Next::Fail(err) => return Err(err),
+        }
     }
 }
 
@@ -127,11 +134,13 @@ fn attempt<O: Operation>(
     state: &mut Attempts,
 ) -> Result<O::Output> {
     let mut topology = client.topology.borrow_mut();
+    // computedServerSelectionTimeout: selection, then checkout and connect.
+    let selection = ctx.timeout.selection_deadline(runtime::now());
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
-        None => topology.select(op.criteria(), &ctx.timeout)?,
+        None => topology.select(op.criteria(), &ctx.timeout, selection)?,
     };
-    let mut conn = topology.checkout(&address, &ctx.timeout)?;
+    let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
     let min_rtt = topology.min_rtt(&address);
     // Pools are not shared with anything else while the round trip runs.
     drop(topology);
@@ -235,6 +244,7 @@ fn attempt<O: Operation>(
             client.topology.borrow_mut().checkin(conn);
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
+                let e = ctx.timeout.transform(e);
                 client
                     .topology
                     .borrow_mut()
@@ -253,9 +263,11 @@ fn attempt<O: Operation>(
                 );
             }
             op.handle_reply(reply, &address)
+                .map_err(|e| ctx.timeout.transform(e))
         }
         Err(e) => {
-            if e.kind == ErrorKind::Network || e.kind == ErrorKind::Protocol {
+            // SDAM: a failed socket (not a timeout) or a garbled reply.
+            if (e.is_network() && !e.is_timeout()) || e.kind == ErrorKind::Protocol {
                 client.topology.borrow_mut().mark_unknown(&address, &e);
                 // The server may still hold the session's state.
                 if let Some(s) = ctx.session {
@@ -321,16 +333,9 @@ fn attach_session(
     Ok(())
 }
 
-/// A network error, a socket timeout included.
-fn is_network(e: &Error) -> bool {
-    e.kind == ErrorKind::Network || (e.kind == ErrorKind::Timeout && e.code.is_none())
-}
-
 /// Errors that leave a transaction retryable as a whole (Transactions spec).
 fn transient(e: &Error) -> bool {
-    e.kind == ErrorKind::Network
-        || e.kind == ErrorKind::ServerSelection
-        || (e.kind == ErrorKind::Timeout && e.code.is_none())
+    e.is_network() || e.is_selection_failure()
 }
 
 /// Keeps the greatest `$clusterTime` and the session's `operationTime`.

@@ -45,7 +45,7 @@ pub use collection::{Collection, FindOptions, OpOptions, UpdateResult, UpdateSpe
 pub use cursor::{Batch, Cursor, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Cause, Error, ErrorKind, Result};
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };

@@ -32,12 +32,13 @@ pub enum Retryability {
 }
 
 /// A network error, or a server error the specs list as retryable.
+/// A socket timeout is a network error; under CSOT, `may_retry` still stops
+/// once the deadline has passed.
 pub fn is_retryable_read_error(e: &Error) -> bool {
+    if e.is_network() {
+        return true;
+    }
     match e.kind {
-        ErrorKind::Network => true,
-        // A socket timeout without a server code is a network error; under
-        // CSOT, `may_retry` still stops once the deadline has passed.
-        ErrorKind::Timeout if e.code.is_none() => true,
         ErrorKind::Server | ErrorKind::Timeout => e
             .code
             .is_some_and(|c| RETRYABLE_CODES.contains(&c) || c == READ_ONLY_RETRYABLE),
@@ -48,9 +49,7 @@ pub fn is_retryable_read_error(e: &Error) -> bool {
 /// Writes are retried on network errors (a socket timeout is one) and on
 /// errors the server labelled `RetryableWriteError` (4.4+ servers label them).
 pub fn is_retryable_write_error(e: &Error) -> bool {
-    e.kind == ErrorKind::Network
-        || (e.kind == ErrorKind::Timeout && e.code.is_none())
-        || e.has_label("RetryableWriteError")
+    e.is_network() || e.has_label("RetryableWriteError")
 }
 
 /// Whether attempt `attempts + 1` may run after `err`.
@@ -67,6 +66,55 @@ pub fn may_retry(
         Retryability::Write => is_retryable_write_error(err),
     };
     retryable && !deadline_expired && (csot || attempts < 2)
+}
+
+/// One failed attempt, as the retry loop saw it.
+pub struct Failure {
+    pub err: Error,
+    /// The error of the attempt before, if this was a retry.
+    pub previous: Option<Error>,
+    /// Attempts made so far, this one included.
+    pub attempts: u32,
+    pub csot: bool,
+    /// The operation's deadline has passed.
+    pub expired: bool,
+}
+
+/// What the retry loop does next.
+#[derive(Debug, PartialEq)]
+pub enum Next {
+    /// Try again; the error is kept as the retry's `previous`.
+    Retry(Error),
+    Fail(Error),
+}
+
+/// The retry loop's decision after a failed attempt, and the error it
+/// reports. A failed selection is not retried; a retry that could not even
+/// reach a server reports the error that made it retry (the caller can tell
+/// an attempt was made), and under CSOT a retry that ran out of time is a
+/// timeout error caused by it (CSOT spec, "Errors").
+pub fn after_failure(kind: Retryability, f: Failure) -> Next {
+    let Failure {
+        err,
+        previous,
+        attempts,
+        csot,
+        expired,
+    } = f;
+    if err.is_selection_failure() {
+        return Next::Fail(match previous {
+            Some(prev) if err.is_timeout() => err.caused_by(prev),
+            Some(prev) => prev,
+            None => err,
+        });
+    }
+    match previous {
+        Some(prev) if expired && err.is_timeout() && err.code.is_none() => {
+            Next::Fail(err.caused_by(prev))
+        }
+        _ if may_retry(kind, &err, attempts, csot, expired) => Next::Retry(err),
+        _ => Next::Fail(err),
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +163,60 @@ mod tests {
         );
     }
 
+    fn failure(err: Error, previous: Option<Error>, attempts: u32, expired: bool) -> Failure {
+        Failure {
+            err,
+            previous,
+            attempts,
+            csot: true,
+            expired,
+        }
+    }
+
+    #[test]
+    fn a_retry_out_of_time_is_a_timeout_caused_by_the_last_real_error() {
+        let prev = server(91);
+        let timed_out = Error::timeout("socket read");
+        let f = failure(timed_out.clone(), Some(prev.clone()), 3, true);
+        match after_failure(Retryability::Read, f) {
+            Next::Fail(e) => {
+                assert!(e.is_timeout());
+                assert_eq!(e.cause_error(), Some(&prev));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Time left: a socket timeout (legacy-style) is retried.
+        let f = failure(timed_out, Some(prev), 3, false);
+        assert!(matches!(
+            after_failure(Retryability::Read, f),
+            Next::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn a_failed_selection_ends_the_loop() {
+        let prev = Error::network("reset");
+        let legacy = Error::new(ErrorKind::ServerSelection, "none");
+        let f = Failure {
+            csot: false,
+            ..failure(legacy.clone(), Some(prev.clone()), 2, false)
+        };
+        assert_eq!(
+            after_failure(Retryability::Read, f),
+            Next::Fail(prev.clone())
+        );
+        let csot = Error::timeout("server selection").caused_by(legacy.clone());
+        match after_failure(
+            Retryability::Read,
+            failure(csot, Some(prev.clone()), 2, false),
+        ) {
+            Next::Fail(e) => assert_eq!((e.is_timeout(), e.cause_error()), (true, Some(&prev))),
+            other => panic!("{other:?}"),
+        }
+        let first = failure(legacy.clone(), None, 1, false);
+        assert_eq!(after_failure(Retryability::Read, first), Next::Fail(legacy));
+    }
+
     #[test]
     fn once_without_csot_until_the_deadline_with_it() {
         let e = server(91);
@@ -123,5 +225,14 @@ mod tests {
         assert!(may_retry(Retryability::Read, &e, 7, true, false));
         assert!(!may_retry(Retryability::Read, &e, 7, true, true));
         assert!(!may_retry(Retryability::None, &e, 1, false, false));
+        // timeoutMS=0: CSOT without a deadline retries until success.
+        assert!(may_retry(Retryability::Read, &e, 100, true, false));
+        assert!(may_retry(
+            Retryability::Write,
+            &Error::network("reset"),
+            100,
+            true,
+            false
+        ));
     }
 }

@@ -72,8 +72,13 @@ impl Topology {
 
     /// Selects a server for `criteria`, checking servers as needed, within
     /// the operation's selection deadline.
-    pub fn select(&mut self, criteria: Criteria, timeout: &OpTimeout) -> Result<String> {
-        let deadline = timeout.selection_deadline(runtime::now());
+    /// `deadline` is the operation's selection deadline (`OpTimeout::selection_deadline`).
+    pub fn select(
+        &mut self,
+        criteria: Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<String> {
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
         }
@@ -111,7 +116,10 @@ impl Topology {
         };
         let found = crate::discovery::discover(cs, deadline).map_err(|e| {
             if e.is_timeout() {
-                let cause = e.cause.as_deref().unwrap_or(&e.message);
+                let cause = e
+                    .cause
+                    .as_ref()
+                    .map_or(e.message.clone(), |c| c.to_string());
                 timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
             } else {
                 e
@@ -183,8 +191,8 @@ impl Topology {
         deadline: Deadline,
     ) -> Result<()> {
         self.state(address).last_check = Some(runtime::now());
-        let connect = timeout.connect_deadline(runtime::now()).min(deadline);
-        match self.establish(address, connect) {
+        let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
+        match self.establish(address, connect.min(deadline), handshake.min(deadline)) {
             Ok(conn) => self.checkin(conn),
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
                 // The selection budget ran out mid-check. Under CSOT the
@@ -210,22 +218,35 @@ impl Topology {
     }
 
     /// A connection to `address`: an idle one, or a new one.
-    pub fn checkout(&mut self, address: &str, timeout: &OpTimeout) -> Result<Connection> {
+    /// `selection` is the deadline selection ran under: under CSOT what is
+    /// left of it bounds the checkout (CSOT spec, "Server Selection").
+    pub fn checkout(
+        &mut self,
+        address: &str,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
         let generation = self.state(address).generation;
         while let Some(conn) = self.state(address).idle.pop() {
             if conn.generation == generation && !conn.is_broken() {
                 return Ok(conn);
             }
         }
-        let deadline = timeout.connect_deadline(runtime::now());
-        self.establish(address, deadline).inspect_err(|e| {
-            if !e.is_timeout() {
-                self.mark_unknown(address, e);
-            }
-        })
+        let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
+        self.establish(address, connect, handshake)
+            .inspect_err(|e| {
+                if !e.is_timeout() {
+                    self.mark_unknown(address, e);
+                }
+            })
     }
 
-    fn establish(&mut self, address: &str, deadline: Deadline) -> Result<Connection> {
+    fn establish(
+        &mut self,
+        address: &str,
+        connect: Deadline,
+        handshake: Deadline,
+    ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         let id = self.next_conn_id;
         self.next_conn_id += 1;
@@ -237,7 +258,7 @@ impl Topology {
             &self.settings.connect,
             id,
             generation,
-            deadline,
+            (connect, handshake),
         )?;
         let state = self.state(address);
         state.rtt.add(rtt);

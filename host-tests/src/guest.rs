@@ -256,11 +256,17 @@ impl Guest {
             .call_id(&mut self.store, cursor.0)
     }
 
-    pub fn close_cursor(&mut self, cursor: Cursor) -> Result<WitResult<()>> {
-        self.driver
-            .mongo_wasi_driver_cursor()
-            .cursor()
-            .call_close(&mut self.store, cursor.0)
+    /// `timeout_ms` overrides the cursor's timeoutMS for the killCursors.
+    pub fn close_cursor(
+        &mut self,
+        cursor: Cursor,
+        timeout_ms: Option<u64>,
+    ) -> Result<WitResult<()>> {
+        self.driver.mongo_wasi_driver_cursor().cursor().call_close(
+            &mut self.store,
+            cursor.0,
+            timeout_ms,
+        )
     }
 
     pub fn take_events(&mut self, client: Client) -> Result<Vec<CommandEvent>> {

@@ -77,6 +77,37 @@ fn silent_server_without_timeout_ms_is_bounded_by_connect_and_selection_timeouts
 }
 
 #[test]
+fn under_csot_a_shorter_server_selection_timeout_ends_selection_with_a_timeout() {
+    let listener = Listener::start(Behaviour::Silent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/?serverSelectionTimeoutMS=300", listener.addr);
+    let client = guest
+        .connect(&uri, Some(5000), false)
+        .unwrap()
+        .expect("valid URI");
+    let db = guest.database(client, "db", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+    // A retryable read: a failed selection must still not be retried.
+    let started = Instant::now();
+    let r = guest
+        .count_documents(coll, &bson::rawdoc! {}, &host_tests::guest::no_options())
+        .unwrap();
+    let elapsed = started.elapsed();
+    let err = r.expect_err("a silent server cannot answer");
+    // computedServerSelectionTimeout expired: a timeout error (CSOT spec),
+    // its cause the selection failure; not retried until timeoutMS.
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(
+        err.cause
+            .as_deref()
+            .unwrap_or("")
+            .contains("ServerSelection"),
+        "the cause is the selection failure: {err:?}"
+    );
+    assert_within(elapsed, Duration::from_millis(300));
+}
+
+#[test]
 fn server_that_stops_after_hello_times_out_reading_the_reply() {
     let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
     let mut guest = Guest::new(&[listener.addr]).unwrap();

@@ -125,7 +125,7 @@ fn closing_a_cursor_early_sends_kill_cursors() {
     assert_ne!(id, 0, "the server still holds the cursor");
     g.take_events(client).unwrap();
 
-    g.close_cursor(cursor).unwrap().expect("close");
+    g.close_cursor(cursor, None).unwrap().expect("close");
     let kills = events_named(&mut g, client, "killCursors");
     let started = kills
         .iter()

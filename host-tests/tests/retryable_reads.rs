@@ -185,3 +185,34 @@ fn a_dropped_connection_is_retried_on_a_new_one() {
         "the retry used a new connection"
     );
 }
+
+#[test]
+fn a_retry_that_runs_out_of_time_is_a_timeout_caused_by_a_typed_server_error() {
+    let mut s = setup("out_of_time", "?timeoutMS=400");
+    let admin = s.guest.database(s.client, "admin", None).unwrap();
+    let fp = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 100 },
+        "data": {
+            "failCommands": ["find"], "errorCode": 7,
+            "blockConnection": true, "blockTimeMS": 150,
+        },
+    };
+    s.guest.run_command(admin, &fp, None).unwrap().unwrap();
+    let err = s
+        .guest
+        .find(s.coll, &rawdoc! {}, &find_options())
+        .unwrap()
+        .map(|_| ())
+        .expect_err("every attempt fails until the deadline");
+    // CSOT spec, "Retryability" and "Errors": a timeout error whose cause is
+    // the last error a server gave, with its kind and code: the retried
+    // HostNotFound (7), or the MaxTimeMSExpired (50) the proxy answers, as
+    // mongod does, once the derived maxTimeMS is shorter than the block.
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    let cause = err.cause.as_deref().unwrap_or("");
+    assert!(
+        cause.starts_with("Server: ") && (cause.contains("(code 7") || cause.contains("(code 50")),
+        "{err:?}"
+    );
+}

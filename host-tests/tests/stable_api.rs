@@ -77,7 +77,7 @@ fn every_command_of_a_client_with_a_declared_api_carries_its_fields() {
     let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().expect("find");
     g.next_batch(cursor).unwrap().expect("first batch");
     g.next_batch(cursor).unwrap().expect("getMore");
-    g.close_cursor(cursor).unwrap().expect("killCursors");
+    g.close_cursor(cursor, None).unwrap().expect("killCursors");
     g.drop_resource(cursor.0).unwrap();
 
     let seen = api_fields(&mut g, client);

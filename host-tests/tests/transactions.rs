@@ -423,3 +423,47 @@ fn with_transaction_waits_a_backoff_between_attempts() {
         "retries waited: {elapsed:?}"
     );
 }
+
+#[test]
+fn a_session_default_timeout_bounds_commit_not_the_operations_run_with_it() {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut g = Guest::new(&[addr]).unwrap();
+    let client = g
+        .connect(&format!("mongodb://{addr}/?replicaSet=rs0"), None, true)
+        .unwrap()
+        .unwrap();
+    let db = g.database(client, "txn_default_timeout", None).unwrap();
+    let coll = g.collection(db, "c", None).unwrap();
+    let opts = SessionOptions {
+        causal_consistency: None,
+        snapshot: None,
+        default_timeout_ms: Some(60_000),
+        default_transaction_options: None,
+    };
+    let session = g
+        .driver
+        .mongo_wasi_driver_client()
+        .client()
+        .call_start_session(&mut g.store, client.0, &opts)
+        .unwrap()
+        .unwrap();
+    start(&mut g, session);
+    g.take_events(client).unwrap();
+    let o = OpOptions {
+        session: Some(session),
+        ..no_options()
+    };
+    g.insert_one(coll, &rawdoc! { "x": 1 }, &o)
+        .unwrap()
+        .expect("insert in the transaction");
+    commit(&mut g, session).expect("commit");
+    let events = g.take_events(client).unwrap();
+    // defaultTimeoutMS is for commit, abort, endSession and withTransaction
+    // (CSOT spec, "Sessions"): the insert runs without timeoutMS.
+    let insert = &started(&events, "insert")[0];
+    assert!(insert.get("maxTimeMS").unwrap().is_none(), "{insert:?}");
+    let commit = &started(&events, "commitTransaction")[0];
+    assert!(commit.get("maxTimeMS").unwrap().is_some(), "{commit:?}");
+}

@@ -3,7 +3,7 @@
 mod indexes;
 mod writes;
 
-use crate::csot::{cursor_timeout, CursorShape};
+use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
 use crate::database::Database;
 use crate::error::{Error, Result};
@@ -100,18 +100,15 @@ impl Collection {
         key: &bson::raw::CStr,
         concern: Option<&RawDocumentBuf>,
     ) -> Result<OpOptions<'a>> {
+        let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
+        let options = &OpOptions {
+            extra: without_caller_max_time(options.extra.as_ref(), timeout_ms)?,
+            ..options.clone()
+        };
         if options.session.is_some_and(Session::in_transaction) {
             return Ok(options.clone());
         }
-        let csot = self.resolve(options.timeout_ms, options.session)?.is_some();
-        // Under timeoutMS a caller's maxTimeMS is ignored (CSOT spec).
-        let options = &match csot {
-            true => OpOptions {
-                extra: take_field(options.extra.as_ref(), "maxTimeMS")?.1,
-                ..options.clone()
-            },
-            false => options.clone(),
-        };
+        let csot = timeout_ms.is_some();
         let concern = match concern {
             Some(c) if csot && key == crate::concern::WRITE => {
                 Some(crate::concern::without_wtimeout(c)?)
@@ -137,23 +134,20 @@ impl Collection {
         self.timeout_ms
     }
 
-    /// The operation's timeoutMS (operation, session default, collection),
-    /// or the error this handle was built with.
+    /// The operation's timeoutMS (operation, else collection), or the error
+    /// this handle was built with. A session's defaultTimeoutMS is not
+    /// consulted: it is for the session's own operations (CSOT spec); a
+    /// running withTransaction body's deadline is.
     fn resolve(&self, op_timeout: Option<u64>, session: Option<&Session>) -> Result<Option<u64>> {
         if let Some(e) = self.db.config_error.as_ref().or(self.config_error.as_ref()) {
             return Err(e.clone());
         }
         // Inside a withTransaction body under CSOT the call's deadline rules.
-        if let Some(left) = session
+        let callback = session
             .map(|s| s.callback_timeout(op_timeout))
             .transpose()?
-            .flatten()
-        {
-            return Ok(Some(left));
-        }
-        Ok(op_timeout
-            .or(session.and_then(|s| s.default_timeout_ms))
-            .or(self.timeout_ms))
+            .flatten();
+        Ok(resolve_timeout_ms(op_timeout, callback, &[self.timeout_ms]))
     }
 
     /// A handle whose options were invalid: every operation returns `error`.
@@ -177,18 +171,14 @@ impl Collection {
         };
         let (tailable, await_data) = (flag("tailable"), flag("awaitData"));
         // maxAwaitTimeMS is for getMore, not for find itself.
-        let (max_await, extra) = max_await_time(options.extra.as_ref())?;
-        // Under timeoutMS a caller's maxTimeMS is ignored (CSOT spec).
-        let extra = match timeout_ms {
-            Some(_) => take_field(extra.as_ref(), "maxTimeMS")?.1,
-            None => extra,
-        };
+        let (max_await, extra) = max_await_time(options.extra.as_ref(), timeout_ms)?;
+        let extra = without_caller_max_time(extra.as_ref(), timeout_ms)?;
         let shape = CursorShape {
             tailable,
             await_data,
             writes: false,
         };
-        let (mode, max_time) = cursor_timeout(options.timeout_mode, timeout_ms, shape, max_await)?;
+        let (mode, max_time) = cursor_timeout(options.timeout_mode, timeout_ms, shape)?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
@@ -274,13 +264,14 @@ impl Collection {
     ) -> Result<Cursor> {
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         // maxAwaitTimeMS is for getMore, not for the command itself.
-        let (max_await, extra) = max_await_time(options.extra.as_ref())?;
+        let (max_await, extra) = max_await_time(options.extra.as_ref(), timeout_ms)?;
         let shape = CursorShape {
             tailable: false,
             await_data: max_await.is_some(),
             writes,
         };
-        let (mode, max_time) = cursor_timeout(timeout_mode, timeout_ms, shape, max_await)?;
+        let (mode, max_time) = cursor_timeout(timeout_mode, timeout_ms, shape)?;
+        let extra = without_caller_max_time(extra.as_ref(), timeout_ms)?;
         crate::operation::merge_extra(&mut body, extra.as_deref())?;
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
@@ -424,19 +415,12 @@ impl Collection {
 
 /// `maxAwaitTimeMS` taken out of `extra`: it is for getMore, not for the
 /// command that opens the cursor.
-fn max_await_time(extra: Option<&RawDocumentBuf>) -> Result<(Option<u64>, Option<RawDocumentBuf>)> {
+fn max_await_time(
+    extra: Option<&RawDocumentBuf>,
+    timeout_ms: Option<u64>,
+) -> Result<(Option<u64>, Option<RawDocumentBuf>)> {
     let (value, rest) = take_field(extra, "maxAwaitTimeMS")?;
-    let ms = match value {
-        None => None,
-        Some(v) => match v.as_i64().or(v.as_i32().map(i64::from)) {
-            Some(ms) if ms >= 0 => Some(ms as u64),
-            _ => {
-                return Err(Error::invalid_argument(
-                    "maxAwaitTimeMS must be a non-negative integer",
-                ))
-            }
-        },
-    };
+    let ms = crate::csot::max_await_ms(value.as_ref().map(|v| v.as_raw_bson_ref()), timeout_ms)?;
     Ok((ms, rest))
 }
 

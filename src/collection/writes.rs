@@ -257,7 +257,15 @@ impl Collection {
             op.finish_batch();
             r?;
         }
-        Ok(op.result)
+        // Folded write errors are transformed like any other (CSOT spec).
+        let mut result = op.result;
+        for (_, e) in &mut result.write_errors {
+            *e = budget.transform(e.clone());
+        }
+        for e in &mut result.write_concern_errors {
+            *e = budget.transform(e.clone());
+        }
+        Ok(result)
     }
 }
 

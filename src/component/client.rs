@@ -77,7 +77,8 @@ impl GuestClient for ClientRes {
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, _) = super::collection::aggregate_parts(&options)?;
+        let (opts, batch_size, mode) = super::collection::aggregate_parts(&options)?;
+        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
         Ok(super::collection::CursorRes::wit(wrap(self.0.watch(
             &super::docs(pipeline)?,
             batch_size,

@@ -302,7 +302,8 @@ impl GuestCollection for CollectionRes {
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        let (opts, batch_size, mode) = aggregate_parts(&options)?;
+        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
         Ok(CursorRes::wit(wrap(self.0.watch(
             &docs(pipeline)?,
             batch_size,
@@ -332,7 +333,7 @@ impl GuestCursor for CursorRes {
         self.0.borrow().resume_token().map(|d| d.into_bytes())
     }
 
-    fn close(&self) -> WitResult<()> {
-        wrap(self.0.borrow_mut().close())
+    fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+        wrap(self.0.borrow_mut().close(timeout_ms))
     }
 }

@@ -131,7 +131,8 @@ impl GuestDatabase for DatabaseRes {
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, _) = aggregate_parts(&options)?;
+        let (opts, batch_size, mode) = aggregate_parts(&options)?;
+        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
         Ok(CursorRes::wit(wrap(self.0.watch(
             &docs(pipeline)?,
             batch_size,

@@ -155,7 +155,7 @@ impl GuestDownloadStream for DownloadStreamRes {
         wrap(self.0.borrow_mut().read(max as usize))
     }
 
-    fn close(&self) {
-        self.0.borrow_mut().close()
+    fn close(&self, timeout_ms: Option<u64>) {
+        self.0.borrow_mut().close(timeout_ms)
     }
 }

@@ -37,7 +37,7 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         code_name: e.code_name,
         labels: e.labels,
         message: e.message,
-        cause: e.cause,
+        cause: e.cause.map(|c| c.to_string()),
         reply: e.reply.map(|r| r.into_bytes()),
     }
 }

@@ -55,7 +55,7 @@ fn from_wit(e: wit::Error) -> Error {
         code_name: e.code_name,
         labels: e.labels,
         message: e.message,
-        cause: e.cause,
+        cause: e.cause.map(|c| Box::new(crate::error::Cause::Text(c))),
         reply,
     }
 }

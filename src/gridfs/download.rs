@@ -20,6 +20,8 @@ pub struct DownloadStream {
     /// Bytes of the current chunk not yet read.
     current: Vec<u8>,
     offset: usize,
+    /// The stream's budget, fixed when it opened (GridFS streams, CSOT spec).
+    budget: OpTimeout,
 }
 
 impl DownloadStream {
@@ -48,6 +50,7 @@ impl DownloadStream {
             pending: VecDeque::new(),
             current: Vec::new(),
             offset: 0,
+            budget,
         };
         if chunk_count > 0 {
             let id = file
@@ -100,7 +103,7 @@ impl DownloadStream {
     /// Loads the next chunk into `current`; false at the end of the file.
     fn next_chunk(&mut self) -> Result<bool> {
         if self.next_n == self.chunk_count {
-            self.close();
+            self.close(None);
             return Ok(false);
         }
         // A batch may be empty while the cursor stays open: ask again (each
@@ -147,10 +150,23 @@ impl DownloadStream {
         Ok(true)
     }
 
-    pub fn close(&mut self) {
+    /// Closes the chunk cursor within what is left of the stream's budget,
+    /// or under a fresh `timeout_ms` when given.
+    pub fn close(&mut self, timeout_ms: Option<u64>) {
         if let Some(mut c) = self.cursor.take() {
-            let _ = c.close();
+            let _ = match timeout_ms {
+                Some(_) => c.close(timeout_ms),
+                None => c.close_within(&self.budget),
+            };
         }
+    }
+}
+
+impl Drop for DownloadStream {
+    /// A stream dropped unclosed still closes within its own budget, not
+    /// under the legacy timeouts its chunk cursor would fall back to.
+    fn drop(&mut self) {
+        self.close(None);
     }
 }
 

@@ -62,7 +62,11 @@ impl Bucket {
             db: db.name.clone(),
             name: options.bucket_name.unwrap_or_else(|| "fs".to_string()),
             chunk_size: options.chunk_size_bytes.unwrap_or(DEFAULT_CHUNK_SIZE),
-            timeout_ms: options.timeout_ms.or(db.timeout_ms),
+            timeout_ms: crate::csot::resolve_timeout_ms(
+                None,
+                None,
+                &[options.timeout_ms, db.timeout_ms],
+            ),
             indexes_checked: Rc::new(Cell::new(false)),
         }
     }
@@ -76,7 +80,7 @@ impl Bucket {
     }
 
     pub(crate) fn call<'a>(&self, options: &GridfsOptions<'a>) -> Call<'a> {
-        let timeout = options.timeout_ms.or(self.timeout_ms);
+        let timeout = crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         Call {
             budget: self.client.start_timeout(timeout),
             session: options.session,
@@ -216,7 +220,8 @@ impl Bucket {
         let reply = self
             .client
             .execute_within(&mut op, &call.budget, Some(&session), None)?;
-        let timeout_ms = options.timeout_ms.or(self.timeout_ms);
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         let settings = crate::cursor::CursorSettings {
             timeout_ms,
             ..Default::default()

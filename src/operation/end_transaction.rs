@@ -12,6 +12,8 @@ pub struct EndTransaction {
     write_concern: Option<RawDocumentBuf>,
     max_commit_time_ms: Option<u64>,
     attempts: u32,
+    /// timeoutMS is set: no wtimeout is added to a retried commit.
+    csot: bool,
 }
 
 impl EndTransaction {
@@ -21,6 +23,7 @@ impl EndTransaction {
             write_concern,
             max_commit_time_ms,
             attempts: 0,
+            csot: false,
         }
     }
 
@@ -37,6 +40,7 @@ impl EndTransaction {
 
     /// Under CSOT the deadline replaces wtimeout and maxCommitTimeMS.
     pub fn under_csot(&mut self) -> Result<()> {
+        self.csot = true;
         self.max_commit_time_ms = None;
         if let Some(wc) = &self.write_concern {
             self.write_concern = Some(crate::concern::without_wtimeout(wc)?);
@@ -50,6 +54,7 @@ impl EndTransaction {
             write_concern,
             max_commit_time_ms: None,
             attempts: 0,
+            csot: false,
         }
     }
 }
@@ -68,10 +73,10 @@ impl Operation for EndTransaction {
         body.append(key, 1);
         let mut wc = self.write_concern.clone();
         if self.commit && self.attempts > 1 {
-            wc = Some(retry_write_concern(wc.as_deref())?);
+            wc = Some(retried_commit_concern(wc.as_ref(), self.csot)?);
         }
-        // Under CSOT a write concern of only wtimeout is left empty: not sent.
-        if let Some(wc) = wc.filter(|w| w.iter().next().is_some()) {
+        // An empty write concern is the server's default: not sent.
+        if let Some(wc) = wc.filter(|w| !w.is_empty()) {
             body.append(cstr!("writeConcern"), wc);
         }
         if let (true, Some(ms)) = (self.commit, self.max_commit_time_ms) {
@@ -102,24 +107,28 @@ impl Operation for EndTransaction {
     }
 }
 
-/// A retried commit must not be satisfied by a minority (Transactions spec):
-/// `w` becomes "majority", a missing `wtimeout` becomes 10 s, and the other
-/// fields (`j`) stay.
-fn retry_write_concern(wc: Option<&bson::RawDocument>) -> Result<RawDocumentBuf> {
+/// A retried commit must not be satisfied by a minority (Transactions
+/// spec): `w: majority`, the caller's other fields (`j`) kept, and
+/// `wtimeout: 10000` unless one is given or timeoutMS bounds the commit.
+fn retried_commit_concern(wc: Option<&RawDocumentBuf>, csot: bool) -> Result<RawDocumentBuf> {
     let mut out = rawdoc! { "w": "majority" };
     let mut wtimeout = None;
-    for item in wc.into_iter().flat_map(|w| w.iter()) {
-        let (key, value) = item?;
-        match key.as_str() {
-            "w" => {}
-            "wtimeout" => wtimeout = Some(bson::RawBson::from(value)),
-            _ => out.append(key, value),
+    if let Some(wc) = wc {
+        for item in wc {
+            let (k, v) = item?;
+            match k.as_str() {
+                "w" => {}
+                "wtimeout" => wtimeout = Some(bson::RawBson::from(v)),
+                _ => out.append(k, v),
+            }
         }
     }
-    out.append(
-        cstr!("wtimeout"),
-        wtimeout.unwrap_or(bson::RawBson::Int32(10_000)),
-    );
+    if !csot {
+        out.append(
+            cstr!("wtimeout"),
+            wtimeout.unwrap_or(bson::RawBson::Int32(10_000)),
+        );
+    }
     Ok(out)
 }
 
@@ -175,6 +184,45 @@ mod tests {
             rawdoc! { "commitTransaction": 1, "writeConcern": { "w": 1 } }
         );
         assert!(op.sends_max_time(), "the deadline's maxTimeMS instead");
+    }
+
+    #[test]
+    fn no_empty_write_concern_and_a_retry_keeps_j() {
+        let mut op = EndTransaction::commit(Some(rawdoc! {}), None);
+        let first = op.build(&HelloReply::default()).unwrap().body;
+        assert_eq!(first, rawdoc! { "commitTransaction": 1 });
+        let mut op = EndTransaction::commit(Some(rawdoc! { "wtimeout": 5 }), None);
+        op.under_csot().unwrap();
+        assert_eq!(
+            op.build(&HelloReply::default()).unwrap().body,
+            rawdoc! { "commitTransaction": 1 },
+            "nothing left once wtimeout is dropped"
+        );
+        let mut op = EndTransaction::recommit(Some(rawdoc! { "w": 1, "j": true }), None);
+        assert_eq!(
+            op.build(&HelloReply::default())
+                .unwrap()
+                .body
+                .get_document("writeConcern")
+                .unwrap(),
+            &*rawdoc! { "w": "majority", "j": true, "wtimeout": 10_000 }
+        );
+        let mut op = EndTransaction::recommit(Some(rawdoc! { "j": true }), None);
+        op.under_csot().unwrap();
+        assert_eq!(
+            op.build(&HelloReply::default())
+                .unwrap()
+                .body
+                .get_document("writeConcern")
+                .unwrap(),
+            &*rawdoc! { "w": "majority", "j": true },
+            "under timeoutMS no wtimeout"
+        );
+        let mut op = EndTransaction::abort(Some(rawdoc! {}));
+        assert_eq!(
+            op.build(&HelloReply::default()).unwrap().body,
+            rawdoc! { "abortTransaction": 1 }
+        );
     }
 
     #[test]

@@ -73,8 +73,9 @@ impl Operation for RunCommand {
     }
 
     fn sends_max_time(&self) -> bool {
-        // A caller's own maxTimeMS wins over the derived one.
-        self.max_time && self.command.get("maxTimeMS").ok().flatten().is_none()
+        // The command is not searched for a maxTimeMS of its own (CSOT spec,
+        // "RunCommand"); helpers strip the caller's under CSOT beforehand.
+        self.max_time
     }
 }
 
@@ -102,5 +103,19 @@ impl Operation for CursorCommand {
 
     fn sends_max_time(&self) -> bool {
         self.0.sends_max_time()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn the_command_is_not_searched_for_max_time() {
+        let cmd = rawdoc! { "ping": 1, "maxTimeMS": 5 };
+        let mut op = RunCommand::new("db", cmd.clone(), Criteria::Write);
+        assert!(op.sends_max_time(), "under CSOT the derived one is added");
+        assert_eq!(op.build(&HelloReply::default()).unwrap().body, cmd);
     }
 }

@@ -17,7 +17,7 @@ pub use transaction::TransactionOptions;
 use crate::client::Client;
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::operation::EndTransaction;
 use crate::runtime;
 use bson::{cstr, RawDocumentBuf};
@@ -240,11 +240,13 @@ impl Session {
     }
 
     /// The timeoutMS of commit, abort and withTransaction: the call's, else
-    /// the session's default, else the client's.
-    fn resolve_timeout(&self, timeout_ms: Option<u64>) -> Option<u64> {
-        timeout_ms
-            .or(self.default_timeout_ms)
-            .or(self.client.as_ref().and_then(Client::timeout_ms))
+    /// the session's default, else the client's (`csot::resolve_timeout_ms`).
+    pub(crate) fn resolve_timeout(&self, timeout_ms: Option<u64>) -> Option<u64> {
+        crate::csot::resolve_timeout_ms(
+            timeout_ms,
+            self.default_timeout_ms,
+            &[self.client.as_ref().and_then(Client::timeout_ms)],
+        )
     }
 
     /// The convenient transaction API without a closure (Convenient API for
@@ -373,8 +375,8 @@ fn unknown_commit_result(e: &Error) -> bool {
     const WRITE_CONCERN_CODES: &[i32] = &[
         64, 50, 91, 189, 6, 7, 89, 9001, 10107, 11600, 11602, 13435, 13436, 262,
     ];
-    matches!(e.kind, ErrorKind::Network | ErrorKind::ServerSelection)
-        || (e.kind == ErrorKind::Timeout && e.code.is_none())
+    e.is_network()
+        || e.is_selection_failure()
         || e.code.is_some_and(|c| WRITE_CONCERN_CODES.contains(&c))
 }
 
@@ -384,6 +386,16 @@ mod tests {
 
     fn pool() -> Rc<SessionPool> {
         Rc::new(SessionPool::default())
+    }
+
+    #[test]
+    fn selection_failures_leave_a_commit_unknown_in_both_modes() {
+        use crate::error::ErrorKind;
+        let selection = Error::new(ErrorKind::ServerSelection, "no server");
+        assert!(unknown_commit_result(&selection));
+        let csot = Error::timeout("server selection").caused_by(selection);
+        assert!(unknown_commit_result(&csot));
+        assert!(!unknown_commit_result(&Error::invalid_argument("x")));
     }
 
     #[test]

@@ -154,7 +154,7 @@ impl WithTransaction {
             e.labels = cause.labels.clone();
             e.code = cause.code;
             e.code_name = cause.code_name.clone();
-            e.cause = Some(cause.to_string());
+            e = e.caused_by(cause);
         }
         e
     }
@@ -269,7 +269,7 @@ mod tests {
         };
         assert_eq!(t.kind, ErrorKind::Timeout);
         assert!(t.has_label(TRANSIENT), "the transient error's labels stay");
-        assert!(t.cause.as_deref().unwrap().contains("boom"));
+        assert!(t.cause.as_ref().unwrap().to_string().contains("boom"));
         assert!(t.message.contains("120 s"));
 
         // The same for a commit error, whatever its labels.

@@ -213,11 +213,11 @@ impl TestRun {
                         .call_end(&mut g.store, s.handle)?;
                 }
                 Some(Entity::Cursor(c)) => {
-                    let _ = g
-                        .driver
-                        .mongo_wasi_driver_cursor()
-                        .cursor()
-                        .call_close(&mut g.store, c.handle)?;
+                    let _ = g.driver.mongo_wasi_driver_cursor().cursor().call_close(
+                        &mut g.store,
+                        c.handle,
+                        None,
+                    )?;
                 }
                 _ => {}
             }

@@ -82,7 +82,7 @@ impl TestRun {
         &mut self,
         object: &str,
         name: &str,
-        args: Args,
+        mut args: Args,
     ) -> Step<OpResult> {
         let guest = &mut self.guest;
         let c = self.entities.cursor_mut(object)?;
@@ -131,10 +131,11 @@ impl TestRun {
                     .map_or(Output::None, |d| Output::Value(d.into()))))
             }
             "close" => {
+                let timeout = args.timeout()?;
                 args.done()?;
                 // Errors from killCursors are suppressed, as the spec says.
                 let api = guest.driver.mongo_wasi_driver_cursor().cursor();
-                let _ = api.call_close(&mut guest.store, c.handle)?;
+                let _ = api.call_close(&mut guest.store, c.handle, timeout)?;
                 c.buffer.clear();
                 c.exhausted = true;
                 Ok(Ok(Output::None))
