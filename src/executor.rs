@@ -32,6 +32,8 @@ struct Attempts {
     retry_supported: bool,
     /// The attempt failed in a way no retry can fix (refused before sending).
     final_error: bool,
+    /// The server the latest attempt went to: a retry deprioritizes it.
+    failed_on: Option<String>,
 }
 
 /// Runs `op` with the context's session, or an implicit one.
@@ -82,6 +84,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         txn_number: None,
         retry_supported: true,
         final_error: false,
+        failed_on: None,
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
@@ -129,8 +132,9 @@ fn attempt<O: Operation>(
     let mut topology = client.topology.borrow_mut();
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
-        None => topology.select(op.criteria(), &ctx.timeout)?,
+        None => topology.select(op.criteria(), &ctx.timeout, state.failed_on.as_deref())?,
     };
+    state.failed_on = Some(address.clone());
     let mut conn = topology.checkout(&address, &ctx.timeout)?;
     let min_rtt = topology.min_rtt(&address);
     // Pools are not shared with anything else while the round trip runs.

@@ -19,7 +19,8 @@ const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
 
 pub struct TopologySettings {
     pub seeds: Vec<String>,
-    pub direct: bool,
+    /// The directConnection URI option, if given.
+    pub direct: Option<bool>,
     pub replica_set: Option<String>,
     pub local_threshold: Duration,
     pub connect: ConnectSettings,
@@ -68,15 +69,30 @@ impl Topology {
     }
 
     /// Selects a server for `criteria`, checking servers as needed, within
-    /// the operation's selection deadline.
-    pub fn select(&mut self, criteria: Criteria, timeout: &OpTimeout) -> Result<String> {
+    /// the operation's selection deadline. `failed_on`: the server a retried
+    /// operation's previous attempt failed on (deprioritized where the
+    /// retryable specs say so).
+    pub fn select(
+        &mut self,
+        criteria: Criteria,
+        timeout: &OpTimeout,
+        failed_on: Option<&str>,
+    ) -> Result<String> {
         let deadline = timeout.selection_deadline(runtime::now());
         loop {
-            let found: Vec<String> =
-                selection::suitable(&self.description, criteria, self.settings.local_threshold)
-                    .into_iter()
-                    .map(|s| s.address.clone())
-                    .collect();
+            let avoid: Vec<&str> = failed_on
+                .filter(|_| crate::retryable::deprioritizes(self.description.kind))
+                .into_iter()
+                .collect();
+            let found: Vec<String> = selection::suitable(
+                &self.description,
+                criteria,
+                self.settings.local_threshold,
+                &avoid,
+            )
+            .into_iter()
+            .map(|s| s.address.clone())
+            .collect();
             if !found.is_empty() {
                 let pick = found[self.next_random() as usize % found.len()].clone();
                 if !self.check_due(&pick) {
