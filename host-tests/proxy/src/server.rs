@@ -44,6 +44,14 @@ impl ProxyConfig {
         }
     }
 
+    /// A sharded cluster of `mongoses` mongos routers.
+    pub fn sharded(backend: SocketAddr, mongoses: usize) -> ProxyConfig {
+        ProxyConfig {
+            topology: Topology::Sharded { mongoses },
+            ..ProxyConfig::new(backend)
+        }
+    }
+
     /// A replica set of `members` data-bearing members, no arbiter.
     pub fn replica_set(backend: SocketAddr, name: &str, members: usize) -> ProxyConfig {
         let topology = Topology::ReplicaSet {
@@ -69,7 +77,9 @@ pub(crate) struct Shared {
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
-    pub failpoints: Mutex<FailPoints>,
+    /// One set shared by every listener, or one per mongos for a sharded cluster
+    /// (see [`Shared::failpoints`]).
+    failpoints: Vec<Mutex<FailPoints>>,
     pub stats: Mutex<Stats>,
     /// Auth on: commands need an authenticated connection.
     pub auth_enabled: bool,
@@ -86,6 +96,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The fail points that `member`'s connections see and configure.
+    pub fn failpoints(&self, member: usize) -> MutexGuard<'_, FailPoints> {
+        lock(self.failpoints.get(member).unwrap_or(&self.failpoints[0]))
+    }
+
     pub fn is_stopped(&self) -> bool {
         *lock(&self.stopped)
     }
@@ -159,6 +174,10 @@ impl Proxy {
             Topology::ReplicaSet {
                 members, arbiters, ..
             } => members + arbiters,
+            Topology::Sharded { mongoses: 0 } => {
+                return Err(bad("a cluster needs a mongos".into()))
+            }
+            Topology::Sharded { mongoses } => *mongoses,
         };
         if !config.listen.is_empty() && config.listen.len() != members {
             return Err(bad(format!(
@@ -184,13 +203,19 @@ impl Proxy {
             .collect::<io::Result<Vec<_>>>()?;
         let hosts = addrs.iter().map(SocketAddr::to_string).collect();
         let users = Users::new(&config.auth).map_err(bad)?;
+        let fail_point_sets = match config.topology {
+            Topology::Sharded { .. } => members,
+            _ => 1,
+        };
         let shared = Arc::new(Shared {
             backend: config.backend,
             version: Version::parse(&config.build_version),
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
-            failpoints: Mutex::new(FailPoints::default()),
+            failpoints: (0..fail_point_sets)
+                .map(|_| Mutex::new(FailPoints::default()))
+                .collect(),
             stats: Mutex::new(Stats::default()),
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),
