@@ -7,6 +7,7 @@ use host_tests::bindings::exports::mongo_wasi::driver::types::{
     CommandEventKind, Error as DriverError, ErrorKind,
 };
 use host_tests::guest::{find_options, Client, Collection, Guest};
+use host_tests::listeners::{Behaviour, Listener};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 
 struct Setup {
@@ -186,6 +187,60 @@ fn a_dropped_connection_is_retried_on_a_new_one() {
         finds[0].connection_id, finds[2].connection_id,
         "the retry used a new connection"
     );
+}
+
+/// mapReduce is never retried (Retryable Reads spec, "Unsupported Read
+/// Operations"), even with inline output: against a server that drops every
+/// command, a find is sent twice and a mapReduce once. The command carries map
+/// and reduce as BSON code. (Not through the proxy: nx-27017 runs no mapReduce,
+/// so the proxy answers CommandNotFound before any fail point.)
+#[test]
+fn map_reduce_is_not_retried() {
+    let listener = Listener::start(Behaviour::CloseOnCommand).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let db = guest.database(client, "db", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+
+    let err = guest
+        .find(coll, &rawdoc! {}, &find_options())
+        .unwrap()
+        .map(|_| ())
+        .expect_err("every attempt is dropped");
+    assert_eq!(err.kind, ErrorKind::Network);
+    assert_eq!(listener.count("find"), 2, "find is a retryable read");
+
+    let (map, reduce) = (
+        "function() { emit(0, this.x) }",
+        "function(k, v) { return 1 }",
+    );
+    let no = host_tests::guest::no_options();
+    for (i, out) in [rawdoc! { "inline": 1 }, rawdoc! { "replace": "mr_out" }]
+        .into_iter()
+        .enumerate()
+    {
+        guest.take_events(client).unwrap();
+        let err = guest
+            .map_reduce(coll, map, reduce, &out, &no)
+            .unwrap()
+            .expect_err("dropped");
+        assert_eq!(err.kind, ErrorKind::Network);
+        assert_eq!(listener.count("mapReduce"), i + 1, "not retried: {out:?}");
+        let events = guest.take_events(client).unwrap();
+        let started = events
+            .iter()
+            .find(|e| e.command_name == "mapReduce" && e.kind == CommandEventKind::Started)
+            .expect("a started event");
+        let cmd = bson::RawDocumentBuf::from_bytes(started.command.clone().unwrap()).unwrap();
+        assert_eq!(cmd.get_str("mapReduce").unwrap(), "c");
+        assert_eq!(cmd.get("map").unwrap().unwrap().as_javascript(), Some(map));
+        assert_eq!(
+            cmd.get("reduce").unwrap().unwrap().as_javascript(),
+            Some(reduce)
+        );
+        assert_eq!(cmd.get_document("out").unwrap(), &*out);
+    }
 }
 
 // Prose tests 2.x: retrying reads in a sharded cluster, through the proxy's sharded

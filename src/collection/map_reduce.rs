@@ -1,21 +1,25 @@
-//! `mapReduce` (deprecated by the server, still in the Retryable Reads spec):
-//! with `out: {inline: 1}` it is a read and retried as one; any other output
-//! writes a collection, so it goes to a writable server and is not retried.
+//! `mapReduce` (deprecated by the server). With `out: {inline: 1}` it is a
+//! read (read preference and read concern apply); any other output writes a
+//! collection, so it goes to a writable server. Either way it is never retried:
+//! the Retryable Reads spec says drivers MUST NOT retry Collection.mapReduce
+//! (the server's "Early Failure on Socket Disconnect" does not cover it).
 
 use super::Collection;
 use super::OpOptions;
 use crate::error::{Error, Result};
+use crate::operation::RunCommand;
 use crate::retryable::Retryability;
+use crate::sdam::selection::Criteria;
 use bson::{rawdoc, RawBson, RawDocumentBuf};
 
 /// The command for `map`/`reduce` (JavaScript source, sent as BSON code) into
-/// `out`, and how it may be retried.
+/// `out`, and whether it is a read (inline output).
 pub(crate) fn command(
     collection: &str,
     map: &str,
     reduce: &str,
     out: RawDocumentBuf,
-) -> Result<(RawDocumentBuf, Retryability)> {
+) -> Result<(RawDocumentBuf, bool)> {
     if out.is_empty() {
         return Err(Error::invalid_argument(
             "mapReduce needs an output: {inline: 1} or a collection",
@@ -28,12 +32,7 @@ pub(crate) fn command(
         "reduce": RawBson::JavaScriptCode(reduce.to_string()),
         "out": out,
     };
-    let retry = if inline {
-        Retryability::Read
-    } else {
-        Retryability::None
-    };
-    Ok((body, retry))
+    Ok((body, inline))
 }
 
 /// The reply without the fields every reply carries (`ok`, `$clusterTime`, `operationTime`).
@@ -49,7 +48,7 @@ pub(crate) fn result(reply: RawDocumentBuf) -> Result<RawDocumentBuf> {
 }
 
 impl Collection {
-    /// Runs `mapReduce` on this collection; see [`command`] for retries.
+    /// Runs `mapReduce` on this collection, never retried (see the module doc).
     pub fn map_reduce(
         &self,
         map: &str,
@@ -57,8 +56,19 @@ impl Collection {
         out: RawDocumentBuf,
         options: &OpOptions,
     ) -> Result<RawDocumentBuf> {
-        let (body, retry) = command(&self.name, map, reduce, out)?;
-        result(self.command(body, options, retry)?)
+        let (mut body, read) = command(&self.name, map, reduce, out)?;
+        let options = match read {
+            true => self.reading(options)?,
+            false => self.writing(options)?,
+        };
+        crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
+        let mut op = match read {
+            true => RunCommand::read(&self.db.name, body),
+            false => RunCommand::new(&self.db.name, body, Criteria::Write),
+        };
+        op.retryability = Retryability::None;
+        let timeout = self.resolve(options.timeout_ms, options.session)?;
+        result(self.db.client.execute(&mut op, timeout, options.session)?)
     }
 }
 
@@ -67,15 +77,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inline_output_is_a_retryable_read() {
-        let (body, retry) = command(
+    fn inline_output_is_a_read() {
+        let (body, read) = command(
             "c",
             "function(){}",
             "function(k,v){}",
             rawdoc! { "inline": 1 },
         )
         .unwrap();
-        assert_eq!(retry, Retryability::Read);
+        assert!(read);
         assert_eq!(body.get_str("mapReduce").unwrap(), "c");
         assert_eq!(
             body.get("map").unwrap().unwrap().as_javascript(),
@@ -88,9 +98,9 @@ mod tests {
     }
 
     #[test]
-    fn output_to_a_collection_is_not_retried() {
-        let (_, retry) = command("c", "m", "r", rawdoc! { "replace": "out" }).unwrap();
-        assert_eq!(retry, Retryability::None);
+    fn output_to_a_collection_is_a_write() {
+        let (_, read) = command("c", "m", "r", rawdoc! { "replace": "out" }).unwrap();
+        assert!(!read);
         assert!(command("c", "m", "r", rawdoc! {}).is_err());
     }
 
