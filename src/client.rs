@@ -134,7 +134,7 @@ impl Client {
         let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
         let settings = TopologySettings {
             seeds,
-            direct: o.direct_connection == Some(true),
+            direct: o.direct_connection,
             replica_set: o.replica_set.clone(),
             srv: cs.srv.then(|| cs.clone()),
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),

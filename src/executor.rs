@@ -31,6 +31,8 @@ struct Attempts {
     retry_supported: bool,
     /// The attempt failed in a way no retry can fix (refused before sending).
     final_error: bool,
+    /// The server the latest attempt went to: a retry deprioritizes it.
+    failed_on: Option<String>,
 }
 
 /// Runs `op` with the context's session, or an implicit one.
@@ -82,6 +84,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         txn_number: None,
         retry_supported: true,
         final_error: false,
+        failed_on: None,
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
@@ -138,8 +141,14 @@ fn attempt<O: Operation>(
     let selection = ctx.timeout.selection_deadline(runtime::now());
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
-        None => topology.select(op.criteria(), &ctx.timeout, selection)?,
+        None => topology.select(
+            op.criteria(),
+            &ctx.timeout,
+            selection,
+            state.failed_on.as_deref(),
+        )?,
     };
+    state.failed_on = Some(address.clone());
     let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
     let min_rtt = topology.min_rtt(&address);
     // Pools are not shared with anything else while the round trip runs.

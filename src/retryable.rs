@@ -4,6 +4,7 @@
 //! or the deadline (CSOT spec, "Retryability").
 
 use crate::error::{Error, ErrorKind};
+use crate::sdam::TopologyType;
 
 /// Server codes after which an operation may be retried (both specs).
 const RETRYABLE_CODES: &[i32] = &[
@@ -29,6 +30,14 @@ pub enum Retryability {
     None,
     Read,
     Write,
+}
+
+/// Whether a retry deprioritizes the server the previous attempt failed on:
+/// in a sharded cluster it does (Retryable Reads/Writes specs, "Selecting the
+/// server for retry"); in a replica set a retry may go back to the same member
+/// (only overload errors retarget there, which this driver does not implement).
+pub fn deprioritizes(kind: TopologyType) -> bool {
+    kind == TopologyType::Sharded
 }
 
 /// A network error, or a server error the specs list as retryable.

@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::runtime;
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
-use crate::sdam::{ServerType, TopologyDescription, TopologyType};
+use crate::sdam::{ServerType, TopologyDescription};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -19,7 +19,8 @@ const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
 
 pub struct TopologySettings {
     pub seeds: Vec<String>,
-    pub direct: bool,
+    /// The directConnection URI option, if given.
+    pub direct: Option<bool>,
     pub replica_set: Option<String>,
     /// A `mongodb+srv` URI whose seeds are still to be discovered (at the
     /// first selection, under its deadline); `None` once they are.
@@ -71,23 +72,33 @@ impl Topology {
     }
 
     /// Selects a server for `criteria`, checking servers as needed, within
-    /// the operation's selection deadline.
-    /// `deadline` is the operation's selection deadline (`OpTimeout::selection_deadline`).
+    /// the operation's selection deadline (`OpTimeout::selection_deadline`).
+    /// `failed_on`: the server a retried operation's previous attempt failed
+    /// on (deprioritized where the retryable specs say so).
     pub fn select(
         &mut self,
         criteria: Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
+        failed_on: Option<&str>,
     ) -> Result<String> {
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
         }
         loop {
-            let found: Vec<String> =
-                selection::suitable(&self.description, criteria, self.settings.local_threshold)
-                    .into_iter()
-                    .map(|s| s.address.clone())
-                    .collect();
+            let avoid: Vec<&str> = failed_on
+                .filter(|_| crate::retryable::deprioritizes(self.description.kind))
+                .into_iter()
+                .collect();
+            let found: Vec<String> = selection::suitable(
+                &self.description,
+                criteria,
+                self.settings.local_threshold,
+                &avoid,
+            )
+            .into_iter()
+            .map(|s| s.address.clone())
+            .collect();
             if !found.is_empty() {
                 let pick = found[self.next_random() as usize % found.len()].clone();
                 if !self.check_due(&pick) {
@@ -128,12 +139,8 @@ impl Topology {
         crate::client::check_supported(&found.cs)?;
         let seeds = crate::client::seeds(&found.cs)?;
         let set_name = found.cs.options.replica_set.clone();
-        let mut description = TopologyDescription::new(&seeds, false, set_name.clone());
         // SRV seeds are never a direct connection, even when there is one.
-        if description.kind == TopologyType::Single {
-            description.kind = TopologyType::Unknown;
-        }
-        self.description = description;
+        self.description = TopologyDescription::new(&seeds, Some(false), set_name.clone());
         self.settings.seeds = seeds;
         self.settings.replica_set = set_name;
         self.settings.connect.name_servers = found.name_servers;

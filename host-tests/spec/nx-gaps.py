@@ -297,6 +297,24 @@ def api_parameters(db):
     return bool(accepted), "accepted " + ", ".join(accepted) if accepted else "both refused"
 
 
+@gap("map-reduce", "runs mapReduce's JavaScript: with out: {inline: 1} it answers the reduced "
+     "documents in `results`")
+def map_reduce(db):
+    from bson.code import Code
+    db.c.insert_many([{"_id": 1, "x": 0}, {"_id": 2, "x": 1}, {"_id": 3, "x": 2}])
+    reply, err = attempt(lambda: db.command(
+        "mapReduce", "c",
+        map=Code("function inc() { return emit(0, this.x + 1) }"),
+        reduce=Code("function sum(key, values) { return values.reduce((acc, x) => acc + x); }"),
+        out={"inline": 1}))
+    if err:
+        return True, err
+    results = reply.get("results")
+    ran = results == [{"_id": 0, "value": 6}]
+    shown = {k: v for k, v in reply.items() if k not in ("$clusterTime", "operationTime")}
+    return not ran, f"answered {shown}"
+
+
 PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),

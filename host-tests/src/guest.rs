@@ -202,6 +202,30 @@ impl Guest {
         Ok(r.map(|res| bson::RawDocumentBuf::from_bytes(res.inserted_id).expect("id is BSON")))
     }
 
+    /// `mapReduce` with JavaScript `map`/`reduce` into `out`.
+    pub fn map_reduce(
+        &mut self,
+        coll: Collection,
+        map: &str,
+        reduce: &str,
+        out: &bson::RawDocument,
+        opts: &OpOptions,
+    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_map_reduce(
+                &mut self.store,
+                coll.0,
+                map,
+                reduce,
+                &out.as_bytes().to_vec(),
+                opts,
+            )?;
+        Ok(r.map(|d| bson::RawDocumentBuf::from_bytes(d).expect("the result is BSON")))
+    }
+
     pub fn find(
         &mut self,
         coll: Collection,

@@ -27,6 +27,9 @@ pub enum Behaviour {
     /// (`TRICKLE_STEP` every `TRICKLE_PAUSE`) and never answers: a large
     /// command's write cannot finish within any test's deadline.
     SlowReader,
+    /// Answers `hello`, then closes the connection when the next command arrives
+    /// (after recording it): a network error for every attempt.
+    CloseOnCommand,
     /// A cursor that never ends: any command naming `find` opens cursor
     /// `CURSOR_ID` with one document; every getMore answers an empty batch
     /// and keeps the cursor open; anything else answers `{ok: 1}`.
@@ -185,6 +188,10 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
                 std::thread::sleep(TRICKLE_PAUSE);
             }
             Ok(())
+        }
+        Behaviour::CloseOnCommand => {
+            read_command(&mut stream, shared)?;
+            stream.shutdown(std::net::Shutdown::Both)
         }
         Behaviour::EmptyBatches => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;

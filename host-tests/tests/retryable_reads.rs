@@ -2,9 +2,12 @@
 //! that fails with a retryable error is retried once without timeoutMS, and
 //! as often as its deadline allows with it.
 
-use bson::rawdoc;
-use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
+use bson::{rawbson, rawdoc};
+use host_tests::bindings::exports::mongo_wasi::driver::types::{
+    CommandEventKind, Error as DriverError, ErrorKind,
+};
 use host_tests::guest::{find_options, Client, Collection, Guest};
+use host_tests::listeners::{Behaviour, Listener};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 
 struct Setup {
@@ -214,5 +217,213 @@ fn a_retry_that_runs_out_of_time_is_a_timeout_caused_by_a_typed_server_error() {
     assert!(
         cause.starts_with("Server: ") && (cause.contains("(code 7") || cause.contains("(code 50")),
         "{err:?}"
+    );
+}
+
+/// mapReduce is never retried (Retryable Reads spec, "Unsupported Read
+/// Operations"), even with inline output: against a server that drops every
+/// command, a find is sent twice and a mapReduce once. The command carries map
+/// and reduce as BSON code. (Not through the proxy: nx-27017 runs no mapReduce,
+/// so the proxy answers CommandNotFound before any fail point.)
+#[test]
+fn map_reduce_is_not_retried() {
+    let listener = Listener::start(Behaviour::CloseOnCommand).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let db = guest.database(client, "db", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+
+    let err = guest
+        .find(coll, &rawdoc! {}, &find_options())
+        .unwrap()
+        .map(|_| ())
+        .expect_err("every attempt is dropped");
+    assert_eq!(err.kind, ErrorKind::Network);
+    assert_eq!(listener.count("find"), 2, "find is a retryable read");
+
+    let (map, reduce) = (
+        "function() { emit(0, this.x) }",
+        "function(k, v) { return 1 }",
+    );
+    let no = host_tests::guest::no_options();
+    for (i, out) in [rawdoc! { "inline": 1 }, rawdoc! { "replace": "mr_out" }]
+        .into_iter()
+        .enumerate()
+    {
+        guest.take_events(client).unwrap();
+        let err = guest
+            .map_reduce(coll, map, reduce, &out, &no)
+            .unwrap()
+            .expect_err("dropped");
+        assert_eq!(err.kind, ErrorKind::Network);
+        assert_eq!(listener.count("mapReduce"), i + 1, "not retried: {out:?}");
+        let events = guest.take_events(client).unwrap();
+        let started = events
+            .iter()
+            .find(|e| e.command_name == "mapReduce" && e.kind == CommandEventKind::Started)
+            .expect("a started event");
+        let cmd = bson::RawDocumentBuf::from_bytes(started.command.clone().unwrap()).unwrap();
+        assert_eq!(cmd.get_str("mapReduce").unwrap(), "c");
+        assert_eq!(cmd.get("map").unwrap().unwrap().as_javascript(), Some(map));
+        assert_eq!(
+            cmd.get("reduce").unwrap().unwrap().as_javascript(),
+            Some(reduce)
+        );
+        assert_eq!(cmd.get_document("out").unwrap(), &*out);
+    }
+}
+
+// Prose tests 2.x: retrying reads in a sharded cluster, through the proxy's sharded
+// presentation (each listener a mongos with fail points of its own).
+
+/// A cluster of `n` mongoses: the driver's client on all of them (`uri_options` added),
+/// and one direct client per mongos to configure its fail points.
+struct Cluster {
+    guest: Guest,
+    client: Client,
+    coll: Collection,
+    direct: Vec<Client>,
+    mongoses: Vec<String>,
+    _proxy: Proxy,
+}
+
+fn cluster(test: &str, n: usize, uri_options: &str) -> Cluster {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::sharded(backend, n)).unwrap();
+    let addrs = proxy.addresses();
+    let mut guest = Guest::new(&addrs).unwrap();
+    let mongoses: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let uri = format!("mongodb://{}/?{uri_options}", mongoses.join(","));
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let direct = mongoses
+        .iter()
+        .map(|m| {
+            let uri = format!("mongodb://{m}/?directConnection=true");
+            guest.connect(&uri, None, false).unwrap().unwrap()
+        })
+        .collect();
+    let db = guest
+        .database(client, &format!("retry_{test}"), None)
+        .unwrap();
+    guest
+        .run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
+        .unwrap()
+        .expect("dropDatabase");
+    let coll = guest.collection(db, "c", None).unwrap();
+    guest
+        .insert_one(coll, &rawdoc! { "x": 1 }, &host_tests::guest::no_options())
+        .unwrap()
+        .unwrap();
+    Cluster {
+        guest,
+        client,
+        coll,
+        direct,
+        mongoses,
+        _proxy: proxy,
+    }
+}
+
+impl Cluster {
+    /// Configures failCommand for `find` on mongos `i` only.
+    fn fail_finds_on(&mut self, i: usize, mode: bson::RawBson) {
+        let admin = self.guest.database(self.direct[i], "admin", None).unwrap();
+        let fp = rawdoc! {
+            "configureFailPoint": "failCommand",
+            "mode": mode,
+            "data": { "failCommands": ["find"], "errorCode": 6 },
+        };
+        self.guest
+            .run_command(admin, &fp, None)
+            .unwrap()
+            .expect("configureFailPoint");
+    }
+
+    /// The `find` events since the last call: (kind, server address).
+    fn finds(&mut self) -> Vec<(CommandEventKind, String)> {
+        let events = self.guest.take_events(self.client).unwrap();
+        events
+            .into_iter()
+            .filter(|e| e.command_name == "find" && e.kind != CommandEventKind::Started)
+            .map(|e| (e.kind, e.server_address))
+            .collect()
+    }
+
+    /// The error of a `find`, if it failed.
+    fn find_error(&mut self) -> Option<DriverError> {
+        self.guest
+            .find(self.coll, &rawdoc! {}, &find_options())
+            .unwrap()
+            .err()
+    }
+}
+
+#[test]
+fn sharded_retry_goes_to_a_different_mongos() {
+    // Prose test 2.1, repeated: random selection alone would pick the same
+    // mongos twice in a row half the time; deprioritization never does.
+    let mut c = cluster("sharded_two", 2, "");
+    for round in 0..8 {
+        c.fail_finds_on(0, rawbson!({ "times": 1 }));
+        c.fail_finds_on(1, rawbson!({ "times": 1 }));
+        c.finds();
+        let err = c.find_error().expect("both mongoses fail once");
+        assert_eq!(err.code, Some(6));
+        let finds = c.finds();
+        assert_eq!(finds.len(), 2, "round {round}: {finds:?}");
+        assert!(finds.iter().all(|(k, _)| *k == CommandEventKind::Failed));
+        assert_ne!(
+            finds[0].1, finds[1].1,
+            "round {round}: retried on the same mongos"
+        );
+    }
+}
+
+#[test]
+fn sharded_retry_avoids_a_failing_mongos() {
+    // Mongos 0 fails every find: each find that starts there must be retried on
+    // mongos 1 and succeed; one that starts on mongos 1 succeeds at once.
+    let mut c = cluster("sharded_avoid", 2, "");
+    c.fail_finds_on(0, rawbson!("alwaysOn"));
+    c.finds();
+    for _ in 0..12 {
+        if let Some(e) = c.find_error() {
+            panic!("the retry goes to the healthy mongos: {e:?}");
+        }
+    }
+    let finds = c.finds();
+    let (bad, good) = (c.mongoses[0].clone(), c.mongoses[1].clone());
+    for (kind, addr) in &finds {
+        match kind {
+            CommandEventKind::Failed => assert_eq!(*addr, bad, "{finds:?}"),
+            _ => assert_eq!(*addr, good, "{finds:?}"),
+        }
+    }
+    assert!(
+        finds.iter().any(|(k, _)| *k == CommandEventKind::Failed),
+        "no find started on the failing mongos in 12 tries: {finds:?}"
+    );
+    c.fail_finds_on(0, rawbson!("off"));
+}
+
+#[test]
+fn sharded_retry_with_one_mongos_goes_to_the_same_one() {
+    // Prose test 2.2: directConnection=false, so the lone mongos is a Sharded
+    // topology and the deprioritized server is selected again, as the only one.
+    let mut c = cluster("sharded_one", 1, "directConnection=false");
+    c.fail_finds_on(0, rawbson!({ "times": 1 }));
+    c.finds();
+    if let Some(e) = c.find_error() {
+        panic!("the retry succeeds: {e:?}");
+    }
+    let finds = c.finds();
+    let mongos = c.mongoses[0].clone();
+    assert_eq!(
+        finds,
+        [
+            (CommandEventKind::Failed, mongos.clone()),
+            (CommandEventKind::Succeeded, mongos)
+        ]
     );
 }

@@ -195,3 +195,57 @@ fn a_standalone_cannot_retry_writes() {
     assert_eq!(inserts.len(), 1);
     assert!(command(&inserts[0]).get("txnNumber").unwrap().is_none());
 }
+
+/// Retryable Writes prose test 4.1, repeated: in a sharded cluster (the proxy's
+/// mongoses, fail points per mongos) a retried write goes to the other mongos,
+/// the failed one being deprioritized; with only one, it goes back to it (4.2).
+#[test]
+fn sharded_write_retries_deprioritize_the_failed_mongos() {
+    let (_, backend) = host_tests::test_server();
+    for n in [2usize, 1] {
+        let proxy = Proxy::start(ProxyConfig::sharded(backend, n)).unwrap();
+        let addrs = proxy.addresses();
+        let mut guest = Guest::new(&addrs).unwrap();
+        let hosts: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        let uri = format!("mongodb://{}/?directConnection=false", hosts.join(","));
+        let client = guest.connect(&uri, None, true).unwrap().unwrap();
+        let direct: Vec<Client> = hosts
+            .iter()
+            .map(|h| {
+                let uri = format!("mongodb://{h}/?directConnection=true");
+                guest.connect(&uri, None, false).unwrap().unwrap()
+            })
+            .collect();
+        let db = guest.database(client, "rw_sharded", None).unwrap();
+        let coll = guest.collection(db, "c", None).unwrap();
+        for round in 0..6 {
+            for &d in &direct {
+                let admin = guest.database(d, "admin", None).unwrap();
+                let fp = rawdoc! {
+                    "configureFailPoint": "failCommand",
+                    "mode": { "times": 1 },
+                    "data": { "failCommands": ["insert"], "errorCode": 6,
+                              "errorLabels": ["RetryableWriteError"] },
+                };
+                guest.run_command(admin, &fp, None).unwrap().unwrap();
+            }
+            guest.take_events(client).unwrap();
+            let r = guest.insert_one(coll, &rawdoc! { "round": round }, &no_options());
+            let events = guest.take_events(client).unwrap();
+            let done: Vec<(CommandEventKind, String)> = events
+                .into_iter()
+                .filter(|e| e.command_name == "insert" && e.kind != CommandEventKind::Started)
+                .map(|e| (e.kind, e.server_address))
+                .collect();
+            assert_eq!(done.len(), 2, "{n} mongoses, round {round}: {done:?}");
+            if n == 2 {
+                assert!(r.unwrap().is_err(), "both mongoses fail once");
+                assert_ne!(done[0].1, done[1].1, "round {round}: same mongos twice");
+            } else {
+                assert!(r.unwrap().is_ok(), "the retry on the lone mongos succeeds");
+                assert_eq!(done[0].1, done[1].1);
+                assert_eq!(done[1].0, CommandEventKind::Succeeded);
+            }
+        }
+    }
+}

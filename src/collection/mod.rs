@@ -1,6 +1,7 @@
 //! CRUD on one collection (CRUD spec). Documents stay raw BSON throughout.
 
 mod indexes;
+mod map_reduce;
 mod writes;
 
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};

@@ -256,6 +256,22 @@ impl GuestCollection for CollectionRes {
         Ok(values.into_bytes())
     }
 
+    fn map_reduce(
+        &self,
+        map_function: String,
+        reduce_function: String,
+        out: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<u8>> {
+        let r = self.0.map_reduce(
+            &map_function,
+            &reduce_function,
+            doc(out)?,
+            &op_options(&options)?,
+        );
+        Ok(wrap(r)?.into_bytes())
+    }
+
     fn bulk_write(&self, models: Vec<Vec<u8>>, options: OpOptions<'_>) -> WitResult<Vec<u8>> {
         let r = self.0.bulk_write(&docs(models)?, &op_options(&options)?);
         Ok(wrap(r)?.into_bytes())

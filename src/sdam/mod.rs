@@ -126,8 +126,11 @@ pub fn address_of(h: &HostAddress) -> String {
 }
 
 impl TopologyDescription {
-    pub fn new(seeds: &[String], direct: bool, set_name: Option<String>) -> Self {
-        let kind = if direct || (seeds.len() == 1 && set_name.is_none()) {
+    /// `direct`: the directConnection option. Unset, one seed without a
+    /// replica set name is a direct connection; explicitly false, it is discovered.
+    pub fn new(seeds: &[String], direct: Option<bool>, set_name: Option<String>) -> Self {
+        let single_seed = seeds.len() == 1 && set_name.is_none() && direct.is_none();
+        let kind = if direct == Some(true) || single_seed {
             TopologyType::Single
         } else if set_name.is_some() {
             TopologyType::ReplicaSetNoPrimary
@@ -305,7 +308,7 @@ mod tests {
 
     #[test]
     fn single_seed_is_single() {
-        let mut t = TopologyDescription::new(&["a:1".into()], false, None);
+        let mut t = TopologyDescription::new(&["a:1".into()], None, None);
         assert_eq!(t.kind, TopologyType::Single);
         t.update(
             "a:1",
@@ -321,32 +324,33 @@ mod tests {
     }
 
     #[test]
-    fn unknown_topology_with_a_standalone() {
-        let standalone = || {
-            Ok((
-                HelloReply {
-                    is_writable_primary: true,
-                    ..Default::default()
-                },
-                None,
-            ))
+    fn direct_connection_false_discovers_a_lone_seed() {
+        let mongos = HelloReply {
+            is_writable_primary: true,
+            is_mongos: true,
+            ..Default::default()
         };
-        // One seed that is not a direct connection (a single SRV record): Single.
-        let mut t = TopologyDescription::new(&["a:1".into()], false, None);
-        t.kind = TopologyType::Unknown;
-        t.update("a:1", standalone());
-        assert_eq!(t.kind, TopologyType::Single);
-        assert_eq!(t.servers.len(), 1);
-        // Among several seeds, the standalone is removed.
-        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], false, None);
-        t.update("a:1", standalone());
+        let mut t = TopologyDescription::new(&["a:1".into()], Some(false), None);
         assert_eq!(t.kind, TopologyType::Unknown);
-        assert!(t.server("a:1").is_none() && t.server("b:2").is_some());
+        t.update("a:1", Ok((mongos, None)));
+        assert_eq!(t.kind, TopologyType::Sharded);
+        let mut t = TopologyDescription::new(&["a:1".into()], Some(false), None);
+        let standalone = HelloReply {
+            is_writable_primary: true,
+            ..Default::default()
+        };
+        t.update("a:1", Ok((standalone.clone(), None)));
+        assert_eq!(t.kind, TopologyType::Single);
+        // Among several seeds a standalone is removed.
+        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], None, None);
+        t.update("a:1", Ok((standalone, None)));
+        assert_eq!(t.kind, TopologyType::Unknown);
+        assert!(t.server("a:1").is_none());
     }
 
     #[test]
     fn replica_set_discovery_adds_members_and_finds_primary() {
-        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], false, None);
+        let mut t = TopologyDescription::new(&["a:1".into(), "b:2".into()], None, None);
         assert_eq!(t.kind, TopologyType::Unknown);
         t.update("a:1", Ok((rs_member(true, &["a:1", "b:2", "c:3"]), None)));
         assert_eq!(t.kind, TopologyType::ReplicaSetWithPrimary);
@@ -360,7 +364,7 @@ mod tests {
     #[test]
     fn new_primary_demotes_the_old_one() {
         let mut t =
-            TopologyDescription::new(&["a:1".into(), "b:2".into()], false, Some("rs0".into()));
+            TopologyDescription::new(&["a:1".into(), "b:2".into()], None, Some("rs0".into()));
         t.update("a:1", Ok((rs_member(true, &["a:1", "b:2"]), None)));
         t.update("b:2", Ok((rs_member(true, &["a:1", "b:2"]), None)));
         assert_eq!(t.server("a:1").unwrap().kind, ServerType::Unknown);
@@ -370,7 +374,7 @@ mod tests {
     #[test]
     fn wrong_set_name_is_removed() {
         let mut t =
-            TopologyDescription::new(&["a:1".into(), "b:2".into()], false, Some("other".into()));
+            TopologyDescription::new(&["a:1".into(), "b:2".into()], None, Some("other".into()));
         t.update("a:1", Ok((rs_member(true, &["a:1"]), None)));
         assert!(t.server("a:1").is_none());
     }
@@ -378,7 +382,7 @@ mod tests {
     #[test]
     fn standalone_among_many_seeds_is_removed_from_replica_set() {
         let mut t =
-            TopologyDescription::new(&["a:1".into(), "b:2".into()], false, Some("rs0".into()));
+            TopologyDescription::new(&["a:1".into(), "b:2".into()], None, Some("rs0".into()));
         t.update(
             "b:2",
             Ok((

@@ -34,24 +34,46 @@ pub enum Criteria {
 }
 
 /// The servers suitable for `criteria`, narrowed to the latency window.
+/// Deprioritized servers (where a retried operation just failed) are left
+/// out unless no other server is suitable (Server Selection spec, "Find
+/// suitable servers").
 pub fn suitable<'a>(
     topology: &'a TopologyDescription,
     criteria: Criteria,
     local_threshold: Duration,
+    deprioritized: &[&str],
 ) -> Vec<&'a ServerDescription> {
-    let known = |kinds: &[ServerType]| -> Vec<&'a ServerDescription> {
-        topology
-            .servers
+    let preferred: Vec<&ServerDescription> = topology
+        .servers
+        .iter()
+        .filter(|s| !deprioritized.contains(&s.address.as_str()))
+        .collect();
+    let mut found = candidates(topology.kind, preferred, criteria);
+    if found.is_empty() && !deprioritized.is_empty() {
+        found = candidates(topology.kind, topology.servers.iter().collect(), criteria);
+    }
+    latency_window(found, local_threshold)
+}
+
+/// The candidates among `servers` by topology type and operation type.
+fn candidates(
+    kind: TopologyType,
+    servers: Vec<&ServerDescription>,
+    criteria: Criteria,
+) -> Vec<&ServerDescription> {
+    let known = |kinds: &[ServerType]| -> Vec<&ServerDescription> {
+        servers
             .iter()
+            .copied()
             .filter(|s| kinds.contains(&s.kind))
             .collect()
     };
-    let candidates = match topology.kind {
+    match kind {
         TopologyType::Unknown => Vec::new(),
         // Single: any known server; the user chose it (a direct connection).
-        TopologyType::Single => topology
-            .servers
+        TopologyType::Single => servers
             .iter()
+            .copied()
             .filter(|s| s.kind != ServerType::Unknown)
             .collect(),
         TopologyType::Sharded => known(&[ServerType::Mongos]),
@@ -82,8 +104,7 @@ pub fn suitable<'a>(
                 }
             }
         }
-    };
-    latency_window(candidates, local_threshold)
+    }
 }
 
 fn latency_window(
@@ -137,9 +158,14 @@ mod tests {
             ],
             TopologyType::ReplicaSetWithPrimary,
         );
-        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW)), ["p:1"]);
+        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW, &[])), ["p:1"]);
         assert_eq!(
-            addrs(suitable(&t, Criteria::Read(ReadMode::Secondary), WINDOW)),
+            addrs(suitable(
+                &t,
+                Criteria::Read(ReadMode::Secondary),
+                WINDOW,
+                &[]
+            )),
             ["s:1"]
         );
     }
@@ -150,12 +176,13 @@ mod tests {
             &[("s:1", ServerType::RsSecondary, 1)],
             TopologyType::ReplicaSetNoPrimary,
         );
-        assert!(suitable(&t, Criteria::Write, WINDOW).is_empty());
+        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
         assert_eq!(
             addrs(suitable(
                 &t,
                 Criteria::Read(ReadMode::PrimaryPreferred),
-                WINDOW
+                WINDOW,
+                &[]
             )),
             ["s:1"]
         );
@@ -167,7 +194,8 @@ mod tests {
             addrs(suitable(
                 &t,
                 Criteria::Read(ReadMode::SecondaryPreferred),
-                WINDOW
+                WINDOW,
+                &[]
             )),
             ["p:1"]
         );
@@ -184,7 +212,7 @@ mod tests {
             TopologyType::ReplicaSetNoPrimary,
         );
         assert_eq!(
-            addrs(suitable(&t, Criteria::Read(ReadMode::Nearest), WINDOW)),
+            addrs(suitable(&t, Criteria::Read(ReadMode::Nearest), WINDOW, &[])),
             ["a:1", "b:1"]
         );
     }
@@ -192,11 +220,88 @@ mod tests {
     #[test]
     fn unknown_topology_selects_nothing_and_single_selects_known() {
         let mut t = topo(&[("a:1", ServerType::Standalone, 1)], TopologyType::Unknown);
-        assert!(suitable(&t, Criteria::Write, WINDOW).is_empty());
+        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
         t.kind = TopologyType::Single;
-        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW)), ["a:1"]);
+        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW, &[])), ["a:1"]);
         t.servers[0].kind = ServerType::Unknown;
-        assert!(suitable(&t, Criteria::Write, WINDOW).is_empty());
+        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
+    }
+
+    #[test]
+    fn deprioritized_mongos_is_avoided_when_another_is_suitable() {
+        let mut t = topo(
+            &[
+                ("m:1", ServerType::Mongos, 1),
+                ("m:2", ServerType::Mongos, 1),
+            ],
+            TopologyType::Sharded,
+        );
+        let read = Criteria::Read(ReadMode::Primary);
+        assert_eq!(addrs(suitable(&t, read, WINDOW, &["m:1"])), ["m:2"]);
+        assert_eq!(
+            addrs(suitable(&t, Criteria::Write, WINDOW, &["m:2"])),
+            ["m:1"]
+        );
+        // The other mongos is down: the deprioritized one is still selected.
+        t.servers[1].kind = ServerType::Unknown;
+        assert_eq!(addrs(suitable(&t, read, WINDOW, &["m:1"])), ["m:1"]);
+    }
+
+    #[test]
+    fn deprioritized_mongos_is_selected_when_alone() {
+        let t = topo(&[("m:1", ServerType::Mongos, 1)], TopologyType::Sharded);
+        assert_eq!(
+            addrs(suitable(
+                &t,
+                Criteria::Read(ReadMode::Nearest),
+                WINDOW,
+                &["m:1"]
+            )),
+            ["m:1"]
+        );
+    }
+
+    #[test]
+    fn deprioritization_applies_before_the_latency_window() {
+        // The fast mongos failed: the slow one is the only one left, so it is chosen
+        // even though it lies outside the window the fast one anchored.
+        let t = topo(
+            &[
+                ("fast:1", ServerType::Mongos, 1),
+                ("slow:1", ServerType::Mongos, 100),
+            ],
+            TopologyType::Sharded,
+        );
+        assert_eq!(
+            addrs(suitable(&t, Criteria::Write, WINDOW, &[])),
+            ["fast:1"]
+        );
+        assert_eq!(
+            addrs(suitable(&t, Criteria::Write, WINDOW, &["fast:1"])),
+            ["slow:1"]
+        );
+    }
+
+    #[test]
+    fn preferred_modes_fall_back_past_deprioritized_members() {
+        // primaryPreferred with the primary deprioritized: a secondary (spec note).
+        let t = topo(
+            &[
+                ("p:1", ServerType::RsPrimary, 1),
+                ("s:1", ServerType::RsSecondary, 1),
+            ],
+            TopologyType::ReplicaSetWithPrimary,
+        );
+        let pp = Criteria::Read(ReadMode::PrimaryPreferred);
+        assert_eq!(addrs(suitable(&t, pp, WINDOW, &["p:1"])), ["s:1"]);
+        // secondaryPreferred with every secondary deprioritized: the primary.
+        let sp = Criteria::Read(ReadMode::SecondaryPreferred);
+        assert_eq!(addrs(suitable(&t, sp, WINDOW, &["s:1"])), ["p:1"]);
+        // primary mode: the deprioritized primary is still the only choice.
+        assert_eq!(
+            addrs(suitable(&t, Criteria::Write, WINDOW, &["p:1"])),
+            ["p:1"]
+        );
     }
 
     #[test]

@@ -317,9 +317,12 @@ impl Conn {
     ) -> Option<Document> {
         let db = body.get_str("$db").unwrap_or("");
         let info = self.info(name, db, body);
-        let data = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
-            fp::should_activate(d, &info) && d.contains_key("writeConcernError")
-        })?;
+        let data = self
+            .shared
+            .failpoints(self.member)
+            .check(fp::FAIL_COMMAND, |d| {
+                fp::should_activate(d, &info) && d.contains_key("writeConcernError")
+            })?;
         let wce = data.get("writeConcernError")?.clone();
         let wc_code = wce
             .as_document()

@@ -1,5 +1,5 @@
 //! A test-only, OP_MSG-aware TCP proxy that puts mongod's test behaviour (fail points, a
-//! replica-set presentation, `buildInfo`/`getParameter`/..., CommandNotFound for commands the
+//! replica-set or sharded-cluster presentation, `buildInfo`/`getParameter`/..., CommandNotFound for commands the
 //! backend lacks, mongod's Stable API checks) in front of a MongoDB-wire-compatible server without any (nx-27017).
 //!
 //! ```no_run

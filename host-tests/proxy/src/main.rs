@@ -1,5 +1,5 @@
 //! `failpoint-proxy --backend 127.0.0.1:PORT [--listen 127.0.0.1:PORT ...]
-//! [--replset NAME --members N [--arbiters N]] [--version 7.0.0] [--verbose]
+//! [--replset NAME --members N [--arbiters N] | --mongoses N] [--version 7.0.0] [--verbose]
 //! [--auth] [--user DB.NAME:PASSWORD ...]`
 //!
 //! Prints the listen addresses, one per line, then `ready`, and serves until killed.
@@ -19,13 +19,14 @@ fn user(spec: &str) -> Result<User, String> {
 }
 
 const USAGE: &str = "usage: failpoint-proxy --backend HOST:PORT [--listen 127.0.0.1:PORT ...] \
-                     [--replset NAME --members N [--arbiters N]] [--version X.Y.Z] [--verbose] \
-                     [--auth] [--user DB.NAME:PASSWORD ...]";
+                     [--replset NAME --members N [--arbiters N] | --mongoses N] [--version X.Y.Z] \
+                     [--verbose] [--auth] [--user DB.NAME:PASSWORD ...]";
 
 fn parse(args: &[String]) -> Result<ProxyConfig, String> {
     let mut backend = None;
     let mut listen = Vec::new();
     let (mut set_name, mut members, mut arbiters) = (None, 1usize, 0usize);
+    let mut mongoses = None;
     let mut version = "7.0.0".to_string();
     let mut verbose = false;
     let mut auth = AuthConfig::default();
@@ -40,6 +41,7 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
             "--replset" => set_name = Some(value()?),
             "--members" => members = count(value()?)?,
             "--arbiters" => arbiters = count(value()?)?,
+            "--mongoses" => mongoses = Some(count(value()?)?),
             "--version" => version = value()?,
             "--verbose" => verbose = true,
             "--auth" => auth.enabled = true,
@@ -48,13 +50,15 @@ fn parse(args: &[String]) -> Result<ProxyConfig, String> {
         }
     }
     let backend = backend.ok_or("--backend is required")?;
-    let topology = match set_name {
-        Some(name) => Topology::ReplicaSet {
+    let topology = match (set_name, mongoses) {
+        (Some(_), Some(_)) => return Err("--replset and --mongoses exclude each other".into()),
+        (Some(name), None) => Topology::ReplicaSet {
             name,
             members,
             arbiters,
         },
-        None => Topology::Standalone,
+        (None, Some(mongoses)) => Topology::Sharded { mongoses },
+        (None, None) => Topology::Standalone,
     };
     Ok(ProxyConfig {
         backend,

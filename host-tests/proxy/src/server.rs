@@ -48,6 +48,14 @@ impl ProxyConfig {
         }
     }
 
+    /// A sharded cluster of `mongoses` mongos routers.
+    pub fn sharded(backend: SocketAddr, mongoses: usize) -> ProxyConfig {
+        ProxyConfig {
+            topology: Topology::Sharded { mongoses },
+            ..ProxyConfig::new(backend)
+        }
+    }
+
     /// A replica set of `members` data-bearing members, no arbiter.
     pub fn replica_set(backend: SocketAddr, name: &str, members: usize) -> ProxyConfig {
         let topology = Topology::ReplicaSet {
@@ -74,7 +82,9 @@ pub(crate) struct Shared {
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
-    pub failpoints: Mutex<FailPoints>,
+    /// One set shared by every listener, or one per mongos for a sharded cluster
+    /// (see [`Shared::failpoints`]).
+    failpoints: Vec<Mutex<FailPoints>>,
     pub stats: Mutex<Stats>,
     /// Auth on: commands need an authenticated connection.
     pub auth_enabled: bool,
@@ -91,6 +101,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The fail points that `member`'s connections see and configure.
+    pub fn failpoints(&self, member: usize) -> MutexGuard<'_, FailPoints> {
+        lock(self.failpoints.get(member).unwrap_or(&self.failpoints[0]))
+    }
+
     pub fn is_stopped(&self) -> bool {
         *lock(&self.stopped)
     }
@@ -164,6 +179,10 @@ impl Proxy {
             Topology::ReplicaSet {
                 members, arbiters, ..
             } => members + arbiters,
+            Topology::Sharded { mongoses: 0 } => {
+                return Err(bad("a cluster needs a mongos".into()))
+            }
+            Topology::Sharded { mongoses } => *mongoses,
         };
         if !config.listen.is_empty() && config.listen.len() != members {
             return Err(bad(format!(
@@ -189,6 +208,10 @@ impl Proxy {
             .collect::<io::Result<Vec<_>>>()?;
         let hosts = addrs.iter().map(SocketAddr::to_string).collect();
         let users = Users::new(&config.auth).map_err(bad)?;
+        let fail_point_sets = match config.topology {
+            Topology::Sharded { .. } => members,
+            _ => 1,
+        };
         let shared = Arc::new(Shared {
             backend: config.backend,
             tls: config.tls.clone(),
@@ -196,7 +219,9 @@ impl Proxy {
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
-            failpoints: Mutex::new(FailPoints::default()),
+            failpoints: (0..fail_point_sets)
+                .map(|_| Mutex::new(FailPoints::default()))
+                .collect(),
             stats: Mutex::new(Stats::default()),
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),

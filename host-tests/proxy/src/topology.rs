@@ -1,5 +1,6 @@
-//! How the proxy presents itself: a standalone or a replica set whose members are its
-//! listeners (all forwarding to the one backend), and the `hello` each member answers.
+//! How the proxy presents itself: a standalone, a replica set whose members are its
+//! listeners, or a sharded cluster whose mongoses are its listeners (all forwarding to the
+//! one backend), and the `hello` each member answers.
 
 use bson::{doc, oid::ObjectId, Bson, DateTime, Document, Timestamp};
 
@@ -17,6 +18,10 @@ pub enum Topology {
         members: usize,
         arbiters: usize,
     },
+    /// `mongoses` mongos routers (hello `msg: "isdbgrid"`, no `setName`), one listener each,
+    /// each with fail points of its own (a fail point configured through one mongos fires
+    /// only there, as on a real cluster).
+    Sharded { mongoses: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +30,7 @@ pub enum Role {
     Primary,
     Secondary,
     Arbiter,
+    Mongos,
 }
 
 /// The server version the proxy reports, and the wire version that goes with it.
@@ -68,6 +74,8 @@ pub const MAX_WRITE_BATCH_SIZE: i32 = 100_000;
 
 pub(crate) struct TopologyState {
     pub set_name: Option<String>,
+    /// Every member is a mongos.
+    pub sharded: bool,
     /// `host:port` of each listener, in member order.
     pub hosts: Vec<String>,
     pub data_members: usize,
@@ -89,9 +97,11 @@ impl TopologyState {
         let (set_name, data_members, primary) = match topology {
             Topology::Standalone => (None, hosts.len(), None),
             Topology::ReplicaSet { name, members, .. } => (Some(name.clone()), *members, Some(0)),
+            Topology::Sharded { .. } => (None, hosts.len(), None),
         };
         TopologyState {
             set_name,
+            sharded: matches!(topology, Topology::Sharded { .. }),
             hosts,
             data_members,
             primary,
@@ -102,6 +112,7 @@ impl TopologyState {
 
     pub fn role(&self, member: usize) -> Role {
         match &self.set_name {
+            None if self.sharded => Role::Mongos,
             None => Role::Standalone,
             Some(_) if member >= self.data_members => Role::Arbiter,
             Some(_) if self.primary == Some(member) => Role::Primary,
@@ -136,7 +147,7 @@ impl TopologyState {
     /// mongod's `replSetStepDown` as seen from `member`.
     pub fn step_down(&mut self, member: usize) -> Result<usize, (i32, String)> {
         match self.role(member) {
-            Role::Standalone => Err((
+            Role::Standalone | Role::Mongos => Err((
                 codes::NO_REPLICATION_ENABLED,
                 "not running with --replSet".into(),
             )),
@@ -156,7 +167,7 @@ impl TopologyState {
 
     pub fn hello(&self, member: usize, req: &HelloRequest, version: &Version) -> Document {
         let role = self.role(member);
-        let writable = matches!(role, Role::Standalone | Role::Primary);
+        let writable = matches!(role, Role::Standalone | Role::Primary | Role::Mongos);
         let mut d = Document::new();
         if req.hello_ok {
             d.insert("helloOk", true);
@@ -198,6 +209,9 @@ impl TopologyState {
             if role != Role::Arbiter {
                 d.insert("lastWrite", self.last_write());
             }
+        }
+        if role == Role::Mongos {
+            d.insert("msg", "isdbgrid");
         }
         d.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE);
         d.insert("maxMessageSizeBytes", MAX_MESSAGE_SIZE_BYTES);
@@ -267,6 +281,24 @@ mod tests {
         assert_eq!((v.array, v.max_wire), ([7, 0, 0, 0], 21));
         assert_eq!(Version::parse("8.0.4").max_wire, 25);
         assert_eq!(Version::parse("4.4.7").array, [4, 4, 7, 0]);
+    }
+
+    #[test]
+    fn mongoses_say_isdbgrid_and_are_writable() {
+        let t = TopologyState::new(
+            &Topology::Sharded { mongoses: 2 },
+            vec!["a:1".into(), "b:2".into()],
+        );
+        let req = HelloRequest {
+            legacy: false,
+            hello_ok: true,
+            connection_id: 1,
+        };
+        let h = t.hello(1, &req, &Version::parse("7.0.0"));
+        assert_eq!(t.role(1), Role::Mongos);
+        assert_eq!(h.get_str("msg").ok(), Some("isdbgrid"));
+        assert_eq!(h.get_bool("isWritablePrimary").ok(), Some(true));
+        assert!(!h.contains_key("setName") && !h.contains_key("hosts"));
     }
 
     #[test]

@@ -1045,3 +1045,31 @@ fn only_loopback_listen_addresses() {
     config.listen = vec!["0.0.0.0:0".parse().unwrap()];
     assert!(Proxy::start(config).is_err());
 }
+
+// ---- sharded presentation ----
+
+#[test]
+fn mongoses_answer_isdbgrid_and_keep_their_own_fail_points() {
+    let backend = FakeBackend::start();
+    let proxy = Proxy::start(ProxyConfig::sharded(backend.addr, 2)).unwrap();
+    let addrs = proxy.addresses();
+    let (mut m0, mut m1) = (Client::connect(addrs[0]), Client::connect(addrs[1]));
+    for c in [&mut m0, &mut m1] {
+        let hello = c.admin(doc! { "hello": 1 });
+        assert_eq!(hello.get_str("msg").unwrap(), "isdbgrid");
+        assert!(hello.get_bool("isWritablePrimary").unwrap());
+        assert!(!hello.contains_key("setName"));
+    }
+    fail_point(
+        &mut m0,
+        Bson::String("alwaysOn".into()),
+        doc! { "failCommands": ["find"], "errorCode": 6 },
+    );
+    assert_error(&m0.find(), 6, "HostUnreachable");
+    assert_ok(&m1.find());
+    // A retryable write's txnNumber is accepted by a mongos.
+    assert_ok(&m1.run("test", retryable_insert()));
+    fail_point(&mut m0, Bson::String("off".into()), doc! {});
+    assert_ok(&m0.find());
+    assert!(Proxy::start(ProxyConfig::sharded(backend.addr, 0)).is_err());
+}

@@ -191,12 +191,15 @@ impl Conn {
             )))
         };
 
-        let fired = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
-            fp::should_activate(d, &info)
-                && (fp::flag(d, "closeConnection")
-                    || fp::flag(d, "blockConnection")
-                    || fp::number(d, "errorCode").is_some())
-        });
+        let fired = self
+            .shared
+            .failpoints(self.member)
+            .check(fp::FAIL_COMMAND, |d| {
+                fp::should_activate(d, &info)
+                    && (fp::flag(d, "closeConnection")
+                        || fp::flag(d, "blockConnection")
+                        || fp::number(d, "errorCode").is_some())
+            });
         if let Some(data) = fired {
             if fp::flag(&data, "blockConnection") {
                 let Some(ms) = fp::number(&data, "blockTimeMS").filter(|ms| *ms >= 0.0) else {
@@ -222,7 +225,7 @@ impl Conn {
             }
         }
 
-        let mut fps = lock(&self.shared.failpoints);
+        let mut fps = self.shared.failpoints(self.member);
         if deadline.is_some() && fps.check(fp::MAX_TIME_ALWAYS_TIME_OUT, |_| true).is_some() {
             drop(fps);
             return expired(None);
@@ -285,7 +288,10 @@ impl Conn {
             Err(e) => return error_doc(codes::BAD_VALUE, &e),
         };
         let data = body.get_document("data").cloned().unwrap_or_default();
-        let count = lock(&self.shared.failpoints).configure(name, mode, data);
+        let count = self
+            .shared
+            .failpoints(self.member)
+            .configure(name, mode, data);
         doc! { "count": count, "ok": 1.0 }
     }
 
@@ -293,7 +299,7 @@ impl Conn {
         match name {
             "proxyStats" => {
                 let mut reply = lock(&self.shared.stats).to_document();
-                reply.insert("failPoints", lock(&self.shared.failpoints).summary());
+                reply.insert("failPoints", self.shared.failpoints(self.member).summary());
                 reply.insert("ok", 1.0);
                 reply
             }

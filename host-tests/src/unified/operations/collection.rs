@@ -301,6 +301,25 @@ impl TestRun {
                     Ok(Output::Value(values))
                 })
             }
+            "mapReduce" => {
+                let code = |args: &mut Args, key: &str| match args.take(key) {
+                    Some(Bson::JavaScriptCode(c) | Bson::String(c)) => Ok(c),
+                    other => Err(Fail(format!("mapReduce's {key} is not code: {other:?}"))),
+                };
+                let (map, reduce) = (code(&mut args, "map")?, code(&mut args, "reduce")?);
+                let out = bytes(&args.req_doc("out")?)?;
+                let opts = op_options(&mut args, session)?;
+                let r = api.call_map_reduce(s, coll, &map, &reduce, &out, &opts)?;
+                output(r, |d| {
+                    let mut d = decode(&d, "mapReduce's result")?;
+                    // Inline output is `results`; output to a collection names it in `result`.
+                    let results = d
+                        .remove("results")
+                        .or_else(|| d.remove("result"))
+                        .ok_or_else(|| Fail("mapReduce's result has no results".into()))?;
+                    Ok(Output::Value(results))
+                })
+            }
             "bulkWrite" => {
                 let models: Step<Vec<Vec<u8>>> = args.docs("requests")?.iter().map(bytes).collect();
                 let r = api.call_bulk_write(s, coll, &models?, &op_options(&mut args, session)?)?;
