@@ -3,6 +3,7 @@
 //! servers are checked when selection finds nothing suitable, and the
 //! handshake's connection goes straight into the pool.
 
+use crate::cmap::{AfterDrain, DrainStep, PoolEvent, PoolEventKind};
 use crate::conn::{ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
@@ -27,6 +28,8 @@ pub struct TopologySettings {
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
+    /// Record pool events (pending-response drains) for `take_pool_events`.
+    pub monitor_pool: bool,
 }
 
 #[derive(Default)]
@@ -43,6 +46,8 @@ pub struct Topology {
     servers: HashMap<String, ServerState>,
     next_conn_id: u64,
     rng: u64,
+    /// `Some` when pool events are recorded.
+    pool_events: Option<Vec<PoolEvent>>,
 }
 
 impl Topology {
@@ -53,7 +58,9 @@ impl Topology {
             settings.replica_set.clone(),
         );
         let rng = runtime::now().0 | 1;
+        let pool_events = settings.monitor_pool.then(Vec::new);
         Topology {
+            pool_events,
             settings,
             description,
             servers: HashMap::new(),
@@ -161,12 +168,23 @@ impl Topology {
         Ok(())
     }
 
-    /// A connection to `address`: an idle one, or a new one.
+    /// A connection to `address`: an idle one, or a new one. An idle one
+    /// still pending a reply is drained first (cmap.rs); one whose drain
+    /// fails is closed and the next is tried, while one whose operation ran
+    /// out of time inside the window stays pending in the pool.
     pub fn checkout(&mut self, address: &str, timeout: &OpTimeout) -> Result<Connection> {
         let generation = self.state(address).generation;
-        while let Some(conn) = self.state(address).idle.pop() {
-            if conn.generation == generation && !conn.is_broken() {
-                return Ok(conn);
+        while let Some(mut conn) = self.state(address).idle.pop() {
+            if conn.generation != generation || conn.is_broken() {
+                continue;
+            }
+            match self.drain(&mut conn, timeout) {
+                Ok(true) => return Ok(conn),
+                Ok(false) => continue,
+                Err(e) => {
+                    self.state(address).idle.push(conn);
+                    return Err(e);
+                }
             }
         }
         let deadline = timeout.connect_deadline(runtime::now());
@@ -175,6 +193,100 @@ impl Topology {
                 self.mark_unknown(address, e);
             }
         })
+    }
+
+    /// The drain step of a checkout. `Ok(true)`: the connection is ready;
+    /// `Ok(false)`: it was closed (dropped with `conn` by the caller);
+    /// `Err`: the operation's deadline ran out, the connection stays pending.
+    fn drain(&mut self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
+        let Some(pending) = conn.pending() else {
+            return Ok(true);
+        };
+        let started = runtime::now();
+        self.pool_event(
+            conn,
+            PoolEventKind::PendingResponseStarted,
+            pending.request_id,
+            None,
+        );
+        let result = match pending.step(started, timeout) {
+            DrainStep::AlivenessCheck => match conn.probe_pending() {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Error::network(
+                    "pending reply never arrived (aliveness check)",
+                )),
+                Err(e) => Err(e),
+            },
+            DrainStep::Drain(_) => Ok(()),
+        }
+        .and_then(|()| {
+            // After an aliveness check that found bytes the window restarted.
+            let pending = conn.pending().unwrap_or(pending);
+            conn.drain_pending(pending.drain_deadline(runtime::now(), timeout))
+        });
+        let now = runtime::now();
+        let took = Some(now.since(started));
+        let kind = PoolEventKind::PendingResponseFailed;
+        match result {
+            Ok(()) => {
+                let kind = PoolEventKind::PendingResponseSucceeded;
+                self.pool_event(conn, kind, pending.request_id, took);
+                Ok(true)
+            }
+            Err(e) => {
+                let keep = conn
+                    .pending()
+                    .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
+                let closed = !keep;
+                if closed {
+                    conn.abandon_pending();
+                }
+                if let Some(events) = self.pool_events.as_mut() {
+                    events.push(PoolEvent {
+                        kind,
+                        connection_id: conn.id,
+                        server_address: conn.address.clone(),
+                        request_id: pending.request_id,
+                        duration: took,
+                        reason: Some(e.to_string()),
+                        closed,
+                    });
+                }
+                if keep {
+                    Err(Error::timeout("pending response drain").with_cause(e.to_string()))
+                } else {
+                    Ok(false)
+                }
+            }
+        }
+    }
+
+    fn pool_event(
+        &mut self,
+        conn: &Connection,
+        kind: PoolEventKind,
+        request_id: i32,
+        duration: Option<Duration>,
+    ) {
+        if let Some(events) = self.pool_events.as_mut() {
+            events.push(PoolEvent {
+                kind,
+                connection_id: conn.id,
+                server_address: conn.address.clone(),
+                request_id,
+                duration,
+                reason: None,
+                closed: false,
+            });
+        }
+    }
+
+    /// Drains the recorded pool events.
+    pub fn take_pool_events(&mut self) -> Vec<PoolEvent> {
+        self.pool_events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn establish(&mut self, address: &str, deadline: Deadline) -> Result<Connection> {
@@ -202,6 +314,7 @@ impl Topology {
     pub fn checkin(&mut self, conn: Connection) {
         let max = self.settings.max_pool_size;
         let state = self.state(&conn.address);
+        // A pending connection is kept too: its reply is drained at checkout.
         if !conn.is_broken()
             && conn.generation == state.generation
             && (max == 0 || state.idle.len() < max)
