@@ -77,6 +77,8 @@ struct Figures {
     drained: usize,
     drain_failed: usize,
     drain_closed: usize,
+    /// Wall time of the operations.
+    took: Duration,
 }
 
 /// `ops` finds, each timing out with its reply `late_ms` after its maxTimeMS.
@@ -85,6 +87,7 @@ fn run_delay(late_ms: u64, timeout_ms: u64, ops: usize) -> Figures {
     block_finds(&mut s, "alwaysOn".into(), late_ms as i32);
     s.guest.take_pool_events(s.client).unwrap();
     s.proxy.reset_stats();
+    let all = Instant::now();
     for i in 0..ops {
         let started = Instant::now();
         let r = find(&mut s, timeout_ms);
@@ -96,6 +99,7 @@ fn run_delay(late_ms: u64, timeout_ms: u64, ops: usize) -> Figures {
             "op {i} took {took:?} with timeoutMS={timeout_ms}"
         );
     }
+    let took = all.elapsed();
     let stats = s.proxy.stats();
     let events = s.guest.take_pool_events(s.client).unwrap();
     let count = |k: PoolEventKind| events.iter().filter(|e| e.kind == k).count();
@@ -106,6 +110,7 @@ fn run_delay(late_ms: u64, timeout_ms: u64, ops: usize) -> Figures {
         drained: count(PoolEventKind::PendingResponseSucceeded),
         drain_failed: count(PoolEventKind::PendingResponseFailed),
         drain_closed: events.iter().filter(|e| e.closed).count(),
+        took,
     }
 }
 
@@ -123,8 +128,8 @@ fn late_max_time_ms_replies_open_no_new_connections() {
         let f = run_delay(late, timeout, ops);
         println!(
             "churn: reply {late:>3} ms after maxTimeMS, timeoutMS={timeout}: {} ops, {} new connections \
-             ({} closed), {} replies drained, {} drains failed",
-            f.ops, f.opened, f.closed, f.drained, f.drain_failed
+             ({} closed), {} replies drained, {} drains failed, {:?}",
+            f.ops, f.opened, f.closed, f.drained, f.drain_failed, f.took
         );
         assert_eq!(f.opened, 0, "new connections at {late} ms late: {f:?}");
         assert_eq!(f.closed, 0, "closed connections at {late} ms late: {f:?}");
