@@ -1,6 +1,6 @@
 //! mongo-wasi: a MongoDB driver for wasm32-wasip2 with one deadline per operation (CSOT).
 //!
-//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `sdam`, `csot`, `deadline`,
+//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `sdam`, `csot`, `cmap`, `deadline`,
 //! `monitoring`) that unit-tests natively; one transport layer over WASI 0.2 (`runtime`);
 //! the `executor` that applies selection, checkout and the deadline to every `operation`;
 //! the public Rust API (`Client`, `Database`, `Collection`, `Cursor`, `Session`); and,
