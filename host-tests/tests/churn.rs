@@ -8,6 +8,7 @@
 use bson::rawdoc;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{ErrorKind, PoolEventKind};
 use host_tests::guest::{Client, Database, Guest};
+use host_tests::listeners::{Behaviour, Listener, LATE_REPLY};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 use std::time::{Duration, Instant};
 
@@ -184,4 +185,41 @@ fn a_reply_lost_past_the_window_closes_the_connection_and_the_operation_goes_on(
         ]
     );
     assert_eq!(s.proxy.stats().connections_opened, 1);
+}
+
+/// A drained reply must answer the request that timed out: one whose
+/// `responseTo` names another closes the connection, and a new one is opened.
+#[test]
+fn a_drained_reply_for_another_request_closes_the_connection() {
+    let listener = Listener::start(Behaviour::LateWrongReply).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/?timeoutMS=100", listener.addr);
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let db = guest.database(client, "admin", None).unwrap();
+    let ping = |guest: &mut Guest, ms| {
+        guest
+            .run_command(db, &rawdoc! { "ping": 1 }, Some(ms))
+            .unwrap()
+            .map(|_| ())
+            .map_err(|e| e.kind)
+    };
+    assert_eq!(ping(&mut guest, 100), Err(ErrorKind::Timeout));
+    assert_eq!(listener.accepted(), 1);
+    // The wrong reply is in the socket by now.
+    std::thread::sleep(LATE_REPLY);
+    // The new connection's ping meets the same server: a protocol error.
+    assert_eq!(ping(&mut guest, 2_000), Err(ErrorKind::Protocol));
+    assert_eq!(listener.accepted(), 2);
+    let events = guest.take_pool_events(client).unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.closed)).collect();
+    use PoolEventKind::*;
+    assert_eq!(
+        kinds,
+        [
+            (PendingResponseStarted, false),
+            (PendingResponseFailed, true)
+        ]
+    );
+    let reason = events[1].reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("drained reply answers request"), "{reason}");
 }
