@@ -136,8 +136,12 @@ fn late_max_time_ms_replies_open_no_new_connections() {
         assert_eq!(f.closed, 0, "closed connections at {late} ms late: {f:?}");
         assert_eq!(f.drain_closed, 0, "{f:?}");
         if late >= 5 {
-            // The client timed out first every time: each late reply was drained.
-            assert!(f.drained >= f.ops - 1, "{f:?}");
+            // The client timed out first every time, so every later operation
+            // met a pending connection; nearly all drained it (on a loaded
+            // machine a drain may outlast an operation's budget: the
+            // connection then stays pending for the next one, still no churn).
+            assert!(f.drained + f.drain_failed >= f.ops - 1, "{f:?}");
+            assert!(f.drained * 10 >= f.ops * 8, "{f:?}");
         }
     }
 }
