@@ -203,81 +203,55 @@ impl Topology {
             return Ok(true);
         };
         let started = runtime::now();
-        self.pool_event(
-            conn,
-            PoolEventKind::PendingResponseStarted,
-            pending.request_id,
-            None,
-        );
-        let result = match pending.step(started, timeout) {
+        let (connection_id, address) = (conn.id, conn.address.clone());
+        let event = |kind, duration, reason, closed| PoolEvent {
+            kind,
+            connection_id,
+            server_address: address.clone(),
+            request_id: pending.request_id,
+            duration,
+            reason,
+            closed,
+        };
+        self.pool_event(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
+        let deadline = match pending.step(started, timeout) {
+            DrainStep::Drain(deadline) => Ok(deadline),
             DrainStep::AlivenessCheck => match conn.probe_pending() {
-                Ok(true) => Ok(()),
+                // Bytes came: the window restarted.
+                Ok(true) => Ok(conn
+                    .pending()
+                    .unwrap_or(pending)
+                    .drain_deadline(runtime::now(), timeout)),
                 Ok(false) => Err(Error::network(
                     "pending reply never arrived (aliveness check)",
                 )),
                 Err(e) => Err(e),
             },
-            DrainStep::Drain(_) => Ok(()),
-        }
-        .and_then(|()| {
-            // After an aliveness check that found bytes the window restarted.
-            let pending = conn.pending().unwrap_or(pending);
-            conn.drain_pending(pending.drain_deadline(runtime::now(), timeout))
-        });
+        };
+        let result = deadline.and_then(|deadline| conn.drain_pending(deadline));
         let now = runtime::now();
         let took = Some(now.since(started));
+        let Err(e) = result else {
+            let kind = PoolEventKind::PendingResponseSucceeded;
+            self.pool_event(|| event(kind, took, None, false));
+            return Ok(true);
+        };
+        let keep = conn
+            .pending()
+            .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
         let kind = PoolEventKind::PendingResponseFailed;
-        match result {
-            Ok(()) => {
-                let kind = PoolEventKind::PendingResponseSucceeded;
-                self.pool_event(conn, kind, pending.request_id, took);
-                Ok(true)
-            }
-            Err(e) => {
-                let keep = conn
-                    .pending()
-                    .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
-                let closed = !keep;
-                if closed {
-                    conn.abandon_pending();
-                }
-                if let Some(events) = self.pool_events.as_mut() {
-                    events.push(PoolEvent {
-                        kind,
-                        connection_id: conn.id,
-                        server_address: conn.address.clone(),
-                        request_id: pending.request_id,
-                        duration: took,
-                        reason: Some(e.to_string()),
-                        closed,
-                    });
-                }
-                if keep {
-                    Err(Error::timeout("pending response drain").with_cause(e.to_string()))
-                } else {
-                    Ok(false)
-                }
-            }
+        self.pool_event(|| event(kind, took, Some(e.to_string()), !keep));
+        if keep {
+            Err(Error::timeout("pending response drain").with_cause(e.to_string()))
+        } else {
+            conn.abandon_pending();
+            Ok(false)
         }
     }
 
-    fn pool_event(
-        &mut self,
-        conn: &Connection,
-        kind: PoolEventKind,
-        request_id: i32,
-        duration: Option<Duration>,
-    ) {
+    fn pool_event(&mut self, event: impl FnOnce() -> PoolEvent) {
         if let Some(events) = self.pool_events.as_mut() {
-            events.push(PoolEvent {
-                kind,
-                connection_id: conn.id,
-                server_address: conn.address.clone(),
-                request_id,
-                duration,
-                reason: None,
-                closed: false,
-            });
+            events.push(event());
         }
     }
 
