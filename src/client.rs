@@ -148,6 +148,7 @@ impl Client {
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
+            monitor_pool: options.monitor_commands,
         };
         let defaults = LegacyTimeouts::default();
         let legacy = LegacyTimeouts {
@@ -244,6 +245,12 @@ impl Client {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Drains the recorded pool events (pending-response drains; empty
+    /// unless monitoring is on).
+    pub fn take_pool_events(&self) -> Vec<crate::cmap::PoolEvent> {
+        self.inner.topology.borrow_mut().take_pool_events()
     }
 
     pub fn topology_description(&self) -> TopologyDescription {

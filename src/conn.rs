@@ -1,9 +1,12 @@
 //! One connection to one server: establishment with the handshake, and
 //! command round trips. One buffer per connection, reused; one write per
-//! message. Any I/O failure (a timeout included) breaks the connection so
-//! the pool drops it: a half-read reply must never be read as the next one.
+//! message. Any I/O failure breaks the connection so the pool drops it: a
+//! half-read reply must never be read as the next one. The exception (cmap.rs)
+//! is a read that timed out after the request was fully written: the
+//! connection is then *pending* and its reply is drained before any reuse.
 
 use crate::auth::{self, Authenticator, HelloAuth, Step};
+use crate::cmap::{PendingResponse, ALIVENESS_PROBE};
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
@@ -33,6 +36,8 @@ pub struct Connection {
     pub address: String,
     pub hello: HelloReply,
     broken: bool,
+    /// A reply still due (cmap.rs): drained before the next request.
+    pending: Option<PendingResponse>,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -92,6 +97,7 @@ impl Connection {
                 ..Default::default()
             },
             broken: false,
+            pending: None,
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
@@ -180,6 +186,75 @@ impl Connection {
         self.broken
     }
 
+    pub fn pending(&self) -> Option<PendingResponse> {
+        self.pending
+    }
+
+    /// Gives up on a pending reply: the connection is closed when dropped or checked in.
+    pub fn abandon_pending(&mut self) {
+        if self.pending.take().is_some() {
+            self.broken = true;
+        }
+    }
+
+    /// The aliveness check of a connection pending past its window: reads
+    /// what is already buffered (at most one more byte of the frame).
+    /// `Ok(true)` when a byte came, and the window restarts.
+    pub fn probe_pending(&mut self) -> Result<bool> {
+        let Some(mut pending) = self.pending else {
+            return Ok(true);
+        };
+        let now = runtime::now();
+        let want = self.buf.len() + 1;
+        match self
+            .stream
+            .read_to_len(&mut self.buf, want, Deadline::after(now, ALIVENESS_PROBE))
+        {
+            Ok(()) => {
+                pending.alive(runtime::now(), self.buf.len());
+                self.pending = Some(pending);
+                Ok(true)
+            }
+            Err(e) if e.is_timeout() => Ok(false),
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the rest of the pending reply by `deadline` and discards it,
+    /// after checking that it answers the outstanding request. A timeout
+    /// leaves the connection pending (cmap.rs decides what then); any other
+    /// failure breaks it.
+    pub fn drain_pending(&mut self, deadline: Deadline) -> Result<()> {
+        let Some(pending) = self.pending else {
+            return Ok(());
+        };
+        let r = self.read_frame(deadline).and_then(|len| {
+            let (header, _) = wire::decode(&self.buf[..len])?;
+            match header.response_to == pending.request_id {
+                true => Ok(()),
+                false => Err(Error::protocol(format!(
+                    "drained reply answers request {} but {} was pending",
+                    header.response_to, pending.request_id
+                ))),
+            }
+        });
+        match &r {
+            Ok(()) => {
+                self.pending = None;
+                self.buf.clear();
+            }
+            Err(e) if e.is_timeout() => {}
+            Err(_) => {
+                self.pending = None;
+                self.broken = true;
+            }
+        }
+        r
+    }
+
     pub fn max_message_size(&self) -> usize {
         self.hello.max_message_size_bytes
     }
@@ -203,18 +278,35 @@ impl Connection {
         self.fail_on_err(r)
     }
 
-    /// Reads one reply; the reads for it share `deadline`.
+    /// Reads one reply; the reads for it share `deadline`. The request was
+    /// fully written, so a timeout leaves the connection pending (its reply
+    /// is still due) rather than broken; any other failure breaks it.
     pub fn receive(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        self.buf.clear();
         let r = self.receive_inner(request_id, deadline);
-        self.fail_on_err(r)
+        match &r {
+            Err(e) if e.is_timeout() => {
+                let read = self.buf.len();
+                self.pending = Some(PendingResponse::timed_out(request_id, read, runtime::now()));
+            }
+            Err(_) => self.broken = true,
+            Ok(_) => {}
+        }
+        r
     }
 
-    fn receive_inner(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
-        self.buf.clear();
+    /// Reads one frame into the buffer, resuming after what it already holds;
+    /// returns the frame's length.
+    fn read_frame(&mut self, deadline: Deadline) -> Result<usize> {
         self.stream.read_to_len(&mut self.buf, 4, deadline)?;
         let prefix = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
         let len = wire::frame_length(prefix, self.max_message_size())?;
         self.stream.read_to_len(&mut self.buf, len, deadline)?;
+        Ok(len)
+    }
+
+    fn receive_inner(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        let len = self.read_frame(deadline)?;
         let (header, message) = wire::decode(&self.buf[..len])?;
         if header.response_to != request_id {
             return Err(Error::protocol(format!(

@@ -170,11 +170,15 @@ fn attempt<O: Operation>(
     )?;
     // Every command is checked before it is sent (csot.rs). A refused one was
     // never sent: its connection goes back to the pool, and the error is final.
+    let mut sent_max_time = false;
     match ctx
         .timeout
         .before_send(runtime::now(), min_rtt, op.sends_max_time())
     {
-        Ok(Some(ms)) => body.append(cstr!("maxTimeMS"), ms as i64),
+        Ok(Some(ms)) => {
+            body.append(cstr!("maxTimeMS"), ms as i64);
+            sent_max_time = true;
+        }
         Ok(None) => {}
         Err(e) => {
             client.topology.borrow_mut().checkin(conn);
@@ -283,7 +287,16 @@ fn attempt<O: Operation>(
                     s.mark_dirty();
                 }
             }
-            // A timed-out or failed socket is dropped with `conn` here.
+            // A read that timed out after a command with maxTimeMS left the
+            // connection pending: it returns to the pool and its reply is
+            // drained at the next checkout (cmap.rs). Any other failed
+            // socket is closed here.
+            if conn.pending().is_some() && crate::cmap::keeps_pending(sent_max_time) {
+                client.topology.borrow_mut().checkin(conn);
+            } else {
+                conn.abandon_pending();
+                drop(conn);
+            }
             failed(&e, None);
             Err(e)
         }

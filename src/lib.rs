@@ -1,12 +1,13 @@
 //! mongo-wasi: a MongoDB driver for wasm32-wasip2 with one deadline per operation (CSOT).
 //!
-//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `auth`, `sdam`, `csot`, `deadline`,
+//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `auth`, `sdam`, `csot`, `cmap`, `deadline`,
 //! `monitoring`) that unit-tests natively; one transport layer over WASI 0.2 (`runtime`);
 //! the `executor` that applies selection, checkout and the deadline to every `operation`;
 //! the public Rust API (`Client`, `Database`, `Collection`, `Cursor`, `Session`); and,
 //! behind the `component` feature, the WIT export glue.
 
 pub mod auth;
+pub mod cmap;
 pub mod csot;
 pub mod deadline;
 pub mod dns;

@@ -3,6 +3,7 @@
 //! servers are checked when selection finds nothing suitable, and the
 //! handshake's connection goes straight into the pool.
 
+use crate::cmap::{AfterDrain, DrainStep, PoolEvent, PoolEventKind};
 use crate::conn::{ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
@@ -31,6 +32,8 @@ pub struct TopologySettings {
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
+    /// Record pool events (pending-response drains) for `take_pool_events`.
+    pub monitor_pool: bool,
 }
 
 #[derive(Default)]
@@ -47,6 +50,8 @@ pub struct Topology {
     servers: HashMap<String, ServerState>,
     next_conn_id: u64,
     rng: u64,
+    /// `Some` when pool events are recorded.
+    pool_events: Option<Vec<PoolEvent>>,
 }
 
 impl Topology {
@@ -57,7 +62,9 @@ impl Topology {
             settings.replica_set.clone(),
         );
         let rng = runtime::now().0 | 1;
+        let pool_events = settings.monitor_pool.then(Vec::new);
         Topology {
+            pool_events,
             settings,
             description,
             servers: HashMap::new(),
@@ -224,7 +231,10 @@ impl Topology {
         Ok(())
     }
 
-    /// A connection to `address`: an idle one, or a new one.
+    /// A connection to `address`: an idle one, or a new one. An idle one
+    /// still pending a reply is drained first (cmap.rs); one whose drain
+    /// fails is closed and the next is tried, while one whose operation ran
+    /// out of time inside the window stays pending in the pool.
     /// `selection` is the deadline selection ran under: under CSOT what is
     /// left of it bounds the checkout (CSOT spec, "Server Selection").
     pub fn checkout(
@@ -234,9 +244,17 @@ impl Topology {
         selection: Deadline,
     ) -> Result<Connection> {
         let generation = self.state(address).generation;
-        while let Some(conn) = self.state(address).idle.pop() {
-            if conn.generation == generation && !conn.is_broken() {
-                return Ok(conn);
+        while let Some(mut conn) = self.state(address).idle.pop() {
+            if conn.generation != generation || conn.is_broken() {
+                continue;
+            }
+            match self.drain(&mut conn, timeout) {
+                Ok(true) => return Ok(conn),
+                Ok(false) => continue,
+                Err(e) => {
+                    self.state(address).idle.push(conn);
+                    return Err(e);
+                }
             }
         }
         let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
@@ -246,6 +264,74 @@ impl Topology {
                     self.mark_unknown(address, e);
                 }
             })
+    }
+
+    /// The drain step of a checkout. `Ok(true)`: the connection is ready;
+    /// `Ok(false)`: it was closed (dropped with `conn` by the caller);
+    /// `Err`: the operation's deadline ran out, the connection stays pending.
+    fn drain(&mut self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
+        let Some(pending) = conn.pending() else {
+            return Ok(true);
+        };
+        let started = runtime::now();
+        let (connection_id, address) = (conn.id, conn.address.clone());
+        let event = |kind, duration, reason, closed| PoolEvent {
+            kind,
+            connection_id,
+            server_address: address.clone(),
+            request_id: pending.request_id,
+            duration,
+            reason,
+            closed,
+        };
+        self.pool_event(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
+        let deadline = match pending.step(started, timeout) {
+            DrainStep::Drain(deadline) => Ok(deadline),
+            DrainStep::AlivenessCheck => match conn.probe_pending() {
+                // Bytes came: the window restarted.
+                Ok(true) => Ok(conn
+                    .pending()
+                    .unwrap_or(pending)
+                    .drain_deadline(runtime::now(), timeout)),
+                Ok(false) => Err(Error::network(
+                    "pending reply never arrived (aliveness check)",
+                )),
+                Err(e) => Err(e),
+            },
+        };
+        let result = deadline.and_then(|deadline| conn.drain_pending(deadline));
+        let now = runtime::now();
+        let took = Some(now.since(started));
+        let Err(e) = result else {
+            let kind = PoolEventKind::PendingResponseSucceeded;
+            self.pool_event(|| event(kind, took, None, false));
+            return Ok(true);
+        };
+        let keep = conn
+            .pending()
+            .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
+        let kind = PoolEventKind::PendingResponseFailed;
+        self.pool_event(|| event(kind, took, Some(e.to_string()), !keep));
+        if keep {
+            Err(Error::timeout("pending response drain").with_cause(e.to_string()))
+        } else {
+            conn.abandon_pending();
+            Ok(false)
+        }
+    }
+
+    fn pool_event(&mut self, event: impl FnOnce() -> PoolEvent) {
+        if let Some(events) = self.pool_events.as_mut() {
+            events.push(event());
+        }
+    }
+
+    /// Drains the recorded pool events.
+    pub fn take_pool_events(&mut self) -> Vec<PoolEvent> {
+        self.pool_events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn establish(
@@ -278,6 +364,7 @@ impl Topology {
     pub fn checkin(&mut self, conn: Connection) {
         let max = self.settings.max_pool_size;
         let state = self.state(&conn.address);
+        // A pending connection is kept too: its reply is drained at checkout.
         if !conn.is_broken()
             && conn.generation == state.generation
             && (max == 0 || state.idle.len() < max)

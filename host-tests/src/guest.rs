@@ -8,7 +8,7 @@ use crate::bindings::exports::mongo_wasi::driver::collection::{
 use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
-use crate::bindings::exports::mongo_wasi::driver::types::{Batch, CommandEvent, Error};
+use crate::bindings::exports::mongo_wasi::driver::types::{Batch, CommandEvent, Error, PoolEvent};
 use crate::bindings::Driver;
 use crate::{driver_pre, new_store, wasi_state, HostState};
 use std::net::SocketAddr;
@@ -298,6 +298,13 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_command_events(&mut self.store, client.0)
+    }
+
+    pub fn take_pool_events(&mut self, client: Client) -> Result<Vec<PoolEvent>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_take_pool_events(&mut self.store, client.0)
     }
 
     /// Drops a guest resource (runs its destructor in the guest).

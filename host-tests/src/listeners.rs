@@ -34,6 +34,10 @@ pub enum Behaviour {
     /// `CURSOR_ID` with one document; every getMore answers an empty batch
     /// and keeps the cursor open; anything else answers `{ok: 1}`.
     EmptyBatches,
+    /// Answers `hello`, then every command `LATE_REPLY` late with `{ok: 1}`
+    /// whose `responseTo` names another request: a late reply that must not
+    /// be taken for the one awaited.
+    LateWrongReply,
 }
 
 /// Size of the trickled reply, and its pace (about 50 KB/s: some 4 s in all).
@@ -43,6 +47,8 @@ const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
 /// Size of the flooded reply.
 pub const FLOOD_LEN: usize = 200 * 1024 * 1024;
 const FLOOD_MAX_MESSAGE: i32 = 256 * 1024 * 1024;
+/// How late `LateWrongReply` answers.
+pub const LATE_REPLY: Duration = Duration::from_millis(300);
 /// The id of `EmptyBatches`' cursor.
 pub const CURSOR_ID: i64 = 4242;
 
@@ -193,6 +199,12 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             read_command(&mut stream, shared)?;
             stream.shutdown(std::net::Shutdown::Both)
         }
+        Behaviour::LateWrongReply => loop {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            std::thread::sleep(LATE_REPLY);
+            let reply = op_msg(request_id.wrapping_add(1000), &bson::rawdoc! { "ok": 1.0 });
+            write_all(&mut stream, &reply, shared)?;
+        },
         Behaviour::EmptyBatches => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;
             let reply = match name.as_str() {

@@ -3,7 +3,7 @@
 //! section, within the deadline plus a tolerance for a loaded CI machine.
 //! The RTT test at the end goes through the failpoint proxy to nx-27017.
 
-use host_tests::bindings::exports::mongo_wasi::driver::types::ErrorKind;
+use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
 use host_tests::guest::Guest;
 use host_tests::listeners::{Behaviour, Listener};
 use std::time::{Duration, Instant};
@@ -122,22 +122,49 @@ fn server_that_stops_after_hello_times_out_reading_the_reply() {
     assert_within(elapsed, Duration::from_millis(400));
 }
 
+/// Two pings on a server that never answers; returns the two errors.
+fn two_silent_pings(guest: &mut Guest, uri: &str) -> Vec<Error> {
+    let client = guest.connect(uri, None, false).unwrap().unwrap();
+    let db = guest.database(client, "admin", None).unwrap();
+    (0..2)
+        .map(|_| {
+            let err = guest
+                .run_command(db, &bson::rawdoc! { "ping": 1 }, None)
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+            err
+        })
+        .collect()
+}
+
 #[test]
-fn a_read_timeout_closes_the_connection() {
+fn a_read_timeout_without_max_time_ms_closes_the_connection() {
     let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
     let mut guest = Guest::new(&[listener.addr]).unwrap();
-    let uri = format!("mongodb://{}/", listener.addr);
-    let client = guest.connect(&uri, Some(200), false).unwrap().unwrap();
-    let db = guest.database(client, "admin", None).unwrap();
-    for _ in 0..2 {
-        let err = guest
-            .run_command(db, &bson::rawdoc! { "ping": 1 }, None)
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Timeout);
-    }
-    // The half-read connection was dropped, so the second ping needed a new one.
+    let uri = format!("mongodb://{}/?socketTimeoutMS=200", listener.addr);
+    two_silent_pings(&mut guest, &uri);
+    // No maxTimeMS, no promise of a reply: the half-read connection was
+    // dropped, so the second ping needed a new one.
     assert_eq!(listener.accepted(), 2);
+}
+
+#[test]
+fn a_read_timeout_after_max_time_ms_leaves_the_connection_pending() {
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/?timeoutMS=200", listener.addr);
+    let started = Instant::now();
+    let errs = two_silent_pings(&mut guest, &uri);
+    // The second ping spent its budget waiting for the first one's reply
+    // (CMAP pending response); within 3 s the connection is kept, not replaced.
+    assert!(
+        errs[1].message.contains("pending response"),
+        "{:?}",
+        errs[1]
+    );
+    assert_eq!(listener.accepted(), 1);
+    assert_within(started.elapsed(), Duration::from_millis(400));
 }
 
 #[test]

@@ -4,7 +4,9 @@ use super::exports::mongo_wasi::driver::client::{
 use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions};
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
-use super::exports::mongo_wasi::driver::types::{CommandEvent, CommandEventKind};
+use super::exports::mongo_wasi::driver::types::{
+    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind,
+};
 use super::session::SessionRes;
 use super::{doc, not_implemented, to_wit, wrap, Component, WitResult};
 use crate::monitoring::EventKind;
@@ -107,6 +109,27 @@ impl GuestClient for ClientRes {
                 command: e.command.map(|d| d.into_bytes()),
                 reply: e.reply.map(|d| d.into_bytes()),
                 failure: e.failure.map(to_wit),
+            })
+            .collect()
+    }
+
+    fn take_pool_events(&self) -> Vec<PoolEvent> {
+        use crate::cmap::PoolEventKind as K;
+        self.0
+            .take_pool_events()
+            .into_iter()
+            .map(|e| PoolEvent {
+                kind: match e.kind {
+                    K::PendingResponseStarted => PoolEventKind::PendingResponseStarted,
+                    K::PendingResponseSucceeded => PoolEventKind::PendingResponseSucceeded,
+                    K::PendingResponseFailed => PoolEventKind::PendingResponseFailed,
+                },
+                connection_id: e.connection_id,
+                server_address: e.server_address,
+                request_id: e.request_id,
+                duration_micros: e.duration.map(|d| d.as_micros() as u64),
+                reason: e.reason,
+                closed: e.closed,
             })
             .collect()
     }

@@ -4,7 +4,8 @@
 //! Names the proxy acts on:
 //! - `failCommand`: mongod's; data fields `failCommands`, `closeConnection`, `errorCode`,
 //!   `errorLabels`, `errorExtraInfo`, `writeConcernError`, `blockConnection` + `blockTimeMS`,
-//!   `appName`, `namespace`, `failInternalCommands`, `failAllCommands`.
+//!   `appName`, `namespace`, `failInternalCommands`, `failAllCommands`; and one proxy-only
+//!   field, [`REPLY_DELAY`] (`proxyReplyDelayMS`).
 //! - `maxTimeAlwaysTimeOut`: mongod's; any command carrying `maxTimeMS` fails with code 50.
 //! - `failGetMoreAfterCursorCheckout`: mongod's; `getMore` fails with `data.errorCode`.
 //! - [`SLOW_COMMAND`] (`proxySlowCommand`): proxy-only, test-only; see its doc.
@@ -29,6 +30,10 @@ pub const FAIL_GET_MORE: &str = "failGetMoreAfterCursorCheckout";
 /// whose `maxTimeMS` is shorter is answered `MaxTimeMSExpired` (code 50) once `maxTimeMS` has
 /// passed, and is not forwarded; the connection stays open. Modes and counts as for `failCommand`.
 pub const SLOW_COMMAND: &str = "proxySlowCommand";
+/// Proxy-only, test-only `failCommand` data field: when `blockConnection` is cut short by the
+/// command's `maxTimeMS`, the MaxTimeMSExpired (code 50) reply is sent this many ms later, as a
+/// loaded server's would be (a client whose own deadline was `maxTimeMS` times out first).
+pub const REPLY_DELAY: &str = "proxyReplyDelayMS";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Mode {

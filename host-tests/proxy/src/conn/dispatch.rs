@@ -208,7 +208,14 @@ impl Conn {
                 };
                 match self.wait(ms as u64, deadline) {
                     Waited::Done => {}
-                    Waited::Expired => return expired(Some(&data)),
+                    Waited::Expired => {
+                        // Proxy-only: the code-50 reply comes this much after maxTimeMS.
+                        let late = fp::number(&data, fp::REPLY_DELAY).unwrap_or(0.0).max(0.0);
+                        if !self.shared.sleep_until(after(Instant::now(), late as u64)) {
+                            return Some(Action::Close);
+                        }
+                        return expired(Some(&data));
+                    }
                     Waited::Stopped => return Some(Action::Close),
                 }
             }
