@@ -2,8 +2,9 @@
 //! checks out a connection, adds `$db`, the Stable API fields, `lsid`,
 //! `$clusterTime`, `txnNumber` and `maxTimeMS`, does the round trip under the operation's deadline,
 //! records monitoring events, returns the connection to its pool, and
-//! retries per the Retryable Reads/Writes specs.
+//! retries per the Retryable Reads/Writes and Client Backpressure specs.
 
+use crate::backpressure;
 use crate::client::ClientInner;
 use crate::conn::{check_ok, next_request_id, Connection};
 use crate::csot::OpTimeout;
@@ -85,6 +86,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
+    let mut overload = backpressure::Policy::new(client.max_adaptive_retries);
     loop {
         attempts += 1;
         let err = match attempt(client, op, ctx, kind, &mut state) {
@@ -108,13 +110,63 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             _ => err,
         };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        if state.final_error
-            || !state.retry_supported
-            || !may_retry(kind, &err, attempts, csot, expired)
-        {
+        let allows = !state.final_error
+            && state.retry_supported
+            && may_retry(kind, &err, attempts, csot, expired);
+        let retryable =
+            !state.final_error && state.retry_supported && may_retry(kind, &err, 1, true, expired);
+        if !backpressure_wait(
+            client,
+            op,
+            ctx,
+            &mut overload,
+            &err,
+            attempts,
+            allows,
+            retryable,
+        ) {
             return Err(err);
         }
         previous = Some(err);
+    }
+}
+
+/// Client Backpressure: whether to retry after `err`, the Retryable
+/// Reads/Writes verdict (`allows`, `retryable`) folded in; sleeps an overload
+/// error's backoff (never past the deadline) before saying yes.
+#[allow(clippy::too_many_arguments)]
+fn backpressure_wait<O: Operation>(
+    client: &ClientInner,
+    op: &O,
+    ctx: &Context,
+    policy: &mut backpressure::Policy,
+    err: &Error,
+    attempts: u32,
+    allows: bool,
+    retryable: bool,
+) -> bool {
+    let now = runtime::now();
+    let deadline = ctx.timeout.deadline();
+    let failed = backpressure::Failed {
+        error: err,
+        attempts,
+        retry_policy_allows: allows,
+        retry_policy_retryable: retryable,
+        gate_open: op
+            .overload_gate()
+            .open(client.retry_reads, client.retry_writes),
+        now,
+        deadline,
+        jitter: runtime::jitter(),
+    };
+    match policy.next(&failed) {
+        None => false,
+        Some(wait) => {
+            if !wait.is_zero() {
+                runtime::sleep_until(Deadline::after(now, wait).min(deadline));
+            }
+            true
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! the public Rust API (`Client`, `Database`, `Collection`, `Cursor`, `Session`); and,
 //! behind the `component` feature, the WIT export glue.
 
+pub mod backpressure;
 pub mod csot;
 pub mod deadline;
 pub mod error;

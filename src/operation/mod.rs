@@ -11,6 +11,7 @@ pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
 pub use end_transaction::EndTransaction;
 pub use run_command::{CursorCommand, RunCommand};
 
+use crate::backpressure::Gate;
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
@@ -43,6 +44,17 @@ pub trait Operation {
     /// Whether a failed attempt may be retried (Retryable Reads/Writes specs).
     fn retryability(&self) -> Retryability {
         Retryability::None
+    }
+
+    /// Which of retryReads/retryWrites allows overload retries (Client
+    /// Backpressure spec): reads and writes by their kind, a user's
+    /// command needs both.
+    fn overload_gate(&self) -> Gate {
+        match (self.retryability(), self.criteria()) {
+            (Retryability::Read, _) => Gate::Read,
+            (Retryability::Write, _) | (Retryability::None, Criteria::Write) => Gate::Write,
+            (Retryability::None, Criteria::Read(_)) => Gate::Command,
+        }
     }
 
     /// commitTransaction/abortTransaction: they carry the transaction's
