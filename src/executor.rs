@@ -33,6 +33,8 @@ struct Attempts {
     retry_supported: bool,
     /// The attempt failed in a way no retry can fix (refused before sending).
     final_error: bool,
+    /// The attempt carried `startTransaction`.
+    started_txn: bool,
 }
 
 /// Runs `op` with the context's session, or an implicit one.
@@ -83,6 +85,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         txn_number: None,
         retry_supported: true,
         final_error: false,
+        started_txn: false,
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
@@ -124,6 +127,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             attempts,
             allows,
             retryable,
+            state.started_txn,
         ) {
             return Err(err);
         }
@@ -133,17 +137,19 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
 
 /// Client Backpressure: whether to retry after `err`, the Retryable
 /// Reads/Writes verdict (`allows`, `retryable`) folded in; sleeps an overload
-/// error's backoff (never past the deadline) before saying yes.
+/// error's backoff (never past the deadline) and readies the resend before
+/// saying yes.
 #[allow(clippy::too_many_arguments)]
 fn backpressure_wait<O: Operation>(
     client: &ClientInner,
-    op: &O,
+    op: &mut O,
     ctx: &Context,
     policy: &mut backpressure::Policy,
     err: &Error,
     attempts: u32,
     allows: bool,
     retryable: bool,
+    started_txn: bool,
 ) -> bool {
     let now = runtime::now();
     let deadline = ctx.timeout.deadline();
@@ -164,6 +170,14 @@ fn backpressure_wait<O: Operation>(
         Some(wait) => {
             if !wait.is_zero() {
                 runtime::sleep_until(Deadline::after(now, wait).min(deadline));
+            }
+            if backpressure::is_overload(err) {
+                // Refused at the door: the server saw neither the command
+                // nor its transaction's start; the retry resends both as they were.
+                op.before_overload_retry();
+                if let (true, Some(s)) = (started_txn, ctx.session) {
+                    s.restart_transaction_after_overload();
+                }
             }
             true
         }

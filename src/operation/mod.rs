@@ -57,6 +57,10 @@ pub trait Operation {
         }
     }
 
+    /// Before a retry after an overload error: the spec tests resend the
+    /// command unchanged, so undo what `build` counts as a retry.
+    fn before_overload_retry(&mut self) {}
+
     /// commitTransaction/abortTransaction: they carry the transaction's
     /// number but do not start it, and may be retried inside it.
     fn ends_transaction(&self) -> bool {
