@@ -359,6 +359,7 @@ fn attach_session(
     }
     if let Some(txn) = session.and_then(|s| s.txn_fields(ends_transaction)) {
         body.append(cstr!("txnNumber"), txn.txn_number);
+        state.started_txn = txn.start;
         if txn.start {
             body.append(cstr!("startTransaction"), true);
             if let Some(rc) = txn.read_concern {
