@@ -42,6 +42,8 @@ pub(crate) struct ClientInner {
     pub(crate) read_concern: Option<RawDocumentBuf>,
     pub(crate) write_concern: Option<RawDocumentBuf>,
     pub(crate) retry_writes: bool,
+    /// maxAdaptiveRetries: the cap on retries once a server is overloaded.
+    pub(crate) max_adaptive_retries: u32,
     pub(crate) sessions: Rc<SessionPool>,
     /// The greatest `$clusterTime` any reply carried.
     pub(crate) cluster_time: RefCell<Option<RawDocumentBuf>>,
@@ -172,6 +174,9 @@ impl Client {
                 read_concern: crate::concern::read_concern_from_uri(o),
                 write_concern: crate::concern::write_concern_from_uri(o),
                 retry_writes: o.retry_writes.unwrap_or(true),
+                max_adaptive_retries: o
+                    .max_adaptive_retries
+                    .unwrap_or(crate::backpressure::MAX_RETRIES),
                 sessions: Rc::new(SessionPool::default()),
                 cluster_time: RefCell::new(None),
                 server_api: options.server_api,

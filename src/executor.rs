@@ -2,15 +2,17 @@
 //! checks out a connection, adds `$db`, the Stable API fields, `lsid`,
 //! `$clusterTime`, `txnNumber` and `maxTimeMS`, does the round trip under the operation's deadline,
 //! records monitoring events, returns the connection to its pool, and
-//! retries per the Retryable Reads/Writes specs.
+//! retries per the Retryable Reads/Writes and Client Backpressure specs.
 
+use crate::backpressure;
 use crate::client::ClientInner;
 use crate::conn::{check_ok, next_request_id, Connection};
 use crate::csot::OpTimeout;
+use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
-use crate::retryable::{after_failure, Failure, Next, Retryability};
+use crate::retryable::{after_failure, may_retry, Failure, Next, Retryability};
 use crate::runtime;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
@@ -33,6 +35,8 @@ struct Attempts {
     final_error: bool,
     /// The server the latest attempt went to: a retry deprioritizes it.
     failed_on: Option<String>,
+    /// The attempt carried `startTransaction`.
+    started_txn: bool,
 }
 
 /// Runs `op` with the context's session, or an implicit one.
@@ -85,9 +89,11 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         retry_supported: true,
         final_error: false,
         failed_on: None,
+        started_txn: false,
     };
     let mut previous: Option<Error> = None;
     let mut attempts = 0;
+    let mut overload = backpressure::Policy::new(client.max_adaptive_retries);
     loop {
         attempts += 1;
         let err = match attempt(client, op, ctx, kind, &mut state) {
@@ -114,6 +120,9 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             true => kind,
             false => Retryability::None,
         };
+        // Whether the Retryable Reads/Writes rules count this error at all,
+        // whatever the attempt count (the backpressure spec asks).
+        let retryable = may_retry(kind, &err, 1, true, expired);
         let failed = Failure {
             err,
             previous: previous.take(),
@@ -121,9 +130,76 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             csot,
             expired,
         };
-        match after_failure(kind, failed) {
-            Next::Retry(err) => previous = Some(err),
-            Next::Fail(err) => return Err(err),
+        let (allows, err) = match after_failure(kind, failed) {
+            Next::Retry(err) => (true, err),
+            Next::Fail(err) => (false, err),
+        };
+        // Client Backpressure has the last word: an overload error may be
+        // retried (after its backoff) where the retryable specs say no, and
+        // caps every retry once the server said it is overloaded.
+        let again = backpressure_wait(
+            client,
+            op,
+            ctx,
+            &mut overload,
+            &err,
+            attempts,
+            allows,
+            retryable,
+            state.started_txn,
+        );
+        if !again {
+            return Err(err);
+        }
+        previous = Some(err);
+    }
+}
+
+/// Client Backpressure: whether to retry after `err`, the Retryable
+/// Reads/Writes verdict (`allows`, `retryable`) folded in; sleeps an overload
+/// error's backoff (never past the deadline) and readies the resend before
+/// saying yes.
+#[allow(clippy::too_many_arguments)]
+fn backpressure_wait<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context,
+    policy: &mut backpressure::Policy,
+    err: &Error,
+    attempts: u32,
+    allows: bool,
+    retryable: bool,
+    started_txn: bool,
+) -> bool {
+    let now = runtime::now();
+    let deadline = ctx.timeout.deadline();
+    let failed = backpressure::Failed {
+        error: err,
+        attempts,
+        retry_policy_allows: allows,
+        retry_policy_retryable: retryable,
+        gate_open: op
+            .overload_gate()
+            .open(client.retry_reads, client.retry_writes),
+        now,
+        deadline,
+        jitter: runtime::jitter(),
+    };
+    match policy.next(&failed) {
+        None => false,
+        Some(wait) => {
+            if !wait.is_zero() {
+                runtime::sleep_until(Deadline::after(now, wait).min(deadline));
+            }
+            if backpressure::is_overload(err) {
+                // Refused at the door: the server saw neither the command
+                // nor its transaction's start; the retry resends both as they were.
+                op.before_overload_retry();
+                if let (true, Some(s)) = (started_txn, ctx.session) {
+                    s.restart_transaction_after_overload();
+                }
+            }
+            true
         }
     }
 }
@@ -331,6 +407,7 @@ fn attach_session(
     }
     if let Some(txn) = session.and_then(|s| s.txn_fields(ends_transaction)) {
         body.append(cstr!("txnNumber"), txn.txn_number);
+        state.started_txn = txn.start;
         if txn.start {
             body.append(cstr!("startTransaction"), true);
             if let Some(rc) = txn.read_concern {

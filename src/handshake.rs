@@ -60,6 +60,8 @@ pub fn hello_command(
         1,
     );
     cmd.append(cstr!("helloOk"), true);
+    // Client Backpressure: this driver retries overload errors with backoff.
+    cmd.append(cstr!("backpressure"), true);
     cmd.append(cstr!("client"), metadata.to_owned());
     if !legacy {
         cmd.append(cstr!("$db"), "admin");
@@ -229,6 +231,10 @@ mod tests {
         assert_eq!(hello.iter().next().unwrap().unwrap().0, "hello");
         assert_eq!(hello.get_str("$db").unwrap(), "admin");
         assert!(hello.get_bool("helloOk").unwrap());
+        assert!(
+            hello.get_bool("backpressure").unwrap(),
+            "Client Backpressure"
+        );
         let legacy = hello_command(&md, true, None);
         assert_eq!(legacy.iter().next().unwrap().unwrap().0, "isMaster");
         assert!(legacy.get("$db").unwrap().is_none());

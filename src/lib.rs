@@ -7,6 +7,7 @@
 //! behind the `component` feature, the WIT export glue.
 
 pub mod auth;
+pub mod backpressure;
 pub mod cmap;
 pub mod csot;
 pub mod deadline;

@@ -46,6 +46,12 @@ def identifiers(db):
     return bool(errs), "; ".join(errs) or "all accepted"
 
 
+@gap("keyword-names", "accepts a collection named 'default' (an SQL keyword)")
+def keyword_names(db):
+    _, err = attempt(lambda: db["default"].insert_one({"_id": 1}))
+    return err is not None, err or "accepted"
+
+
 @gap("decimal128", "stores Decimal128 values")
 def decimal128(db):
     _, err = attempt(lambda: db.c.insert_one({"x": Decimal128("1.5")}))

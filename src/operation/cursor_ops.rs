@@ -162,6 +162,10 @@ impl Operation for GetMore {
         Criteria::Read(ReadMode::Primary)
     }
 
+    fn overload_gate(&self) -> crate::backpressure::Gate {
+        crate::backpressure::Gate::Read
+    }
+
     fn sends_max_time(&self) -> bool {
         // CSOT: getMore on a non-tailable cursor carries no maxTimeMS.
         false

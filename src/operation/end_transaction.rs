@@ -102,6 +102,11 @@ impl Operation for EndTransaction {
         true
     }
 
+    fn before_overload_retry(&mut self) {
+        // The retry keeps the caller's write concern (no w:majority upgrade).
+        self.attempts -= 1;
+    }
+
     fn sends_max_time(&self) -> bool {
         self.max_commit_time_ms.is_none() || !self.commit
     }

@@ -11,6 +11,7 @@ pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
 pub use end_transaction::EndTransaction;
 pub use run_command::{CursorCommand, RunCommand};
 
+use crate::backpressure::Gate;
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
@@ -44,6 +45,21 @@ pub trait Operation {
     fn retryability(&self) -> Retryability {
         Retryability::None
     }
+
+    /// Which of retryReads/retryWrites allows overload retries (Client
+    /// Backpressure spec): reads and writes by their kind, a user's
+    /// command needs both.
+    fn overload_gate(&self) -> Gate {
+        match (self.retryability(), self.criteria()) {
+            (Retryability::Read, _) => Gate::Read,
+            (Retryability::Write, _) | (Retryability::None, Criteria::Write) => Gate::Write,
+            (Retryability::None, Criteria::Read(_)) => Gate::Command,
+        }
+    }
+
+    /// Before a retry after an overload error: the spec tests resend the
+    /// command unchanged, so undo what `build` counts as a retry.
+    fn before_overload_retry(&mut self) {}
 
     /// commitTransaction/abortTransaction: they carry the transaction's
     /// number but do not start it, and may be retried inside it.

@@ -24,6 +24,16 @@ pub fn random_bytes(n: u64) -> Vec<u8> {
     wasi::random::random::get_random_bytes(n)
 }
 
+/// A random number in [0, 1) for a backoff's jitter (withTransaction, overload retries).
+pub fn jitter() -> f64 {
+    let mut b = [0u8; 8];
+    for (dst, src) in b.iter_mut().zip(random_bytes(8)) {
+        *dst = src;
+    }
+    // 53 random bits: exactly representable, below 1.
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Natively, std's per-process random keys stand in.
 #[cfg(not(target_os = "wasi"))]
 pub fn random_bytes(n: u64) -> Vec<u8> {

@@ -337,6 +337,11 @@ impl Session {
         s.txn.on_command()
     }
 
+    /// See `Transaction::restart_after_overload`.
+    pub(crate) fn restart_transaction_after_overload(&self) {
+        self.state.borrow_mut().txn.restart_after_overload();
+    }
+
     /// Appends `lsid` (and marks the server session used).
     pub(crate) fn apply_to(&self, body: &mut RawDocumentBuf) -> Result<()> {
         let mut s = self.state.borrow_mut();

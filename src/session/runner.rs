@@ -137,7 +137,7 @@ impl TransactionRunner {
     /// under the call's deadline (CSOT).
     fn start_attempt(&mut self) -> Result<()> {
         let now = runtime::now();
-        let backoff = self.machine.begin(now, jitter())?;
+        let backoff = self.machine.begin(now, runtime::jitter())?;
         if !backoff.is_zero() {
             runtime::sleep_until(Deadline::after(now, backoff));
         }
@@ -173,16 +173,6 @@ impl Drop for TransactionRunner {
             self.session.set_callback_deadline(None);
         }
     }
-}
-
-/// A random number in [0, 1) for the backoff's jitter.
-fn jitter() -> f64 {
-    let mut b = [0u8; 8];
-    for (dst, src) in b.iter_mut().zip(runtime::random_bytes(8)) {
-        *dst = src;
-    }
-    // 53 random bits: exactly representable, below 1.
-    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

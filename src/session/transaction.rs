@@ -107,6 +107,14 @@ impl Transaction {
         }
     }
 
+    /// The command that started the transaction was refused as overloaded,
+    /// so the server never started it: its retry starts it again.
+    pub fn restart_after_overload(&mut self) {
+        if self.state == State::InProgress {
+            self.state = State::Starting;
+        }
+    }
+
     pub fn commit(&mut self) -> Result<EndAction> {
         match self.state {
             State::None => Err(Error::invalid_argument("no transaction started")),

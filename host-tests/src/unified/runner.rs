@@ -18,6 +18,7 @@ pub const SCHEMA_VERSION: [u64; 3] = [1, 27, 0];
 /// Every directory of unified-format tests in the specifications' `source/`.
 pub const ALL_SUITES: &[&str] = &[
     "auth/tests/unified",
+    "client-backpressure/tests",
     "client-side-operations-timeout/tests",
     "command-logging-and-monitoring/tests/logging",
     "command-logging-and-monitoring/tests/monitoring",
