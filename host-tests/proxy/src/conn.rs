@@ -192,6 +192,11 @@ impl Conn {
         }
     }
 
+    /// This member's fail points (each mongod has its own).
+    fn failpoints(&self) -> std::sync::MutexGuard<'_, fp::FailPoints> {
+        lock(&self.shared.failpoints[self.member])
+    }
+
     fn role(&self) -> Role {
         lock(&self.shared.topology).role(self.member)
     }
@@ -206,21 +211,28 @@ impl Conn {
         }
     }
 
-    /// Remembers change-stream cursor ids from replies, forgets exhausted ones.
+    /// Remembers change-stream and awaitData cursor ids from replies, forgets exhausted ones.
     fn note_cursor(&self, name: &str, body: &Document, reply: &Document) {
         let id = reply
             .get_document("cursor")
             .and_then(|c| c.get_i64("id"))
             .unwrap_or(0);
-        let mut ids = lock(&self.shared.change_streams);
-        if commands::is_change_stream_aggregate(name, body) && id != 0 {
-            if ids.len() >= MAX_TRACKED_CHANGE_STREAMS {
-                ids.clear();
-            }
-            ids.insert(id);
-        } else if name == "getMore" && id == 0 {
-            if let Ok(old) = body.get_i64("getMore") {
-                ids.remove(&old);
+        let change_stream = commands::is_change_stream_aggregate(name, body);
+        let await_data = change_stream || commands::is_await_data_find(name, body);
+        for (set, opened) in [
+            (&self.shared.change_streams, change_stream),
+            (&self.shared.await_data, await_data),
+        ] {
+            let mut ids = lock(set);
+            if opened && id != 0 {
+                if ids.len() >= MAX_TRACKED_CHANGE_STREAMS {
+                    ids.clear();
+                }
+                ids.insert(id);
+            } else if name == "getMore" && id == 0 {
+                if let Ok(old) = body.get_i64("getMore") {
+                    ids.remove(&old);
+                }
             }
         }
     }
@@ -275,7 +287,7 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
-            let edited = match supports_wc && !exhaust && is_ok(&parsed.body) {
+            let edited = match supports_wc && !exhaust {
                 true => self.write_concern_error(name, body, &parsed.body),
                 false => None,
             };
@@ -295,7 +307,9 @@ impl Conn {
         }
     }
 
-    /// failCommand's `writeConcernError`, applied after the write ran, as mongod does.
+    /// failCommand's `writeConcernError`, applied after the command ran, whether it succeeded
+    /// or failed: mongod waits for write concern on both paths (`_checkWriteConcern` and
+    /// `_handleError` in service_entry_point_common.cpp).
     fn write_concern_error(
         &self,
         name: &str,
@@ -304,16 +318,20 @@ impl Conn {
     ) -> Option<Document> {
         let db = body.get_str("$db").unwrap_or("");
         let info = self.info(name, db, body);
-        let data = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
+        let data = self.failpoints().check(fp::FAIL_COMMAND, |d| {
             fp::should_activate(d, &info) && d.contains_key("writeConcernError")
         })?;
+        let code = match is_ok(reply) {
+            true => None,
+            false => reply.get("code").and_then(|c| c.as_i32()),
+        };
         let wce = data.get("writeConcernError")?.clone();
         let wc_code = wce
             .as_document()
             .and_then(|w| fp::number(w, "code"))
             .map(|c| c as i32);
         let labels = fp::labels_override(&data)
-            .unwrap_or_else(|| fp::error_labels(&info, None, wc_code, false));
+            .unwrap_or_else(|| fp::error_labels(&info, code, wc_code, false));
         let mut out = reply.clone();
         out.insert("writeConcernError", wce);
         Some(with_labels(out, labels))

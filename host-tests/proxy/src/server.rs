@@ -69,13 +69,17 @@ pub(crate) struct Shared {
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
-    pub failpoints: Mutex<FailPoints>,
+    /// One set per member: each member stands for its own mongod process.
+    pub failpoints: Vec<Mutex<FailPoints>>,
     pub stats: Mutex<Stats>,
     /// Auth on: commands need an authenticated connection.
     pub auth_enabled: bool,
     pub users: Mutex<Users>,
     /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
     pub change_streams: Mutex<HashSet<i64>>,
+    /// Cursor ids of open tailable awaitData cursors (change streams among them): the only
+    /// ones whose `getMore` may carry `maxTimeMS`.
+    pub await_data: Mutex<HashSet<i64>>,
     stopped: Mutex<bool>,
     wake: Condvar,
     /// Sockets of live connections, shut down on stop to unblock their threads.
@@ -190,11 +194,14 @@ impl Proxy {
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
-            failpoints: Mutex::new(FailPoints::default()),
+            failpoints: (0..members)
+                .map(|_| Mutex::new(FailPoints::default()))
+                .collect(),
             stats: Mutex::new(Stats::default()),
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),
             change_streams: Mutex::new(HashSet::new()),
+            await_data: Mutex::new(HashSet::new()),
             stopped: Mutex::new(false),
             wake: Condvar::new(),
             sockets: Mutex::new(HashMap::new()),

@@ -24,6 +24,13 @@ fn after(start: Instant, ms: u64) -> Instant {
     start + Duration::from_millis(ms.min(MAX_WAIT_MS))
 }
 
+/// How often `waitForFailPoint` looks at the count again.
+const POLL_FAIL_POINT: Duration = Duration::from_millis(2);
+
+fn not_found(name: &str) -> Document {
+    error_doc(codes::FAIL_POINT_SET_FAILED, &format!("{name} not found"))
+}
+
 /// Commands the proxy answers itself.
 const LOCAL: &[&str] = &[
     "hello",
@@ -76,6 +83,7 @@ impl Conn {
         let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
         let known = local
             || name == "configureFailPoint"
+            || name == "waitForFailPoint"
             || commands::is_forwarded(name, self.shared.version.max_wire);
         if !known {
             return Action::Reply(error_doc(
@@ -88,6 +96,9 @@ impl Conn {
         }
         if name == "configureFailPoint" {
             return Action::Reply(self.configure_fail_point(db, body));
+        }
+        if name == "waitForFailPoint" {
+            return Action::Reply(self.wait_for_fail_point(db, body, received));
         }
         if commands::is_hello(name) && !self.handshake_done {
             // Client metadata is only accepted on the first hello of a connection.
@@ -138,6 +149,9 @@ impl Conn {
                     "not primary and secondaryOk=false",
                 );
             }
+        }
+        if let Some(refusal) = self.get_more_max_time(name, body) {
+            return Action::Reply(refusal);
         }
         Action::Forward {
             supports_wc: commands::supports_write_concern(name, body),
@@ -191,7 +205,7 @@ impl Conn {
             )))
         };
 
-        let fired = lock(&self.shared.failpoints).check(fp::FAIL_COMMAND, |d| {
+        let fired = self.failpoints().check(fp::FAIL_COMMAND, |d| {
             fp::should_activate(d, &info)
                 && (fp::flag(d, "closeConnection")
                     || fp::flag(d, "blockConnection")
@@ -222,7 +236,7 @@ impl Conn {
             }
         }
 
-        let mut fps = lock(&self.shared.failpoints);
+        let mut fps = self.failpoints();
         if deadline.is_some() && fps.check(fp::MAX_TIME_ALWAYS_TIME_OUT, |_| true).is_some() {
             drop(fps);
             return expired(None);
@@ -247,6 +261,20 @@ impl Conn {
             }
         }
         None
+    }
+
+    /// mongod's getMore `validateMaxTimeMS`: `maxTimeMS` (any value, 0 too) is an await time,
+    /// so only a tailable awaitData cursor may carry it.
+    fn get_more_max_time(&self, name: &str, body: &Document) -> Option<Document> {
+        if name != "getMore" || !body.contains_key("maxTimeMS") {
+            return None;
+        }
+        let id = body.get_i64("getMore").ok()?;
+        if lock(&self.shared.await_data).contains(&id) {
+            return None;
+        }
+        let msg = "cannot set maxTimeMS on getMore command for a non-awaitData cursor";
+        Some(error_doc(codes::BAD_VALUE, msg))
     }
 
     /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep).
@@ -285,15 +313,66 @@ impl Conn {
             Err(e) => return error_doc(codes::BAD_VALUE, &e),
         };
         let data = body.get_document("data").cloned().unwrap_or_default();
-        let count = lock(&self.shared.failpoints).configure(name, mode, data);
-        doc! { "count": count, "ok": 1.0 }
+        match self.failpoints().configure(name, mode, data) {
+            Some(count) => doc! { "count": count, "ok": 1.0 },
+            None => not_found(name),
+        }
+    }
+
+    /// mongod's `waitForFailPoint`: waits until this member's fail point `name` has been
+    /// entered `timesEntered` times in all (the count `configureFailPoint` answered, plus
+    /// the entries awaited), bounded by the required `maxTimeMS`.
+    fn wait_for_fail_point(&self, db: &str, body: &Document, received: Instant) -> Document {
+        if db != "admin" {
+            return error_doc(
+                codes::UNAUTHORIZED,
+                "waitForFailPoint may only be run against the admin database.",
+            );
+        }
+        let Some(max_time) = body.get("maxTimeMS") else {
+            return error_doc(codes::FAILED_TO_PARSE, "Missing maxTimeMS");
+        };
+        let Some(max_time) = fp::as_number(max_time).filter(|ms| *ms >= 0.0) else {
+            return error_doc(codes::BAD_VALUE, "maxTimeMS must be a non-negative number");
+        };
+        let Some(times) = fp::number(body, "timesEntered") else {
+            let msg = "BSON field 'waitForFailPoint.timesEntered' is missing but a required field";
+            return error_doc(codes::IDL_MISSING_FIELD, msg);
+        };
+        let Ok(name) = body.get_str("waitForFailPoint") else {
+            return error_doc(
+                codes::BAD_VALUE,
+                "waitForFailPoint requires a fail point name",
+            );
+        };
+        if !fp::KNOWN.contains(&name) {
+            return not_found(name);
+        }
+        // maxTimeMS 0 is "no limit", as everywhere in mongod.
+        let deadline = (max_time >= 1.0).then(|| after(received, max_time as u64));
+        loop {
+            if self.failpoints().entered(name) >= times as i64 {
+                return doc! { "ok": 1.0 };
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return error_doc(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
+            }
+            let step = now + POLL_FAIL_POINT;
+            if !self
+                .shared
+                .sleep_until(deadline.map_or(step, |d| d.min(step)))
+            {
+                return error_doc(codes::SHUTDOWN_IN_PROGRESS, "proxy stopping");
+            }
+        }
     }
 
     fn proxy_admin(&mut self, name: &str, body: &Document) -> Document {
         match name {
             "proxyStats" => {
                 let mut reply = lock(&self.shared.stats).to_document();
-                reply.insert("failPoints", lock(&self.shared.failpoints).summary());
+                reply.insert("failPoints", self.failpoints().summary());
                 reply.insert("ok", 1.0);
                 reply
             }
