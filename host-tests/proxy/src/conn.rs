@@ -29,7 +29,11 @@ const MAX_TRACKED_CHANGE_STREAMS: usize = 10_000;
 
 enum Action {
     Reply(Document),
-    Forward { supports_wc: bool },
+    /// `close_after`: run it, then hang up without replying (onPrimaryTransactionalWrite).
+    Forward {
+        supports_wc: bool,
+        close_after: bool,
+    },
     Close,
 }
 
@@ -136,7 +140,14 @@ impl Conn {
                 Ok(true)
             }
             Action::Close => Ok(false),
-            Action::Forward { supports_wc } => {
+            Action::Forward {
+                supports_wc,
+                close_after,
+            } => {
+                if close_after {
+                    self.forward_and_drop_reply(msg)?;
+                    return Ok(false);
+                }
                 self.forward(msg, more_to_come, &name, &body, supports_wc)?;
                 Ok(true)
             }
@@ -155,7 +166,10 @@ impl Conn {
         let name = cmd.keys().next().cloned().unwrap_or_default();
         let action = match q.collection.strip_suffix(".$cmd") {
             Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, received),
-            _ => Action::Forward { supports_wc: false },
+            _ => Action::Forward {
+                supports_wc: false,
+                close_after: false,
+            },
         };
         let reply = match action {
             Action::Close => return Ok(false),
@@ -249,6 +263,22 @@ impl Conn {
             self.backend = Some(stream);
         }
         Ok(self.backend.as_mut().expect("connected above"))
+    }
+
+    /// Runs the command on the backend and waits for its reply, which the client never gets.
+    fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
+        let backend = self.backend()?;
+        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        loop {
+            let backend = self.backend()?;
+            let reply =
+                frame::read_message(backend, BODY_TIMEOUT).map_err(|e| format!("backend: {e}"))?;
+            if let Some(i) = self.unacked.iter().position(|&id| id == reply.response_to) {
+                self.unacked.remove(i);
+                continue;
+            }
+            return Ok(());
+        }
     }
 
     /// Sends the client's bytes unchanged and relays the reply (several, for exhaust).

@@ -7,6 +7,7 @@
 //!   `appName`, `namespace`, `failInternalCommands`, `failAllCommands`.
 //! - `maxTimeAlwaysTimeOut`: mongod's; any command carrying `maxTimeMS` fails with code 50.
 //! - `failGetMoreAfterCursorCheckout`: mongod's; `getMore` fails with `data.errorCode`.
+//! - `onPrimaryTransactionalWrite`: mongod's; see [`ON_PRIMARY_TRANSACTIONAL_WRITE`].
 //! - [`SLOW_COMMAND`] (`proxySlowCommand`): proxy-only, test-only; see its doc.
 //!
 //! `{waitForFailPoint: name, timesEntered: N, maxTimeMS: M}` waits until the member's point has
@@ -27,6 +28,11 @@ use crate::commands;
 pub const FAIL_COMMAND: &str = "failCommand";
 pub const MAX_TIME_ALWAYS_TIME_OUT: &str = "maxTimeAlwaysTimeOut";
 pub const FAIL_GET_MORE: &str = "failGetMoreAfterCursorCheckout";
+/// mongod's, on a retryable write (txnNumber, no autocommit) inside its write unit: data
+/// `closeConnection` (default true) hangs up, `failBeforeCommitExceptionCode` fails it before
+/// the commit (so it is not applied), `collectionNS` limits it. Without that code the write
+/// is applied and then the connection is closed, the reply lost.
+pub const ON_PRIMARY_TRANSACTIONAL_WRITE: &str = "onPrimaryTransactionalWrite";
 /// Proxy-only, test-only emulation of a slow server, since the backend cannot be made slow:
 /// `{configureFailPoint: "proxySlowCommand", mode, data: {failCommands: [..], executionTimeMS: N,
 /// appName?}}` makes each matching command "execute" for N ms before it is forwarded. A command
@@ -93,6 +99,7 @@ pub const KNOWN: &[&str] = &[
     FAIL_COMMAND,
     MAX_TIME_ALWAYS_TIME_OUT,
     FAIL_GET_MORE,
+    ON_PRIMARY_TRANSACTIONAL_WRITE,
     SLOW_COMMAND,
 ];
 
@@ -207,7 +214,7 @@ pub struct CmdInfo<'a> {
 }
 
 impl CmdInfo<'_> {
-    fn namespace(&self) -> String {
+    pub fn namespace(&self) -> String {
         match self.body.get(self.name) {
             Some(Bson::String(coll)) => format!("{}.{coll}", self.db),
             _ => self.db.to_string(),

@@ -335,6 +335,60 @@ fn error_code_wins_over_write_concern_error() {
 }
 
 #[test]
+fn a_blocked_command_whose_client_hung_up_never_runs() {
+    let s = Setup::standalone();
+    let mut c = s.client();
+    fail_point(
+        &mut c,
+        doc! { "times": 1 }.into(),
+        doc! { "failCommands": ["insert"], "blockConnection": true, "blockTimeMS": 300 },
+    );
+    let mut gone = s.client();
+    gone.send("test", doc! { "insert": "c", "documents": [{}] }, 0);
+    thread::sleep(Duration::from_millis(50));
+    gone.stream.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(gone);
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        s.backend.count("insert"),
+        0,
+        "mongod interrupts it (ClientDisconnect)"
+    );
+    assert_ok(&c.run("test", doc! { "insert": "c", "documents": [{}] }));
+    assert_eq!(s.backend.count("insert"), 1);
+}
+
+#[test]
+fn on_primary_transactional_write_before_or_after_the_commit() {
+    let s = Setup::replica_set(1, 0);
+    let mut c = s.client();
+    let set = |c: &mut Client, data: Document| {
+        let cfg = doc! { "configureFailPoint": "onPrimaryTransactionalWrite", "mode": { "times": 1 }, "data": data };
+        assert_ok(&c.admin(cfg));
+    };
+    set(&mut c, doc! { "failBeforeCommitExceptionCode": 1 });
+    let mut w = s.client();
+    assert!(w.try_run("test", retryable_insert()).is_none(), "hung up");
+    assert_eq!(s.backend.count("insert"), 0, "not committed");
+    // Only retryable writes enter it.
+    set(
+        &mut c,
+        doc! { "closeConnection": false, "failBeforeCommitExceptionCode": 11601 },
+    );
+    assert_ok(&c.run("test", doc! { "insert": "c", "documents": [{}] }));
+    let r = c.run("test", retryable_insert());
+    assert_error(&r, 11601, "Interrupted");
+    assert_eq!(s.backend.count("insert"), 1);
+    set(&mut c, doc! {});
+    let mut w = s.client();
+    assert!(
+        w.try_run("test", retryable_insert()).is_none(),
+        "hung up after the commit"
+    );
+    assert_eq!(s.backend.count("insert"), 2, "committed");
+}
+
+#[test]
 fn block_connection_delays_the_command() {
     let s = Setup::standalone();
     let mut c = s.client();

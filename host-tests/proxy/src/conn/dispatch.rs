@@ -65,7 +65,13 @@ enum Waited {
     Done,
     Expired,
     Stopped,
+    /// The client hung up: mongod interrupts such an operation (ClientDisconnect), so it
+    /// never runs (e.g. a write whose client timed out while it was blocked).
+    ClientGone,
 }
+
+/// How often a blocked command looks whether its client is still there.
+const CLIENT_CHECK: Duration = Duration::from_millis(2);
 
 impl Conn {
     /// mongod's order: look the command up, check the session, fail points, then run it.
@@ -153,7 +159,35 @@ impl Conn {
         if let Some(refusal) = self.get_more_max_time(name, body) {
             return Action::Reply(refusal);
         }
+        let mut close_after = false;
+        if body.contains_key("txnNumber")
+            && !body.contains_key("autocommit")
+            && commands::is_write(name, body)
+        {
+            let ns = self.info(name, db, body).namespace();
+            let fired = self
+                .failpoints()
+                .check(fp::ON_PRIMARY_TRANSACTIONAL_WRITE, |d| {
+                    d.get_str("collectionNS")
+                        .map_or(true, |want| want.is_empty() || want == ns)
+                });
+            if let Some(data) = fired {
+                let close = data.get_bool("closeConnection").unwrap_or(true);
+                match fp::number(&data, "failBeforeCommitExceptionCode") {
+                    Some(_) if close => return Action::Close,
+                    Some(code) => {
+                        let code = code as i32;
+                        let info = self.info(name, db, body);
+                        let labels = fp::error_labels(&info, Some(code), None, false);
+                        let msg = "Failing write due to onPrimaryTransactionalWrite";
+                        return Action::Reply(with_labels(error_doc(code, msg), labels));
+                    }
+                    None => close_after = close,
+                }
+            }
+        }
         Action::Forward {
+            close_after,
             supports_wc: commands::supports_write_concern(name, body),
         }
     }
@@ -220,7 +254,7 @@ impl Conn {
                 match self.wait(ms as u64, deadline) {
                     Waited::Done => {}
                     Waited::Expired => return expired(Some(&data)),
-                    Waited::Stopped => return Some(Action::Close),
+                    Waited::Stopped | Waited::ClientGone => return Some(Action::Close),
                 }
             }
             if fp::flag(&data, "closeConnection") {
@@ -257,7 +291,7 @@ impl Conn {
             match self.wait(ms as u64, deadline) {
                 Waited::Done => {}
                 Waited::Expired => return expired(None),
-                Waited::Stopped => return Some(Action::Close),
+                Waited::Stopped | Waited::ClientGone => return Some(Action::Close),
             }
         }
         None
@@ -277,19 +311,40 @@ impl Conn {
         Some(error_doc(codes::BAD_VALUE, msg))
     }
 
-    /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep).
+    /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep) or
+    /// by the client hanging up.
     fn wait(&self, ms: u64, deadline: Option<Instant>) -> Waited {
         let until = after(Instant::now(), ms);
-        match deadline {
-            Some(deadline) if deadline < until => match self.shared.sleep_until(deadline) {
-                true => Waited::Expired,
-                false => Waited::Stopped,
-            },
-            _ => match self.shared.sleep_until(until) {
-                true => Waited::Done,
-                false => Waited::Stopped,
-            },
+        let (end, outcome) = match deadline {
+            Some(deadline) if deadline < until => (deadline, Waited::Expired),
+            _ => (until, Waited::Done),
+        };
+        loop {
+            if self.client_gone() {
+                return Waited::ClientGone;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return outcome;
+            }
+            if !self.shared.sleep_until(end.min(now + CLIENT_CHECK)) {
+                return Waited::Stopped;
+            }
         }
+    }
+
+    /// The client closed its end (or the socket failed); pipelined bytes mean it is there.
+    fn client_gone(&self) -> bool {
+        if self.client.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let gone = match self.client.peek(&mut byte) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        let _ = self.client.set_nonblocking(false);
+        gone
     }
 
     fn configure_fail_point(&mut self, db: &str, body: &Document) -> Document {
