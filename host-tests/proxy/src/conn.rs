@@ -220,17 +220,19 @@ impl Conn {
             return true;
         }
         match (name, body.get("getMore")) {
-            ("getMore", Some(Bson::Int64(id))) => lock(&self.shared.change_streams).contains(id),
+            ("getMore", Some(id)) => cursor_id(Some(id))
+                .is_some_and(|id| lock(&self.shared.change_streams).contains(&id)),
             _ => false,
         }
     }
 
     /// Remembers change-stream and awaitData cursor ids from replies, forgets exhausted ones.
     fn note_cursor(&self, name: &str, body: &Document, reply: &Document) {
-        let id = reply
-            .get_document("cursor")
-            .and_then(|c| c.get_i64("id"))
-            .unwrap_or(0);
+        // A reply without a cursor (an error) says nothing about the cursor.
+        let Some(id) = cursor_id(reply.get_document("cursor").ok().and_then(|c| c.get("id")))
+        else {
+            return;
+        };
         let change_stream = commands::is_change_stream_aggregate(name, body);
         let await_data = change_stream || commands::is_await_data_find(name, body);
         for (set, opened) in [
@@ -244,7 +246,7 @@ impl Conn {
                 }
                 ids.insert(id);
             } else if name == "getMore" && id == 0 {
-                if let Ok(old) = body.get_i64("getMore") {
+                if let Some(old) = cursor_id(body.get("getMore")) {
                     ids.remove(&old);
                 }
             }
@@ -365,6 +367,15 @@ impl Conn {
         let mut out = reply.clone();
         out.insert("writeConcernError", wce);
         Some(with_labels(out, labels))
+    }
+}
+
+/// A cursor id: mongod's are int64, nx-27017 answers small ones as int32.
+pub(crate) fn cursor_id(v: Option<&Bson>) -> Option<i64> {
+    match v? {
+        Bson::Int64(id) => Some(*id),
+        Bson::Int32(id) => Some(i64::from(*id)),
+        _ => None,
     }
 }
 

@@ -303,7 +303,7 @@ impl Conn {
         if name != "getMore" || !body.contains_key("maxTimeMS") {
             return None;
         }
-        let id = body.get_i64("getMore").ok()?;
+        let id = super::cursor_id(body.get("getMore"))?;
         if lock(&self.shared.await_data).contains(&id) {
             return None;
         }
