@@ -3,6 +3,7 @@
 use bson::{doc, Bson, Document};
 
 pub const BAD_VALUE: i32 = 2;
+pub const FAILED_TO_PARSE: i32 = 9;
 pub const NO_SUCH_KEY: i32 = 4;
 pub const USER_NOT_FOUND: i32 = 11;
 pub const UNAUTHORIZED: i32 = 13;
@@ -15,6 +16,8 @@ pub const COMMAND_NOT_FOUND: i32 = 59;
 pub const INVALID_OPTIONS: i32 = 72;
 pub const NO_REPLICATION_ENABLED: i32 = 76;
 pub const EXCEEDED_TIME_LIMIT: i32 = 262;
+pub const FAIL_POINT_SET_FAILED: i32 = 266;
+pub const SHUTDOWN_IN_PROGRESS: i32 = 91;
 pub const API_VERSION_ERROR: i32 = 322;
 pub const API_STRICT_ERROR: i32 = 323;
 pub const API_DEPRECATION_ERROR: i32 = 324;
@@ -26,6 +29,8 @@ pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
+/// IDL: a required field is missing (a location code: no name).
+pub const IDL_MISSING_FIELD: i32 = 40414;
 /// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
 pub const API_PARAMETERS_WITHOUT_VERSION: i32 = 4886600;
 
@@ -89,6 +94,7 @@ const NAMES: &[(i32, &str)] = &[
     (257, "TransactionTooLarge"),
     (262, "ExceededTimeLimit"),
     (263, "OperationNotSupportedInTransaction"),
+    (266, "FailPointSetFailed"),
     (267, "PreparedTransactionInProgress"),
     (272, "MigrationConflict"),
     (279, "ClientDisconnect"),

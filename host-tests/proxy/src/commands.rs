@@ -129,6 +129,13 @@ pub fn max_time_ms(name: &str, body: &Document) -> Option<u64> {
     (ms >= 1.0).then_some(ms as u64)
 }
 
+/// A `find` that opens a tailable awaitData cursor.
+pub fn is_await_data_find(name: &str, body: &Document) -> bool {
+    name == "find"
+        && body.get_bool("tailable").unwrap_or(false)
+        && body.get_bool("awaitData").unwrap_or(false)
+}
+
 pub fn is_change_stream_aggregate(name: &str, body: &Document) -> bool {
     name == "aggregate"
         && body.get_array("pipeline").is_ok_and(|stages| {

@@ -30,7 +30,11 @@ const MAX_TRACKED_CHANGE_STREAMS: usize = 10_000;
 
 enum Action {
     Reply(Document),
-    Forward { supports_wc: bool },
+    /// `close_after`: run it, then hang up without replying (onPrimaryTransactionalWrite).
+    Forward {
+        supports_wc: bool,
+        close_after: bool,
+    },
     Close,
 }
 
@@ -149,7 +153,14 @@ impl Conn {
                 Ok(true)
             }
             Action::Close => Ok(false),
-            Action::Forward { supports_wc } => {
+            Action::Forward {
+                supports_wc,
+                close_after,
+            } => {
+                if close_after {
+                    self.forward_and_drop_reply(msg)?;
+                    return Ok(false);
+                }
                 self.forward(msg, more_to_come, &name, &body, supports_wc)?;
                 Ok(true)
             }
@@ -168,7 +179,10 @@ impl Conn {
         let name = cmd.keys().next().cloned().unwrap_or_default();
         let action = match q.collection.strip_suffix(".$cmd") {
             Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, received),
-            _ => Action::Forward { supports_wc: false },
+            _ => Action::Forward {
+                supports_wc: false,
+                close_after: false,
+            },
         };
         let reply = match action {
             Action::Close => return Ok(false),
@@ -205,6 +219,11 @@ impl Conn {
         }
     }
 
+    /// This member's fail points (each mongod has its own).
+    fn failpoints(&self) -> std::sync::MutexGuard<'_, fp::FailPoints> {
+        self.shared.failpoints(self.member)
+    }
+
     fn role(&self) -> Role {
         lock(&self.shared.topology).role(self.member)
     }
@@ -214,26 +233,35 @@ impl Conn {
             return true;
         }
         match (name, body.get("getMore")) {
-            ("getMore", Some(Bson::Int64(id))) => lock(&self.shared.change_streams).contains(id),
+            ("getMore", Some(id)) => cursor_id(Some(id))
+                .is_some_and(|id| lock(&self.shared.change_streams).contains(&id)),
             _ => false,
         }
     }
 
-    /// Remembers change-stream cursor ids from replies, forgets exhausted ones.
+    /// Remembers change-stream and awaitData cursor ids from replies, forgets exhausted ones.
     fn note_cursor(&self, name: &str, body: &Document, reply: &Document) {
-        let id = reply
-            .get_document("cursor")
-            .and_then(|c| c.get_i64("id"))
-            .unwrap_or(0);
-        let mut ids = lock(&self.shared.change_streams);
-        if commands::is_change_stream_aggregate(name, body) && id != 0 {
-            if ids.len() >= MAX_TRACKED_CHANGE_STREAMS {
-                ids.clear();
-            }
-            ids.insert(id);
-        } else if name == "getMore" && id == 0 {
-            if let Ok(old) = body.get_i64("getMore") {
-                ids.remove(&old);
+        // A reply without a cursor (an error) says nothing about the cursor.
+        let Some(id) = cursor_id(reply.get_document("cursor").ok().and_then(|c| c.get("id")))
+        else {
+            return;
+        };
+        let change_stream = commands::is_change_stream_aggregate(name, body);
+        let await_data = change_stream || commands::is_await_data_find(name, body);
+        for (set, opened) in [
+            (&self.shared.change_streams, change_stream),
+            (&self.shared.await_data, await_data),
+        ] {
+            let mut ids = lock(set);
+            if opened && id != 0 {
+                if ids.len() >= MAX_TRACKED_CHANGE_STREAMS {
+                    ids.clear();
+                }
+                ids.insert(id);
+            } else if name == "getMore" && id == 0 {
+                if let Some(old) = cursor_id(body.get("getMore")) {
+                    ids.remove(&old);
+                }
             }
         }
     }
@@ -250,6 +278,22 @@ impl Conn {
             self.backend = Some(stream);
         }
         Ok(self.backend.as_mut().expect("connected above"))
+    }
+
+    /// Runs the command on the backend and waits for its reply, which the client never gets.
+    fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
+        let backend = self.backend()?;
+        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        loop {
+            let backend = self.backend()?;
+            let reply =
+                frame::read_message(backend, BODY_TIMEOUT).map_err(|e| format!("backend: {e}"))?;
+            if let Some(i) = self.unacked.iter().position(|&id| id == reply.response_to) {
+                self.unacked.remove(i);
+                continue;
+            }
+            return Ok(());
+        }
     }
 
     /// Sends the client's bytes unchanged and relays the reply (several, for exhaust).
@@ -288,7 +332,7 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
-            let edited = match supports_wc && !exhaust && is_ok(&parsed.body) {
+            let edited = match supports_wc && !exhaust {
                 true => self.write_concern_error(name, body, &parsed.body),
                 false => None,
             };
@@ -308,7 +352,9 @@ impl Conn {
         }
     }
 
-    /// failCommand's `writeConcernError`, applied after the write ran, as mongod does.
+    /// failCommand's `writeConcernError`, applied after the command ran, whether it succeeded
+    /// or failed: mongod waits for write concern on both paths (`_checkWriteConcern` and
+    /// `_handleError` in service_entry_point_common.cpp).
     fn write_concern_error(
         &self,
         name: &str,
@@ -317,22 +363,32 @@ impl Conn {
     ) -> Option<Document> {
         let db = body.get_str("$db").unwrap_or("");
         let info = self.info(name, db, body);
-        let data = self
-            .shared
-            .failpoints(self.member)
-            .check(fp::FAIL_COMMAND, |d| {
-                fp::should_activate(d, &info) && d.contains_key("writeConcernError")
-            })?;
+        let data = self.failpoints().check(fp::FAIL_COMMAND, |d| {
+            fp::should_activate(d, &info) && d.contains_key("writeConcernError")
+        })?;
+        let code = match is_ok(reply) {
+            true => None,
+            false => reply.get("code").and_then(|c| c.as_i32()),
+        };
         let wce = data.get("writeConcernError")?.clone();
         let wc_code = wce
             .as_document()
             .and_then(|w| fp::number(w, "code"))
             .map(|c| c as i32);
         let labels = fp::labels_override(&data)
-            .unwrap_or_else(|| fp::error_labels(&info, None, wc_code, false));
+            .unwrap_or_else(|| fp::error_labels(&info, code, wc_code, false));
         let mut out = reply.clone();
         out.insert("writeConcernError", wce);
         Some(with_labels(out, labels))
+    }
+}
+
+/// A cursor id: mongod's are int64, nx-27017 answers small ones as int32.
+pub(crate) fn cursor_id(v: Option<&Bson>) -> Option<i64> {
+    match v? {
+        Bson::Int64(id) => Some(*id),
+        Bson::Int32(id) => Some(i64::from(*id)),
+        _ => None,
     }
 }
 

@@ -8,9 +8,14 @@
 //!   field, [`REPLY_DELAY`] (`proxyReplyDelayMS`).
 //! - `maxTimeAlwaysTimeOut`: mongod's; any command carrying `maxTimeMS` fails with code 50.
 //! - `failGetMoreAfterCursorCheckout`: mongod's; `getMore` fails with `data.errorCode`.
+//! - `onPrimaryTransactionalWrite`: mongod's; see [`ON_PRIMARY_TRANSACTIONAL_WRITE`].
 //! - [`SLOW_COMMAND`] (`proxySlowCommand`): proxy-only, test-only; see its doc.
 //!
-//! Any other name is stored and answered ok, and otherwise does nothing.
+//! `{waitForFailPoint: name, timesEntered: N, maxTimeMS: M}` waits until the member's point has
+//! fired N times in all, as mongod's does.
+//!
+//! Any other name is refused as mongod refuses a name it does not know: FailPointSetFailed
+//! (266), "<name> not found". Each member (each mongod) has its own set.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -24,6 +29,11 @@ use crate::commands;
 pub const FAIL_COMMAND: &str = "failCommand";
 pub const MAX_TIME_ALWAYS_TIME_OUT: &str = "maxTimeAlwaysTimeOut";
 pub const FAIL_GET_MORE: &str = "failGetMoreAfterCursorCheckout";
+/// mongod's, on a retryable write (txnNumber, no autocommit) inside its write unit: data
+/// `closeConnection` (default true) hangs up, `failBeforeCommitExceptionCode` fails it before
+/// the commit (so it is not applied), `collectionNS` limits it. Without that code the write
+/// is applied and then the connection is closed, the reply lost.
+pub const ON_PRIMARY_TRANSACTIONAL_WRITE: &str = "onPrimaryTransactionalWrite";
 /// Proxy-only, test-only emulation of a slow server, since the backend cannot be made slow:
 /// `{configureFailPoint: "proxySlowCommand", mode, data: {failCommands: [..], executionTimeMS: N,
 /// appName?}}` makes each matching command "execute" for N ms before it is forwarded. A command
@@ -44,7 +54,7 @@ pub enum Mode {
     Probability(f64),
 }
 
-fn as_number(v: &Bson) -> Option<f64> {
+pub fn as_number(v: &Bson) -> Option<f64> {
     match v {
         Bson::Int32(i) => Some(*i as f64),
         Bson::Int64(i) => Some(*i as f64),
@@ -89,14 +99,24 @@ impl Mode {
     }
 }
 
+/// The names [`FailPoints::configure`] accepts.
+pub const KNOWN: &[&str] = &[
+    FAIL_COMMAND,
+    MAX_TIME_ALWAYS_TIME_OUT,
+    FAIL_GET_MORE,
+    ON_PRIMARY_TRANSACTIONAL_WRITE,
+    SLOW_COMMAND,
+];
+
 struct Point {
     mode: Mode,
     data: Document,
-    entered: i64,
 }
 
 pub struct FailPoints {
     points: HashMap<String, Point>,
+    /// mongod's `timesEntered`: per name, over the process' life; a new mode does not reset it.
+    entered: HashMap<String, i64>,
     rng: u64,
 }
 
@@ -105,29 +125,25 @@ impl Default for FailPoints {
         let seed = RandomState::new().hash_one(0u8);
         FailPoints {
             points: HashMap::new(),
+            entered: HashMap::new(),
             rng: seed | 1,
         }
     }
 }
 
 impl FailPoints {
-    /// Replaces `name`'s configuration; answers the previous one's `timesEntered`, as mongod's
-    /// `count` does.
-    pub fn configure(&mut self, name: &str, mode: Mode, data: Document) -> i64 {
-        let old = self.points.get(name).map_or(0, |p| p.entered);
+    /// Replaces `name`'s configuration; answers its `timesEntered` so far, as mongod's `count`
+    /// does, or None for a name mongod would not know.
+    pub fn configure(&mut self, name: &str, mode: Mode, data: Document) -> Option<i64> {
+        if !KNOWN.contains(&name) {
+            return None;
+        }
         if mode == Mode::Off || mode == Mode::Times(0) {
             self.points.remove(name);
         } else {
-            self.points.insert(
-                name.to_string(),
-                Point {
-                    mode,
-                    data,
-                    entered: 0,
-                },
-            );
+            self.points.insert(name.to_string(), Point { mode, data });
         }
-        old
+        Some(self.entered(name))
     }
 
     /// mongod's `executeIf`: the predicate first, then the mode; `times`/`skip` only move for
@@ -155,16 +171,17 @@ impl FailPoints {
         if !fire {
             return None;
         }
-        point.entered += 1;
         let data = point.data.clone();
         if point.mode == Mode::Times(0) {
-            point.mode = Mode::Off; // keeps timesEntered for the next `count`
+            self.points.remove(name);
         }
+        *self.entered.entry(name.to_string()).or_default() += 1;
         Some(data)
     }
 
+    /// How many times `name` has fired since the proxy started.
     pub fn entered(&self, name: &str) -> i64 {
-        self.points.get(name).map_or(0, |p| p.entered)
+        self.entered.get(name).copied().unwrap_or(0)
     }
 
     /// `{name: {mode, data, timesEntered}}` for `proxyStats`.
@@ -176,7 +193,7 @@ impl FailPoints {
             let p = &self.points[name];
             out.insert(
                 name.clone(),
-                doc! { "mode": p.mode.describe(), "data": p.data.clone(), "timesEntered": p.entered },
+                doc! { "mode": p.mode.describe(), "data": p.data.clone(), "timesEntered": self.entered(name) },
             );
         }
         out
@@ -202,7 +219,7 @@ pub struct CmdInfo<'a> {
 }
 
 impl CmdInfo<'_> {
-    fn namespace(&self) -> String {
+    pub fn namespace(&self) -> String {
         match self.body.get(self.name) {
             Some(Bson::String(coll)) => format!("{}.{coll}", self.db),
             _ => self.db.to_string(),
@@ -319,9 +336,31 @@ mod tests {
     #[test]
     fn times_count_only_matching() {
         let mut fps = FailPoints::default();
-        fps.configure("x", Mode::Times(1), doc! {});
-        assert!(fps.check("x", |_| false).is_none());
-        assert!(fps.check("x", |_| true).is_some());
-        assert!(fps.check("x", |_| true).is_none());
+        fps.configure(FAIL_COMMAND, Mode::Times(1), doc! {});
+        assert!(fps.check(FAIL_COMMAND, |_| false).is_none());
+        assert!(fps.check(FAIL_COMMAND, |_| true).is_some());
+        assert!(fps.check(FAIL_COMMAND, |_| true).is_none());
+    }
+
+    #[test]
+    fn times_entered_survives_a_new_mode_and_unknown_names_are_refused() {
+        let mut fps = FailPoints::default();
+        assert_eq!(
+            fps.configure(FAIL_COMMAND, Mode::AlwaysOn, doc! {}),
+            Some(0)
+        );
+        assert!(fps.check(FAIL_COMMAND, |_| true).is_some());
+        assert!(fps.check(FAIL_COMMAND, |_| true).is_some());
+        assert_eq!(fps.configure(FAIL_COMMAND, Mode::Off, doc! {}), Some(2));
+        assert_eq!(
+            fps.configure(FAIL_COMMAND, Mode::Times(1), doc! {}),
+            Some(2)
+        );
+        assert!(fps.check(FAIL_COMMAND, |_| true).is_some());
+        assert_eq!(fps.entered(FAIL_COMMAND), 3);
+        assert_eq!(
+            fps.configure("noSuchFailPoint", Mode::AlwaysOn, doc! {}),
+            None
+        );
     }
 }

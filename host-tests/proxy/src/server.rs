@@ -82,8 +82,9 @@ pub(crate) struct Shared {
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
-    /// One set shared by every listener, or one per mongos for a sharded cluster
-    /// (see [`Shared::failpoints`]).
+    /// One set per mongod process: per member of a replica set, per mongos,
+    /// and one for a standalone (however many addresses it listens on);
+    /// see [`Shared::failpoints`].
     failpoints: Vec<Mutex<FailPoints>>,
     pub stats: Mutex<Stats>,
     /// Auth on: commands need an authenticated connection.
@@ -91,6 +92,9 @@ pub(crate) struct Shared {
     pub users: Mutex<Users>,
     /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
     pub change_streams: Mutex<HashSet<i64>>,
+    /// Cursor ids of open tailable awaitData cursors (change streams among them): the only
+    /// ones whose `getMore` may carry `maxTimeMS`.
+    pub await_data: Mutex<HashSet<i64>>,
     stopped: Mutex<bool>,
     wake: Condvar,
     /// Sockets of live connections, shut down on stop to unblock their threads.
@@ -209,8 +213,8 @@ impl Proxy {
         let hosts = addrs.iter().map(SocketAddr::to_string).collect();
         let users = Users::new(&config.auth).map_err(bad)?;
         let fail_point_sets = match config.topology {
-            Topology::Sharded { .. } => members,
-            _ => 1,
+            Topology::Standalone => 1,
+            _ => members,
         };
         let shared = Arc::new(Shared {
             backend: config.backend,
@@ -226,6 +230,7 @@ impl Proxy {
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),
             change_streams: Mutex::new(HashSet::new()),
+            await_data: Mutex::new(HashSet::new()),
             stopped: Mutex::new(false),
             wake: Condvar::new(),
             sockets: Mutex::new(HashMap::new()),

@@ -305,6 +305,25 @@ fn write_concern_error_is_added_to_a_successful_write() {
 }
 
 #[test]
+fn write_concern_error_is_added_to_a_failed_write() {
+    let s = Setup::replica_set(1, 0);
+    let mut c = s.client();
+    let wce = doc! { "code": 91, "errmsg": "Replication is being shut down" };
+    fail_point(
+        &mut c,
+        doc! { "times": 1 }.into(),
+        doc! { "failCommands": ["insert"], "writeConcernError": wce.clone() },
+    );
+    let mut insert = retryable_insert();
+    insert.insert("fail", 11000);
+    let r = c.run("test", insert);
+    assert!(!ok(&r) && code(&r) == Some(11000), "{r}");
+    assert_eq!(r.get_str("echo").unwrap(), "insert", "the write ran first");
+    assert_eq!(r.get_document("writeConcernError").unwrap(), &wce);
+    assert_eq!(labels(&r), ["RetryableWriteError"]);
+}
+
+#[test]
 fn error_code_wins_over_write_concern_error() {
     let s = Setup::standalone();
     let mut c = s.client();
@@ -313,6 +332,60 @@ fn error_code_wins_over_write_concern_error() {
     let r = c.run("test", doc! { "insert": "c", "documents": [{}] });
     assert_error(&r, 2, "BadValue");
     assert!(!r.contains_key("writeConcernError"));
+}
+
+#[test]
+fn a_blocked_command_whose_client_hung_up_never_runs() {
+    let s = Setup::standalone();
+    let mut c = s.client();
+    fail_point(
+        &mut c,
+        doc! { "times": 1 }.into(),
+        doc! { "failCommands": ["insert"], "blockConnection": true, "blockTimeMS": 300 },
+    );
+    let mut gone = s.client();
+    gone.send("test", doc! { "insert": "c", "documents": [{}] }, 0);
+    thread::sleep(Duration::from_millis(50));
+    gone.stream.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(gone);
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        s.backend.count("insert"),
+        0,
+        "mongod interrupts it (ClientDisconnect)"
+    );
+    assert_ok(&c.run("test", doc! { "insert": "c", "documents": [{}] }));
+    assert_eq!(s.backend.count("insert"), 1);
+}
+
+#[test]
+fn on_primary_transactional_write_before_or_after_the_commit() {
+    let s = Setup::replica_set(1, 0);
+    let mut c = s.client();
+    let set = |c: &mut Client, data: Document| {
+        let cfg = doc! { "configureFailPoint": "onPrimaryTransactionalWrite", "mode": { "times": 1 }, "data": data };
+        assert_ok(&c.admin(cfg));
+    };
+    set(&mut c, doc! { "failBeforeCommitExceptionCode": 1 });
+    let mut w = s.client();
+    assert!(w.try_run("test", retryable_insert()).is_none(), "hung up");
+    assert_eq!(s.backend.count("insert"), 0, "not committed");
+    // Only retryable writes enter it.
+    set(
+        &mut c,
+        doc! { "closeConnection": false, "failBeforeCommitExceptionCode": 11601 },
+    );
+    assert_ok(&c.run("test", doc! { "insert": "c", "documents": [{}] }));
+    let r = c.run("test", retryable_insert());
+    assert_error(&r, 11601, "Interrupted");
+    assert_eq!(s.backend.count("insert"), 1);
+    set(&mut c, doc! {});
+    let mut w = s.client();
+    assert!(
+        w.try_run("test", retryable_insert()).is_none(),
+        "hung up after the commit"
+    );
+    assert_eq!(s.backend.count("insert"), 2, "committed");
 }
 
 #[test]
@@ -496,10 +569,15 @@ fn max_time_always_time_out() {
 }
 
 #[test]
-fn other_fail_points_are_stored_and_get_more_can_fail() {
+fn unknown_fail_points_are_refused_and_get_more_can_fail() {
     let s = Setup::standalone();
     let mut c = s.client();
-    assert_ok(&c.admin(doc! { "configureFailPoint": "someServerFailPoint", "mode": "alwaysOn" }));
+    let r = c.admin(doc! { "configureFailPoint": "someServerFailPoint", "mode": "alwaysOn" });
+    assert_error(&r, 266, "FailPointSetFailed");
+    assert_eq!(
+        r.get_str("errmsg").unwrap(),
+        "someServerFailPoint not found"
+    );
     let cfg = doc! { "configureFailPoint": "failGetMoreAfterCursorCheckout", "mode": { "times": 1 }, "data": { "errorCode": 6 } };
     assert_ok(&c.admin(cfg));
     assert_error(
@@ -509,10 +587,101 @@ fn other_fail_points_are_stored_and_get_more_can_fail() {
     );
     assert_ok(&c.run("test", doc! { "getMore": 5i64, "collection": "c" }));
     let stats = c.admin(doc! { "proxyStats": 1 });
-    assert!(stats
+    assert!(!stats
         .get_document("failPoints")
         .unwrap()
         .contains_key("someServerFailPoint"));
+}
+
+#[test]
+fn fail_points_belong_to_one_member() {
+    let s = Setup::replica_set(2, 0);
+    let addrs = s.proxy.addresses();
+    let mut first = Client::connect(addrs[0]);
+    let mut second = Client::connect(addrs[1]);
+    fail_point(
+        &mut first,
+        "alwaysOn".into(),
+        doc! { "failCommands": ["ping"], "errorCode": 2 },
+    );
+    assert_ok(&second.run("test", doc! { "ping": 1 }));
+    assert_error(&first.run("test", doc! { "ping": 1 }), 2, "BadValue");
+    let stats = second.admin(doc! { "proxyStats": 1 });
+    assert!(stats.get_document("failPoints").unwrap().is_empty());
+    let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+    assert_eq!(second.admin(off.clone()).get_i64("count").unwrap(), 0);
+    assert_eq!(first.admin(off).get_i64("count").unwrap(), 1);
+}
+
+#[test]
+fn wait_for_fail_point_waits_for_the_total_entries() {
+    let s = Setup::standalone();
+    let mut c = s.client();
+    let cfg = doc! { "configureFailPoint": "failCommand", "mode": { "times": 1 },
+    "data": { "failCommands": ["ping"], "errorCode": 2 } };
+    assert_eq!(c.admin(cfg.clone()).get_i64("count").unwrap(), 0);
+    assert_error(&c.run("test", doc! { "ping": 1 }), 2, "BadValue");
+    // The count goes on across configurations, as mongod's timesEntered does.
+    let count = c.admin(cfg).get_i64("count").unwrap();
+    assert_eq!(count, 1);
+    let addr = s.addr();
+    let pinger = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(150));
+        Client::connect(addr).run("test", doc! { "ping": 1 })
+    });
+    let start = Instant::now();
+    let wait =
+        doc! { "waitForFailPoint": "failCommand", "timesEntered": count + 1, "maxTimeMS": 10_000 };
+    assert_ok(&c.admin(wait));
+    assert!(
+        elapsed_ms(start) >= 140,
+        "returned before the fail point fired"
+    );
+    assert_error(&pinger.join().unwrap(), 2, "BadValue");
+
+    let start = Instant::now();
+    let never =
+        doc! { "waitForFailPoint": "failCommand", "timesEntered": count + 2, "maxTimeMS": 100 };
+    assert_error(&c.admin(never), 50, "MaxTimeMSExpired");
+    let took = elapsed_ms(start);
+    assert!((90..5000).contains(&took), "took {took} ms");
+    let no_limit = doc! { "waitForFailPoint": "failCommand", "timesEntered": 1 };
+    assert_error(&c.admin(no_limit), 9, "FailedToParse");
+    let unknown =
+        doc! { "waitForFailPoint": "noSuchFailPoint", "timesEntered": 1, "maxTimeMS": 10 };
+    assert_error(&c.admin(unknown), 266, "FailPointSetFailed");
+}
+
+#[test]
+fn get_more_max_time_ms_only_on_await_data_cursors() {
+    let s = Setup::standalone();
+    let mut c = s.client();
+    assert_ok(&c.run("test", doc! { "find": "c", "cursorId": 11i64 }));
+    // nx-27017 answers cursor ids as int32; mongod's drivers send them back as int64.
+    let tailable = doc! { "find": "c", "tailable": true, "awaitData": true, "cursorId32": 12 };
+    assert_ok(&c.run("test", tailable));
+    let get_more = |id: i64, max: Option<i32>| {
+        let mut cmd = doc! { "getMore": id, "collection": "c" };
+        if let Some(ms) = max {
+            cmd.insert("maxTimeMS", ms);
+        }
+        cmd
+    };
+    for ms in [10, 0] {
+        let r = c.run("test", get_more(11, Some(ms)));
+        assert_error(&r, 2, "BadValue");
+        assert_eq!(
+            r.get_str("errmsg").unwrap(),
+            "cannot set maxTimeMS on getMore command for a non-awaitData cursor"
+        );
+    }
+    assert_ok(&c.run("test", get_more(11, None)));
+    assert_ok(&c.run("test", get_more(12, Some(10))));
+    assert_eq!(
+        s.backend.count("getMore"),
+        2,
+        "refused getMores are not forwarded"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ Exits non-zero on any mismatch.
 
 import os
 import sys
+import threading
 import time
 
 import pymongo
@@ -115,6 +116,56 @@ def standalone(uri):
     if e is not None:
         check(isinstance(e, WriteConcernError) and e.code == 64, f"writeConcernError raises code 64 ({e!r})")
     check(coll.count_documents({"x": 2}) == 1, "the write behind the writeConcernError happened")
+
+    # ... and on a write command that fails: mongod waits for write concern on that path too.
+    fail_point(admin, {"times": 1},
+               {"failCommands": ["findAndModify"], "writeConcernError": {"code": 64, "errmsg": "waiting"}})
+    e = expect_error("failed command + writeConcernError",
+                     lambda: plain.fp_check.command({"findAndModify": "c", "query": {}}))
+    if e is not None:
+        wce = (getattr(e, "details", None) or {}).get("writeConcernError") or {}
+        check(wce.get("code") == 64, f"a failed command carries the writeConcernError too ({e!r})")
+
+    # An unknown fail point name: FailPointSetFailed (266), as mongod.
+    e = expect_error("unknown fail point", lambda: admin.admin.command(
+        {"configureFailPoint": "noSuchFailPoint", "mode": "alwaysOn"}))
+    if e is not None:
+        check(code_of(e) == 266, f"an unknown fail point is FailPointSetFailed ({e!r})")
+
+    # waitForFailPoint: returns once the point has fired timesEntered times in all.
+    count = admin.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                                 "data": {"failCommands": ["find"], "errorCode": 2}})["count"]
+    fired = []
+
+    def later():
+        time.sleep(0.2)
+        try:
+            plain.fp_check.c.find_one()
+        except OperationFailure as err:
+            fired.append(err.code)
+    t = threading.Thread(target=later)
+    start = time.monotonic()
+    t.start()
+    admin.admin.command({"waitForFailPoint": "failCommand", "timesEntered": count + 1,
+                         "maxTimeMS": 10000})
+    waited = time.monotonic() - start
+    t.join()
+    check(fired == [2] and waited >= 0.15,
+          f"waitForFailPoint returned after the point fired ({waited * 1000:.0f} ms, {fired})")
+    e = expect_error("waitForFailPoint timeout", lambda: admin.admin.command(
+        {"waitForFailPoint": "failCommand", "timesEntered": count + 2, "maxTimeMS": 50}))
+    if e is not None:
+        check(code_of(e) == 50, f"waitForFailPoint past maxTimeMS is MaxTimeMSExpired ({e!r})")
+
+    # getMore with maxTimeMS on a cursor that is not awaitData: BadValue, as mongod.
+    coll.insert_many([{"g": i} for i in range(3)])
+    cursor = admin.fp_check.command({"find": "c", "batchSize": 1})["cursor"]
+    e = expect_error("getMore maxTimeMS", lambda: admin.fp_check.command(
+        {"getMore": cursor["id"], "collection": "c", "maxTimeMS": 10}))
+    if e is not None:
+        check(code_of(e) == 2, f"getMore maxTimeMS on a non-awaitData cursor is BadValue ({e!r})")
+    more = admin.fp_check.command({"getMore": cursor["id"], "collection": "c"})
+    check(len(more["cursor"]["nextBatch"]) >= 1, "the cursor still works without maxTimeMS")
 
     # Unknown commands: CommandNotFound, as mongod.
     e = expect_error("unknown command", lambda: admin.fp_check.command("noSuchCommand"))

@@ -1,5 +1,7 @@
 //! An operation's `arguments`, taken field by field: what a WIT record has a
-//! place for is taken out, and what is left goes to `extra` by its server name.
+//! place for is taken out, and what is left goes to `extra` by its server name,
+//! if the WIT documents that name for the operation ([`extra_names`]); any other
+//! argument fails the test instead of reaching the server as a stray field.
 
 use super::{Fail, Step};
 use bson::{Bson, Document};
@@ -137,8 +139,24 @@ impl Args {
         self.doc.insert(key, value);
     }
 
-    /// The arguments not taken, for `extra`.
+    /// The arguments not taken, for `extra`: each must be one [`extra_names`] lists for
+    /// this operation.
     pub fn extra(self) -> Step<Option<Vec<u8>>> {
+        let allowed = extra_names(&self.op);
+        let unknown: Vec<&str> = self
+            .doc
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !allowed.contains(k))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Fail(format!(
+                "{}: the runner does not support argument(s) {} (neither a WIT field nor a \
+                 documented `extra` name of this operation)",
+                self.op,
+                unknown.join(", ")
+            )));
+        }
         if self.doc.is_empty() {
             Ok(None)
         } else {
@@ -162,6 +180,138 @@ impl Args {
     }
 }
 
+const WRITE: &[&str] = &["comment", "let", "bypassDocumentValidation", "rawData"];
+const FIND: &[&str] = &[
+    "allowDiskUse",
+    "collation",
+    "comment",
+    "hint",
+    "let",
+    "max",
+    "min",
+    "maxTimeMS",
+    "returnKey",
+    "showRecordId",
+    "noCursorTimeout",
+    "rawData",
+    "maxAwaitTimeMS",
+    "tailable",
+    "awaitData",
+];
+const FIND_AND_MODIFY: &[&str] = &[
+    "sort",
+    "fields",
+    "new",
+    "upsert",
+    "arrayFilters",
+    "collation",
+    "hint",
+    "comment",
+    "let",
+    "bypassDocumentValidation",
+    "maxTimeMS",
+    "rawData",
+];
+
+/// The arguments an operation may pass in `extra` under their own names: what the WIT
+/// documents for it (server field names the driver sends as they are, or routes: update
+/// and delete statement options into each statement, `$changeStream` options into the
+/// stage, `maxAwaitTimeMS` to getMore, countDocuments' `skip`/`limit` into its pipeline,
+/// run-cursor-command's cursor options), and the names the runner maps arguments to
+/// (`fields`, `new`, `tailable`, `awaitData`).
+pub fn extra_names(op: &str) -> &'static [&'static str] {
+    match op {
+        "insertOne" => WRITE,
+        "insertMany" | "bulkWrite" => &[
+            "ordered",
+            "comment",
+            "let",
+            "bypassDocumentValidation",
+            "rawData",
+        ],
+        "updateOne" | "updateMany" => &[
+            "upsert",
+            "collation",
+            "hint",
+            "arrayFilters",
+            "comment",
+            "let",
+            "bypassDocumentValidation",
+            "rawData",
+        ],
+        "replaceOne" => &[
+            "upsert",
+            "collation",
+            "hint",
+            "comment",
+            "let",
+            "bypassDocumentValidation",
+            "rawData",
+        ],
+        "deleteOne" | "deleteMany" => &["collation", "hint", "comment", "let", "rawData"],
+        "findOneAndDelete" | "findOneAndUpdate" | "findOneAndReplace" => FIND_AND_MODIFY,
+        "find" | "findOne" | "createFindCursor" | "aggregate" => FIND,
+        "createChangeStream" => &[
+            "fullDocument",
+            "fullDocumentBeforeChange",
+            "showExpandedEvents",
+            "resumeAfter",
+            "startAfter",
+            "startAtOperationTime",
+            "collation",
+            "comment",
+            "maxAwaitTimeMS",
+        ],
+        "countDocuments" | "count" => &[
+            "skip",
+            "limit",
+            "collation",
+            "hint",
+            "comment",
+            "maxTimeMS",
+            "rawData",
+        ],
+        "estimatedDocumentCount" => &["comment", "maxTimeMS", "rawData"],
+        "distinct" => &["collation", "hint", "comment", "maxTimeMS", "rawData"],
+        "createIndex" => &["commitQuorum", "comment", "maxTimeMS", "rawData"],
+        "dropIndex" | "dropIndexes" | "listIndexes" | "listIndexNames" => {
+            &["comment", "maxTimeMS", "rawData"]
+        }
+        "drop" | "dropCollection" => &["comment"],
+        "rename" => &["dropTarget", "comment"],
+        "runCursorCommand" | "createCommandCursor" => {
+            &["tailable", "awaitData", "maxTimeMS", "comment"]
+        }
+        "listCollections" | "listCollectionObjects" | "listCollectionNames" => {
+            &["nameOnly", "authorizedCollections", "comment", "rawData"]
+        }
+        "listDatabases" | "listDatabaseObjects" | "listDatabaseNames" => {
+            &["nameOnly", "authorizedDatabases", "comment"]
+        }
+        // The create command's own options, as the CRUD spec names them.
+        "createCollection" => &[
+            "capped",
+            "size",
+            "max",
+            "viewOn",
+            "pipeline",
+            "collation",
+            "changeStreamPreAndPostImages",
+            "clusteredIndex",
+            "expireAfterSeconds",
+            "timeseries",
+            "validator",
+            "validationLevel",
+            "validationAction",
+            "storageEngine",
+            "indexOptionDefaults",
+            "encryptedFields",
+            "comment",
+        ],
+        _ => &[],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +330,24 @@ mod tests {
             Document::from_reader(extra.as_slice()).unwrap(),
             doc! {"hint": "a_1"}
         );
+    }
+
+    #[test]
+    fn an_argument_the_operation_does_not_document_is_a_failure() {
+        let spec = doc! { "filter": {}, "maxAwaitTimeMS": 5, "batchSize": 2, "noSuchOption": 1 };
+        let mut args = Args::new("find", Some(&spec));
+        args.req_doc("filter").unwrap();
+        args.u32("batchSize").unwrap();
+        let err = args.extra().unwrap_err().0;
+        assert!(
+            err.contains("noSuchOption") && !err.contains("maxAwaitTimeMS"),
+            "{err}"
+        );
+        // A server name of one operation is not one of another's.
+        let args = Args::new("insertOne", Some(&doc! { "upsert": true }));
+        assert!(args.extra().unwrap_err().0.contains("upsert"));
+        let args = Args::new("updateOne", Some(&doc! { "upsert": true, "hint": "a_1" }));
+        assert!(args.extra().unwrap().is_some());
     }
 
     #[test]

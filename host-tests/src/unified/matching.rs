@@ -10,7 +10,7 @@ pub trait Lookup {
     fn session_lsid(&self, name: &str) -> Option<Document>;
 }
 
-/// No entities at all (outcome data, unit tests).
+/// No entities at all (unit tests).
 pub struct NoEntities;
 
 impl Lookup for NoEntities {
@@ -55,6 +55,50 @@ pub fn matches_documents(
         m.value(e, Some(a), true, &format!("$[{i}]"))?;
     }
     Ok(())
+}
+
+/// `test.outcome`'s comparison: "the rules in Evaluating Matches do not apply and the
+/// documents MUST match exactly", key order aside. So no `$$` operators, no extra fields at
+/// any level, and a number matches only the same BSON type with the same value.
+pub fn exactly(expected: &Bson, actual: &Bson, path: &str) -> Result<(), String> {
+    match (expected, actual) {
+        (Bson::Document(e), Bson::Document(a)) => {
+            for (key, ev) in e {
+                let child = format!("{path}.{key}");
+                match a.get(key) {
+                    None => return Err(format!("{child}: missing (expected {})", show(ev))),
+                    Some(av) => exactly(ev, av, &child)?,
+                }
+            }
+            match a.keys().find(|k| !e.contains_key(k.as_str())) {
+                None => Ok(()),
+                Some(extra) => Err(format!(
+                    "{path}: unexpected field {extra:?} in {}",
+                    show(actual)
+                )),
+            }
+        }
+        (Bson::Array(e), Bson::Array(a)) if e.len() == a.len() => {
+            for (i, (e, a)) in e.iter().zip(a).enumerate() {
+                exactly(e, a, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        (Bson::Array(e), Bson::Array(a)) => Err(format!(
+            "{path}: expected {} elements, got {}: {}",
+            e.len(),
+            a.len(),
+            show(actual)
+        )),
+        (e, a) if e == a => Ok(()),
+        (e, a) => Err(format!(
+            "{path}: expected {} ({}), got {} ({})",
+            show(e),
+            type_name(e),
+            show(a),
+            type_name(a)
+        )),
+    }
 }
 
 /// The operator and its argument, if `doc` is a `$$` special operator.
@@ -385,6 +429,26 @@ mod tests {
 
     fn fails(e: Bson, a: Bson) -> String {
         matches(&e, Some(&a), true, &NoEntities).unwrap_err()
+    }
+
+    #[test]
+    fn outcome_data_must_match_exactly_but_in_any_key_order() {
+        let exact = |e: Bson, a: Bson| exactly(&e, &a, "$");
+        exact(bson!([{"_id": 1, "x": 11}]), bson!([{"x": 11, "_id": 1}])).unwrap();
+        let err = exact(bson!([{"_id": 1, "x": 11}]), bson!([{"_id": 1, "x": 11.0}])).unwrap_err();
+        assert!(err.contains("$[0].x") && err.contains("double"), "{err}");
+        assert!(exact(bson!({"x": 1}), bson!({"x": 1_i64})).is_err());
+        // Root documents get no extra fields either, nor do nested ones.
+        assert!(exact(bson!({"_id": 1}), bson!({"_id": 1, "y": 1}))
+            .unwrap_err()
+            .contains("\"y\""));
+        assert!(exact(bson!({"a": {"b": 1}}), bson!({"a": {"b": 1, "c": 2}})).is_err());
+        // `$$` operators are not operators here: they are data to compare.
+        assert!(exact(bson!({"x": {"$$exists": true}}), bson!({"x": 1})).is_err());
+        assert!(exact(bson!([1, 2]), bson!([1]))
+            .unwrap_err()
+            .contains("2 elements"));
+        assert!(exact(bson!([]), bson!([])).is_ok());
     }
 
     #[test]

@@ -163,7 +163,7 @@ impl TestRun {
         Ok(())
     }
 
-    /// The collection holds exactly these documents (key order and numeric type aside).
+    /// The collection holds exactly these documents (key order aside; see `matching::exactly`).
     fn check_outcome(&mut self, outcome: &Document) -> Step<()> {
         let db = outcome
             .get_str("databaseName")
@@ -176,7 +176,7 @@ impl TestRun {
             .ok_or_else(|| Fail("outcome without documents".into()))?;
         let actual = self.collection_documents(db, coll)?;
         let actual = Bson::Array(actual.into_iter().map(Bson::Document).collect());
-        matching::matches(expected, Some(&actual), false, &matching::NoEntities)
+        matching::exactly(expected, &actual, "$")
             .map_err(|m| Fail(format!("outcome {db}.{coll}: {m}")))
     }
 

@@ -2,7 +2,6 @@
 //! throw-away nx-27017; and the spec step of `cargo xtask test`.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use crate::run::{exec, Ctx, Result, Run};
 use crate::server::Server;
@@ -134,7 +133,7 @@ pub fn expected_pass_step(ctx: &Ctx) -> Result<()> {
 fn run_spec_runner(ctx: &Ctx, args: &[String]) -> Result<()> {
     let runner: PathBuf = ctx.target_dir()?.join("debug/spec-runner");
     let server = Server::start(ctx)?;
-    let mut cmd = Command::new(runner);
+    let mut cmd = crate::server::favoured(runner);
     cmd.arg("--backend").arg(server.addr()).args(args);
     let result = exec(&mut cmd);
     result.and(server.stop())

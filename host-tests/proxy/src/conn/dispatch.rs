@@ -24,6 +24,13 @@ fn after(start: Instant, ms: u64) -> Instant {
     start + Duration::from_millis(ms.min(MAX_WAIT_MS))
 }
 
+/// How often `waitForFailPoint` looks at the count again.
+const POLL_FAIL_POINT: Duration = Duration::from_millis(2);
+
+fn not_found(name: &str) -> Document {
+    error_doc(codes::FAIL_POINT_SET_FAILED, &format!("{name} not found"))
+}
+
 /// Commands the proxy answers itself.
 const LOCAL: &[&str] = &[
     "hello",
@@ -58,7 +65,13 @@ enum Waited {
     Done,
     Expired,
     Stopped,
+    /// The client hung up: mongod interrupts such an operation (ClientDisconnect), so it
+    /// never runs (e.g. a write whose client timed out while it was blocked).
+    ClientGone,
 }
+
+/// How often a blocked command looks whether its client is still there.
+const CLIENT_CHECK: Duration = Duration::from_millis(2);
 
 impl Conn {
     /// mongod's order: look the command up, check the session, fail points, then run it.
@@ -76,6 +89,7 @@ impl Conn {
         let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
         let known = local
             || name == "configureFailPoint"
+            || name == "waitForFailPoint"
             || commands::is_forwarded(name, self.shared.version.max_wire);
         if !known {
             return Action::Reply(error_doc(
@@ -88,6 +102,9 @@ impl Conn {
         }
         if name == "configureFailPoint" {
             return Action::Reply(self.configure_fail_point(db, body));
+        }
+        if name == "waitForFailPoint" {
+            return Action::Reply(self.wait_for_fail_point(db, body, received));
         }
         if commands::is_hello(name) && !self.handshake_done {
             // Client metadata is only accepted on the first hello of a connection.
@@ -139,7 +156,38 @@ impl Conn {
                 );
             }
         }
+        if let Some(refusal) = self.get_more_max_time(name, body) {
+            return Action::Reply(refusal);
+        }
+        let mut close_after = false;
+        if body.contains_key("txnNumber")
+            && !body.contains_key("autocommit")
+            && commands::is_write(name, body)
+        {
+            let ns = self.info(name, db, body).namespace();
+            let fired = self
+                .failpoints()
+                .check(fp::ON_PRIMARY_TRANSACTIONAL_WRITE, |d| {
+                    d.get_str("collectionNS")
+                        .map_or(true, |want| want.is_empty() || want == ns)
+                });
+            if let Some(data) = fired {
+                let close = data.get_bool("closeConnection").unwrap_or(true);
+                match fp::number(&data, "failBeforeCommitExceptionCode") {
+                    Some(_) if close => return Action::Close,
+                    Some(code) => {
+                        let code = code as i32;
+                        let info = self.info(name, db, body);
+                        let labels = fp::error_labels(&info, Some(code), None, false);
+                        let msg = "Failing write due to onPrimaryTransactionalWrite";
+                        return Action::Reply(with_labels(error_doc(code, msg), labels));
+                    }
+                    None => close_after = close,
+                }
+            }
+        }
         Action::Forward {
+            close_after,
             supports_wc: commands::supports_write_concern(name, body),
         }
     }
@@ -191,15 +239,12 @@ impl Conn {
             )))
         };
 
-        let fired = self
-            .shared
-            .failpoints(self.member)
-            .check(fp::FAIL_COMMAND, |d| {
-                fp::should_activate(d, &info)
-                    && (fp::flag(d, "closeConnection")
-                        || fp::flag(d, "blockConnection")
-                        || fp::number(d, "errorCode").is_some())
-            });
+        let fired = self.failpoints().check(fp::FAIL_COMMAND, |d| {
+            fp::should_activate(d, &info)
+                && (fp::flag(d, "closeConnection")
+                    || fp::flag(d, "blockConnection")
+                    || fp::number(d, "errorCode").is_some())
+        });
         if let Some(data) = fired {
             if fp::flag(&data, "blockConnection") {
                 let Some(ms) = fp::number(&data, "blockTimeMS").filter(|ms| *ms >= 0.0) else {
@@ -216,7 +261,7 @@ impl Conn {
                         }
                         return expired(Some(&data));
                     }
-                    Waited::Stopped => return Some(Action::Close),
+                    Waited::Stopped | Waited::ClientGone => return Some(Action::Close),
                 }
             }
             if fp::flag(&data, "closeConnection") {
@@ -232,7 +277,7 @@ impl Conn {
             }
         }
 
-        let mut fps = self.shared.failpoints(self.member);
+        let mut fps = self.failpoints();
         if deadline.is_some() && fps.check(fp::MAX_TIME_ALWAYS_TIME_OUT, |_| true).is_some() {
             drop(fps);
             return expired(None);
@@ -253,25 +298,60 @@ impl Conn {
             match self.wait(ms as u64, deadline) {
                 Waited::Done => {}
                 Waited::Expired => return expired(None),
-                Waited::Stopped => return Some(Action::Close),
+                Waited::Stopped | Waited::ClientGone => return Some(Action::Close),
             }
         }
         None
     }
 
-    /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep).
+    /// mongod's getMore `validateMaxTimeMS`: `maxTimeMS` (any value, 0 too) is an await time,
+    /// so only a tailable awaitData cursor may carry it.
+    fn get_more_max_time(&self, name: &str, body: &Document) -> Option<Document> {
+        if name != "getMore" || !body.contains_key("maxTimeMS") {
+            return None;
+        }
+        let id = super::cursor_id(body.get("getMore"))?;
+        if lock(&self.shared.await_data).contains(&id) {
+            return None;
+        }
+        let msg = "cannot set maxTimeMS on getMore command for a non-awaitData cursor";
+        Some(error_doc(codes::BAD_VALUE, msg))
+    }
+
+    /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep) or
+    /// by the client hanging up.
     fn wait(&self, ms: u64, deadline: Option<Instant>) -> Waited {
         let until = after(Instant::now(), ms);
-        match deadline {
-            Some(deadline) if deadline < until => match self.shared.sleep_until(deadline) {
-                true => Waited::Expired,
-                false => Waited::Stopped,
-            },
-            _ => match self.shared.sleep_until(until) {
-                true => Waited::Done,
-                false => Waited::Stopped,
-            },
+        let (end, outcome) = match deadline {
+            Some(deadline) if deadline < until => (deadline, Waited::Expired),
+            _ => (until, Waited::Done),
+        };
+        loop {
+            if self.client_gone() {
+                return Waited::ClientGone;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return outcome;
+            }
+            if !self.shared.sleep_until(end.min(now + CLIENT_CHECK)) {
+                return Waited::Stopped;
+            }
         }
+    }
+
+    /// The client closed its end (or the socket failed); pipelined bytes mean it is there.
+    fn client_gone(&self) -> bool {
+        if self.client.socket().set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let gone = match self.client.socket().peek(&mut byte) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        let _ = self.client.socket().set_nonblocking(false);
+        gone
     }
 
     fn configure_fail_point(&mut self, db: &str, body: &Document) -> Document {
@@ -295,18 +375,66 @@ impl Conn {
             Err(e) => return error_doc(codes::BAD_VALUE, &e),
         };
         let data = body.get_document("data").cloned().unwrap_or_default();
-        let count = self
-            .shared
-            .failpoints(self.member)
-            .configure(name, mode, data);
-        doc! { "count": count, "ok": 1.0 }
+        match self.failpoints().configure(name, mode, data) {
+            Some(count) => doc! { "count": count, "ok": 1.0 },
+            None => not_found(name),
+        }
+    }
+
+    /// mongod's `waitForFailPoint`: waits until this member's fail point `name` has been
+    /// entered `timesEntered` times in all (the count `configureFailPoint` answered, plus
+    /// the entries awaited), bounded by the required `maxTimeMS`.
+    fn wait_for_fail_point(&self, db: &str, body: &Document, received: Instant) -> Document {
+        if db != "admin" {
+            return error_doc(
+                codes::UNAUTHORIZED,
+                "waitForFailPoint may only be run against the admin database.",
+            );
+        }
+        let Some(max_time) = body.get("maxTimeMS") else {
+            return error_doc(codes::FAILED_TO_PARSE, "Missing maxTimeMS");
+        };
+        let Some(max_time) = fp::as_number(max_time).filter(|ms| *ms >= 0.0) else {
+            return error_doc(codes::BAD_VALUE, "maxTimeMS must be a non-negative number");
+        };
+        let Some(times) = fp::number(body, "timesEntered") else {
+            let msg = "BSON field 'waitForFailPoint.timesEntered' is missing but a required field";
+            return error_doc(codes::IDL_MISSING_FIELD, msg);
+        };
+        let Ok(name) = body.get_str("waitForFailPoint") else {
+            return error_doc(
+                codes::BAD_VALUE,
+                "waitForFailPoint requires a fail point name",
+            );
+        };
+        if !fp::KNOWN.contains(&name) {
+            return not_found(name);
+        }
+        // maxTimeMS 0 is "no limit", as everywhere in mongod.
+        let deadline = (max_time >= 1.0).then(|| after(received, max_time as u64));
+        loop {
+            if self.failpoints().entered(name) >= times as i64 {
+                return doc! { "ok": 1.0 };
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return error_doc(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
+            }
+            let step = now + POLL_FAIL_POINT;
+            if !self
+                .shared
+                .sleep_until(deadline.map_or(step, |d| d.min(step)))
+            {
+                return error_doc(codes::SHUTDOWN_IN_PROGRESS, "proxy stopping");
+            }
+        }
     }
 
     fn proxy_admin(&mut self, name: &str, body: &Document) -> Document {
         match name {
             "proxyStats" => {
                 let mut reply = lock(&self.shared.stats).to_document();
-                reply.insert("failPoints", self.shared.failpoints(self.member).summary());
+                reply.insert("failPoints", self.failpoints().summary());
                 reply.insert("ok", 1.0);
                 reply
             }

@@ -52,7 +52,8 @@ pub fn body_of(payload: &[u8]) -> Document {
 }
 
 /// A fake backend answering every OP_MSG with `{ok: 1, echo: <command name>}` (writes also get
-/// `n: 1`); a command carrying `die: true` makes it close the connection. Records every command name it saw.
+/// `n: 1`); a command carrying `die: true` makes it close the connection, `fail: <i32>` fails
+/// it with that code, `cursorId: <i64>` (or `cursorId32: <i32>`) answers a cursor with that id. Records every command name it saw.
 pub struct FakeBackend {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<String>>>,
@@ -119,6 +120,21 @@ fn serve_fake(mut s: TcpStream, seen: Arc<Mutex<Vec<String>>>) {
         let mut reply = doc! { "ok": 1.0, "echo": name.as_str() };
         if matches!(name.as_str(), "insert" | "update" | "delete") {
             reply.insert("n", 1);
+        }
+        if let Ok(id) = body.get_i64("cursorId") {
+            reply.insert(
+                "cursor",
+                doc! { "id": id, "ns": "test.c", "firstBatch": [] },
+            );
+        }
+        if let Ok(id) = body.get_i32("cursorId32") {
+            reply.insert(
+                "cursor",
+                doc! { "id": id, "ns": "test.c", "firstBatch": [] },
+            );
+        }
+        if let Ok(code) = body.get_i32("fail") {
+            reply = doc! { "ok": 0.0, "errmsg": "failed by the fake", "code": code, "echo": name.as_str() };
         }
         // Like nx-27017, it answers even moreToCome requests.
         id += 1;

@@ -118,6 +118,30 @@ fn optional_doc(d: Option<Vec<u8>>) -> Step<Output> {
     }))
 }
 
+/// The Index Management spec's index options (they go in the index model).
+const INDEX_OPTIONS: &[&str] = &[
+    "name",
+    "unique",
+    "background",
+    "sparse",
+    "expireAfterSeconds",
+    "hidden",
+    "partialFilterExpression",
+    "storageEngine",
+    "weights",
+    "default_language",
+    "language_override",
+    "textIndexVersion",
+    "2dsphereIndexVersion",
+    "bits",
+    "min",
+    "max",
+    "bucketSize",
+    "collation",
+    "wildcardProjection",
+    "version",
+];
+
 /// findAndModify's names: `fields` for projection, `new` for returnDocument.
 fn find_and_modify_names(args: &mut Args) -> Step<()> {
     args.rename("projection", "fields");
@@ -327,10 +351,22 @@ impl TestRun {
                     Ok(Output::Value(decode(&d, "the bulk write result")?.into()))
                 })
             }
+            // Index options belong in the index model, not on the command: create-indexes
+            // with one model says so, where create-index's `extra` would not.
             "createIndex" => {
-                let keys = bytes(&args.req_doc("keys")?)?;
-                let r = api.call_create_index(s, coll, &keys, &op_options(&mut args, session)?)?;
-                output(r, |n| Ok(Output::Value(Bson::String(n))))
+                let mut model = doc! { "key": args.req_doc("keys")? };
+                for key in INDEX_OPTIONS {
+                    if let Some(v) = args.take(key) {
+                        // The spec's `version` is the server's `v`.
+                        model.insert(if *key == "version" { "v" } else { *key }, v);
+                    }
+                }
+                let o = op_options(&mut args, session)?;
+                let r = api.call_create_indexes(s, coll, &[bytes(&model)?], &o)?;
+                output(r, |names| match names.into_iter().next() {
+                    Some(n) => Ok(Output::Value(Bson::String(n))),
+                    None => Err(Fail("create-indexes named no index".into())),
+                })
             }
             "dropIndex" => {
                 let index = args.req_string("name")?;
