@@ -22,6 +22,12 @@
 //!   the WIT's `session.end` takes no timeout (the other two variants run).
 //! - #11 Multi-batch bulkWrites: `MongoClient.bulkWrite` (server 8.0's
 //!   `bulkWrite` command) is not in the WIT, and nx-27017 reports 7.0.0.
+//! - The README's "Unit Tests": waitQueueTimeoutMS and the checkout wait need
+//!   a second operation holding the connection, which one single-threaded
+//!   instance cannot have; connectTimeoutMS for socket establishment needs an
+//!   address that never completes a TCP handshake, which loopback is not
+//!   (deadlines.rs bounds the handshake after it); OCSP, KMS and mongocryptd
+//!   are not in the driver.
 
 // Helpers return the WIT binding's error record as it is, large as it is.
 #![allow(clippy::result_large_err)]
