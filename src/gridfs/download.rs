@@ -1,5 +1,7 @@
 //! A download stream: chunks come in order through a cursor; each is
-//! checked (its `n`, its size) before its bytes are handed out.
+//! checked (its `n`, its size) before its bytes are handed out. The chunks'
+//! `find` waits for the first read (CSOT prose test 7: the read, not the
+//! open, meets a slow `find`), within the budget fixed at the open.
 
 use super::Bucket;
 use crate::csot::OpTimeout;
@@ -10,12 +12,20 @@ use crate::session::Session;
 use bson::{rawdoc, RawBson, RawDocumentBuf};
 use std::collections::VecDeque;
 
+struct ChunkQuery {
+    bucket: Bucket,
+    files_id: RawBson,
+    session: Option<Session>,
+}
+
 pub struct DownloadStream {
     length: u64,
     chunk_size: u64,
     chunk_count: u64,
     next_n: u64,
     cursor: Option<Cursor>,
+    /// What the chunks' `find` needs, until the first read sends it.
+    query: Option<ChunkQuery>,
     pending: VecDeque<RawDocumentBuf>,
     /// Bytes of the current chunk not yet read.
     current: Vec<u8>,
@@ -41,40 +51,59 @@ impl DownloadStream {
         } else {
             length.div_ceil(chunk_size)
         };
-        let mut stream = DownloadStream {
+        let query = if chunk_count > 0 {
+            let files_id = file
+                .get("_id")?
+                .map(RawBson::from)
+                .ok_or_else(|| Error::protocol("files document has no _id"))?;
+            Some(ChunkQuery {
+                bucket,
+                files_id,
+                session,
+            })
+        } else {
+            None
+        };
+        Ok(DownloadStream {
             length,
             chunk_size,
             chunk_count,
             next_n: 0,
             cursor: None,
+            query,
             pending: VecDeque::new(),
             current: Vec::new(),
             offset: 0,
             budget,
+        })
+    }
+
+    /// Sends the chunks' `find`, once.
+    fn open_cursor(&mut self) -> Result<()> {
+        let Some(ChunkQuery {
+            bucket,
+            files_id,
+            session,
+        }) = self.query.take()
+        else {
+            return Ok(());
         };
-        if chunk_count > 0 {
-            let id = file
-                .get("_id")?
-                .map(RawBson::from)
-                .ok_or_else(|| Error::protocol("files document has no _id"))?;
-            let body = rawdoc! { "find": bucket.chunks(), "filter": { "files_id": id }, "sort": { "n": 1 } };
-            let session = bucket.client.session_for(session.as_ref());
-            let mut op = CursorCommand(RunCommand::read(&bucket.db, body));
-            let reply = bucket
-                .client
-                .execute_within(&mut op, &budget, Some(&session), None)?;
-            // The stream's budget bounds its chunk reads (a lifetime cursor).
-            let cursor = Cursor::new(
-                bucket.client.clone(),
-                &bucket.db,
-                reply,
-                Default::default(),
-                budget,
-                Some(session),
-            )?;
-            stream.cursor = Some(cursor);
-        }
-        Ok(stream)
+        let body = rawdoc! { "find": bucket.chunks(), "filter": { "files_id": files_id }, "sort": { "n": 1 } };
+        let session = bucket.client.session_for(session.as_ref());
+        let mut op = CursorCommand(RunCommand::read(&bucket.db, body));
+        let reply = bucket
+            .client
+            .execute_within(&mut op, &self.budget, Some(&session), None)?;
+        // The stream's budget bounds its chunk reads (a lifetime cursor).
+        self.cursor = Some(Cursor::new(
+            bucket.client.clone(),
+            &bucket.db,
+            reply,
+            Default::default(),
+            self.budget,
+            Some(session),
+        )?);
+        Ok(())
     }
 
     /// Up to `max` bytes; empty at the end of the file.
@@ -106,6 +135,7 @@ impl DownloadStream {
             self.close(None);
             return Ok(false);
         }
+        self.open_cursor()?;
         // A batch may be empty while the cursor stays open: ask again (each
         // getMore is bounded by the stream's deadline).
         while self.pending.is_empty() {
