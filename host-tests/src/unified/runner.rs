@@ -18,21 +18,26 @@ pub const SCHEMA_VERSION: [u64; 3] = [1, 27, 0];
 /// Every directory of unified-format tests in the specifications' `source/`.
 pub const ALL_SUITES: &[&str] = &[
     "auth/tests/unified",
+    "change-streams/tests/unified",
     "client-backpressure/tests",
     "client-side-operations-timeout/tests",
+    "collection-management/tests",
     "command-logging-and-monitoring/tests/logging",
     "command-logging-and-monitoring/tests/monitoring",
     "connection-monitoring-and-pooling/tests/logging",
     "crud/tests/unified",
     "gridfs/tests",
+    "index-management/tests",
     "mongodb-handshake/tests/unified",
     "retryable-reads/tests/unified",
     "retryable-writes/tests/unified",
+    "run-command/tests/unified",
     "server-discovery-and-monitoring/tests/unified",
     "sessions/tests",
     "transactions/tests/unified",
     "transactions-convenient-api/tests/unified",
     "unified-test-format/tests/valid-pass",
+    "versioned-api/tests",
 ];
 
 pub struct Config {
