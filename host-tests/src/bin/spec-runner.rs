@@ -4,6 +4,7 @@
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
 //!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]
+//!             [--only-expected]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
@@ -18,6 +19,8 @@
 //! the run could not start. The list describes runs without `--auth` and `--tls`: with
 //! either, a listed test that the configuration's `runOnRequirements` rule out (`auth:
 //! false`) is reported as not applicable; one that fails still fails the run.
+//! `--only-expected` runs just the tests on the `--expected` list (a second
+//! configuration's check, in less time).
 
 use host_tests::unified::deployment::Deployment;
 use host_tests::unified::report::Report;
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]";
+[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] [--only-expected]";
 
 struct Cli {
     backend: SocketAddr,
@@ -47,6 +50,7 @@ struct Cli {
     loop_budget: Duration,
     auth: bool,
     tls: bool,
+    only_expected: bool,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -65,6 +69,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         loop_budget: Duration::from_millis(1000),
         auth: false,
         tls: false,
+        only_expected: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -90,12 +95,16 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--test-timeout" => cli.cap = Duration::from_secs(number(value()?)?.max(1)),
             "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
             "--auth" => cli.auth = true,
+            "--only-expected" => cli.only_expected = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
     cli.backend = backend.ok_or("--backend is required")?;
     if cli.suites.is_empty() {
         return Err("name at least one --suite, or --all".into());
+    }
+    if cli.only_expected && cli.expected.is_none() {
+        return Err("--only-expected needs --expected".into());
     }
     Ok(cli)
 }
@@ -175,6 +184,7 @@ fn run(cli: &Cli) -> Result<bool, String> {
         cap: cli.cap,
         loop_budget: cli.loop_budget,
         skips,
+        only: expected.clone().filter(|_| cli.only_expected),
     };
     let started = Instant::now();
     let mut report = Report::default();
@@ -292,5 +302,14 @@ mod tests {
         let with = parse(&args(&[&base[..], &["--auth"]].concat())).unwrap();
         assert!(with.auth);
         assert_eq!(with.suites, ["crud/tests/unified"]);
+    }
+
+    #[test]
+    fn only_expected_needs_the_list() {
+        let base = ["--backend", "127.0.0.1:1", "--all", "--only-expected"];
+        let e = parse(&args(&base)).err().unwrap();
+        assert!(e.contains("needs --expected"), "{e}");
+        let with = parse(&args(&[&base[..], &["--expected", "x.txt"]].concat())).unwrap();
+        assert!(with.only_expected);
     }
 }
