@@ -1,7 +1,9 @@
 //! TLS through the component: the failpoint proxy terminates TLS (certificates
 //! generated per run by `mongo_wasi_proxy::testcerts`) in front of nx-27017
 //! (MONGO_WASI_URI), and a loopback listener that accepts TCP and never
-//! answers stalls the TLS handshake.
+//! answers stalls the TLS handshake. With auth on as well: MONGODB-X509 (the
+//! client certificate's subject is the user) and SCRAM-SHA-256 over TLS, the
+//! shape of an Atlas connection.
 
 // Helpers return the WIT binding's error record as it is, large as it is.
 #![allow(clippy::result_large_err)]
@@ -11,8 +13,8 @@ use host_tests::bindings::exports::mongo_wasi::driver::client::ClientOptions;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
 use host_tests::guest::{no_options, Guest, WitResult};
 use host_tests::listeners::{Behaviour, Listener};
-use mongo_wasi_proxy::testcerts::{ClientAuth, Identity, TestCerts};
-use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use mongo_wasi_proxy::testcerts::{ClientAuth, Identity, TestCerts, CLIENT_SUBJECT};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, Stats, User};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -27,12 +29,26 @@ fn certs() -> &'static TestCerts {
 
 /// A standalone proxy in front of nx-27017 that speaks TLS only, presenting `identity`.
 fn tls_proxy(identity: &Identity, auth: ClientAuth) -> Proxy {
+    auth_tls_proxy(identity, auth, AuthConfig::default())
+}
+
+fn auth_tls_proxy(identity: &Identity, client_auth: ClientAuth, auth: AuthConfig) -> Proxy {
     let (_, backend) = host_tests::test_server();
     let config = ProxyConfig {
-        tls: Some(certs().server_config(identity, auth)),
+        tls: Some(certs().server_config(identity, client_auth)),
+        auth,
         ..ProxyConfig::new(backend)
     };
     Proxy::start(config).expect("start the TLS proxy")
+}
+
+/// Auth on: the client certificate's subject as an X.509 user on `$external`,
+/// and a password user in `admin`.
+fn users() -> AuthConfig {
+    AuthConfig::with_users(vec![
+        User::x509(CLIENT_SUBJECT),
+        User::new("both", "admin", "both-pw"),
+    ])
 }
 
 fn options(ca: Option<&str>, client: Option<&Identity>) -> ClientOptions {
@@ -241,4 +257,295 @@ fn a_stalled_tls_handshake_is_bounded_by_connect_timeout_ms() {
         "the last check's failure is reported: {err:?}"
     );
     assert_within(elapsed, Duration::from_millis(700));
+}
+
+fn commands(stats: &Stats, name: &str) -> u64 {
+    stats.commands.get(name).copied().unwrap_or(0)
+}
+
+/// Connects, counts a collection (refused with 13 Unauthorized unless the
+/// connection authenticated) and answers `connectionStatus`'s authenticated users.
+fn authenticated_users(
+    guest: &mut Guest,
+    uri: &str,
+    opts: ClientOptions,
+) -> WitResult<Vec<(String, String)>> {
+    let client = guest.connect_with(uri, opts).unwrap()?;
+    let db = guest.database(client, "x509_tests", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+    guest
+        .count_documents(coll, &rawdoc! {}, &no_options())
+        .unwrap()?;
+    let admin = guest.database(client, "admin", None).unwrap();
+    let status = guest
+        .run_command(admin, &rawdoc! { "connectionStatus": 1 }, None)
+        .unwrap()?;
+    let users = status
+        .get_document("authInfo")
+        .and_then(|i| i.get_array("authenticatedUsers"))
+        .expect("authInfo.authenticatedUsers");
+    Ok(users
+        .into_iter()
+        .map(|u| {
+            let u = u.unwrap();
+            let u = u.as_document().unwrap();
+            let field = |k| u.get_str(k).unwrap().to_string();
+            (field("user"), field("db"))
+        })
+        .collect())
+}
+
+const X509: &str = "&authMechanism=MONGODB-X509";
+
+fn assert_auth_failed(e: &Error) {
+    assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
+    assert_eq!(e.code, Some(18), "{e:?}");
+    assert!(e.message.contains("MONGODB-X509"), "{e:?}");
+}
+
+#[test]
+fn x509_authenticates_as_the_certificate_subject_in_the_hello() {
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::Required, users());
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    proxy.reset_stats();
+    let who = authenticated_users(
+        &mut guest,
+        &uri(addr, X509),
+        options(Some(&certs().ca), Some(&certs().client)),
+    )
+    .expect("MONGODB-X509 with the client certificate");
+    assert_eq!(who, [(CLIENT_SUBJECT.to_string(), "$external".to_string())]);
+    // Speculative: the hello carried `authenticate` and the server answered it there.
+    let s = proxy.stats();
+    assert_eq!(s.auth_succeeded, 1, "{s:?}");
+    assert_eq!(s.speculative_auth_succeeded, 1, "{s:?}");
+    assert_eq!(commands(&s, "authenticate"), 0, "{s:?}");
+    assert_eq!(commands(&s, "hello"), 1, "{s:?}");
+
+    // The user named in the URI (percent-encoded RFC 2253) is sent, and must match.
+    let named = format!(
+        "mongodb://{}@localhost:{}/?tls=true&serverSelectionTimeoutMS=1000{X509}",
+        CLIENT_SUBJECT.replace('=', "%3D").replace(',', "%2C"),
+        addr.port()
+    );
+    let who = authenticated_users(
+        &mut guest,
+        &named,
+        options(Some(&certs().ca), Some(&certs().client)),
+    )
+    .expect("MONGODB-X509 with the subject as the user name");
+    assert_eq!(who[0].0, CLIENT_SUBJECT);
+    let wrong = named.replace("CN%3Dclient", "CN%3Dsomeone");
+    let e = authenticated_users(
+        &mut guest,
+        &wrong,
+        options(Some(&certs().ca), Some(&certs().client)),
+    )
+    .expect_err("a user name that is not the certificate's subject");
+    assert_auth_failed(&e);
+}
+
+#[test]
+fn x509_without_speculation_sends_authenticate() {
+    let auth = AuthConfig {
+        speculative: false,
+        ..users()
+    };
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::Required, auth);
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    proxy.reset_stats();
+    let who = authenticated_users(
+        &mut guest,
+        &uri(addr, X509),
+        options(Some(&certs().ca), Some(&certs().client)),
+    )
+    .expect("MONGODB-X509 by the authenticate command");
+    assert_eq!(who[0].0, CLIENT_SUBJECT);
+    let s = proxy.stats();
+    assert_eq!(s.speculative_auth_succeeded, 0, "{s:?}");
+    assert_eq!(commands(&s, "authenticate"), 1, "{s:?}");
+    assert_eq!(s.auth_succeeded, 1, "{s:?}");
+}
+
+#[test]
+fn x509_refuses_a_subject_without_a_user_and_a_missing_certificate() {
+    // Optional: the proxy also accepts TLS clients without a certificate.
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    for (what, client) in [
+        (
+            "a certificate whose subject has no user",
+            Some(&certs().stranger),
+        ),
+        ("no client certificate", None),
+    ] {
+        proxy.reset_stats();
+        let started = Instant::now();
+        let e = authenticated_users(
+            &mut guest,
+            &uri(addr, X509),
+            options(Some(&certs().ca), client),
+        )
+        .expect_err(what);
+        assert_auth_failed(&e);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: failed at once"
+        );
+        // The speculative attempt and the authenticate command both refused.
+        let s = proxy.stats();
+        assert_eq!(s.auth_succeeded, 0, "{what}: {s:?}");
+        assert_eq!(commands(&s, "authenticate"), 1, "{what}: {s:?}");
+    }
+}
+
+#[test]
+fn scram_sha_256_over_tls_speculates_in_the_hello() {
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::None, users());
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    proxy.reset_stats();
+    let uri = format!(
+        "mongodb://both:both-pw@localhost:{}/?tls=true&serverSelectionTimeoutMS=1000&authMechanism=SCRAM-SHA-256",
+        addr.port()
+    );
+    let who = authenticated_users(&mut guest, &uri, options(Some(&certs().ca), None))
+        .expect("SCRAM-SHA-256 over TLS");
+    assert_eq!(who, [("both".to_string(), "admin".to_string())]);
+    let s = proxy.stats();
+    assert_eq!(s.speculative_auth_succeeded, 1, "{s:?}");
+    assert_eq!(commands(&s, "saslStart"), 0, "{s:?}");
+    assert_eq!(commands(&s, "saslContinue"), 1, "{s:?}");
+    // A wrong password over TLS is the same refusal as without.
+    let e = authenticated_users(
+        &mut guest,
+        &uri.replace("both-pw", "not-the-pw"),
+        options(Some(&certs().ca), None),
+    )
+    .expect_err("a wrong password");
+    assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
+    assert_eq!(e.code, Some(18), "{e:?}");
+}
+
+/// Not a check: prints the cost of a cold connection over TLS (TCP connect, TLS
+/// handshake, hello, authentication, then one count) in round trips and
+/// milliseconds, with and without speculative authentication (the proxy's
+/// `AuthConfig::speculative` off plays a server that does not answer it).
+/// `cargo test -p host-tests --test tls -- --ignored --nocapture cold_tls_connection_cost`
+#[test]
+#[ignore]
+fn cold_tls_connection_cost() {
+    const RUNS: usize = 30;
+    let plain = {
+        let (_, backend) = host_tests::test_server();
+        Proxy::start(ProxyConfig::new(backend)).unwrap()
+    };
+    let tls = tls_proxy(&certs().server, ClientAuth::Optional);
+    let speculative = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());
+    let not_speculative = auth_tls_proxy(
+        &certs().server,
+        ClientAuth::Optional,
+        AuthConfig {
+            speculative: false,
+            ..users()
+        },
+    );
+    let scram = "both:both-pw@";
+    let sha256 = "&authMechanism=SCRAM-SHA-256";
+    let cases: [(&str, &Proxy, bool, &str, &str, bool); 7] = [
+        ("no TLS, no auth (baseline)", &plain, false, "", "", false),
+        ("TLS, no auth", &tls, true, "", "", false),
+        (
+            "TLS + SCRAM-SHA-256, speculative",
+            &speculative,
+            true,
+            scram,
+            sha256,
+            false,
+        ),
+        (
+            "TLS + SCRAM-SHA-256, not speculative",
+            &not_speculative,
+            true,
+            scram,
+            sha256,
+            false,
+        ),
+        (
+            "TLS + SCRAM negotiated, speculative",
+            &speculative,
+            true,
+            scram,
+            "",
+            false,
+        ),
+        (
+            "TLS + MONGODB-X509, speculative",
+            &speculative,
+            true,
+            "",
+            X509,
+            true,
+        ),
+        (
+            "TLS + MONGODB-X509, not speculative",
+            &not_speculative,
+            true,
+            "",
+            X509,
+            true,
+        ),
+    ];
+    println!("{RUNS} cold connections each (new instance and client: no pool, no SCRAM key cache); mongod's iteration counts");
+    for (name, proxy, with_tls, userinfo, query, cert) in cases {
+        let addr = proxy.addresses()[0];
+        let uri = match with_tls {
+            true => format!(
+                "mongodb://{userinfo}localhost:{}/?tls=true{query}",
+                addr.port()
+            ),
+            false => format!("mongodb://{userinfo}{addr}/"),
+        };
+        let opts = || options(Some(&certs().ca), cert.then(|| &certs().client));
+        let mut times = Vec::new();
+        proxy.reset_stats();
+        for _ in 0..RUNS {
+            let mut guest = Guest::new(&[addr]).unwrap();
+            let started = Instant::now();
+            let client = guest.connect_with(&uri, opts()).unwrap().unwrap();
+            let db = guest.database(client, "tls_cost", None).unwrap();
+            let coll = guest.collection(db, "c", None).unwrap();
+            guest
+                .count_documents(coll, &rawdoc! {}, &no_options())
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            times.push(started.elapsed());
+        }
+        times.sort();
+        let s = proxy.stats();
+        assert_eq!(
+            s.connections_opened as usize, RUNS,
+            "{name}: one connection each"
+        );
+        let per = |c: &str| commands(&s, c) as f64 / RUNS as f64;
+        let sent: f64 = s.commands.values().sum::<u64>() as f64 / RUNS as f64;
+        // TCP's handshake, TLS 1.3's one round trip (the client's Finished
+        // travels with the hello), then one per command.
+        let round_trips = 1.0 + with_tls as u8 as f64 + sent;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "  {name}: {round_trips} round trips (TCP 1, TLS {}, commands {sent}: hello {}, saslStart {}, saslContinue {}, authenticate {}); median {:.2} ms, min {:.2} ms, p90 {:.2} ms",
+            with_tls as u8,
+            per("hello"),
+            per("saslStart"),
+            per("saslContinue"),
+            per("authenticate"),
+            ms(times[RUNS / 2]),
+            ms(times[0]),
+            ms(times[RUNS * 9 / 10]),
+        );
+    }
 }

@@ -77,6 +77,9 @@ pub struct AuthConfig {
     /// mongod's `scramIterationCount` (10000) and `scramSHA256IterationCount` (15000).
     pub sha1_iterations: u32,
     pub sha256_iterations: u32,
+    /// Answer a hello's `speculativeAuthenticate` (mongod 4.4+). Off plays an older server,
+    /// so tests can measure what speculative authentication saves.
+    pub speculative: bool,
 }
 
 impl Default for AuthConfig {
@@ -86,6 +89,7 @@ impl Default for AuthConfig {
             users: Vec::new(),
             sha1_iterations: scram::SHA1_ITERATIONS,
             sha256_iterations: scram::SHA256_ITERATIONS,
+            speculative: true,
         }
     }
 }
@@ -134,6 +138,8 @@ pub(crate) struct Iterations {
 pub(crate) struct Users {
     map: BTreeMap<(String, String), Stored>,
     iterations: Iterations,
+    /// [`AuthConfig::speculative`].
+    speculative: bool,
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -252,6 +258,7 @@ impl Users {
                 sha1: config.sha1_iterations.max(1),
                 sha256: config.sha256_iterations.max(1),
             },
+            speculative: config.speculative,
         };
         let root = || vec![doc! { "role": "root", "db": "admin" }.into()];
         for user in &config.users {
@@ -676,6 +683,9 @@ pub(crate) fn hello_fields(
     let Ok(spec) = request.get_document("speculativeAuthenticate") else {
         return out;
     };
+    if !users.speculative {
+        return out;
+    }
     let db = spec.get_str("db").unwrap_or(EXTERNAL);
     let mut step = if spec.contains_key("saslStart") {
         // mongod: a db is required, and a plaintext mechanism may not speculate.
@@ -934,6 +944,19 @@ mod tests {
         let mut reply = doc! {};
         hello_fields(&u, &mut s, &req, None, &mut reply);
         assert!(reply.is_empty() && !s.is_authenticated());
+    }
+
+    #[test]
+    fn speculation_can_be_switched_off() {
+        let mut config = AuthConfig::with_users(vec![User::x509("CN=client,O=test")]);
+        config.speculative = false;
+        let u = Users::new(&config).unwrap();
+        let req = doc! { "hello": 1, "speculativeAuthenticate": {
+        "authenticate": 1, "mechanism": X509, "db": EXTERNAL } };
+        let mut s = Session::default();
+        let mut reply = doc! {};
+        let out = hello_fields(&u, &mut s, &req, Some("CN=client,O=test"), &mut reply);
+        assert!(out.speculative.is_none() && reply.is_empty() && !s.is_authenticated());
     }
 
     fn create(u: &mut Users, db: &str, body: &Document) -> Document {

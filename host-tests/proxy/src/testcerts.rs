@@ -20,6 +20,9 @@ use rustls::{RootCertStore, ServerConfig};
 
 /// The client certificate's subject, as RFC 2253 writes it.
 pub const CLIENT_SUBJECT: &str = "CN=client,OU=drivers,O=mongo-wasi";
+/// The subject of a second client certificate, signed by the same CA, that no
+/// test makes a user of (MONGODB-X509 must refuse it).
+pub const STRANGER_SUBJECT: &str = "CN=stranger,OU=drivers,O=mongo-wasi";
 
 /// A certificate (PEM) and its private key (PKCS#8 PEM).
 #[derive(Clone, Debug)]
@@ -58,6 +61,8 @@ pub struct TestCerts {
     pub wrong_host: Identity,
     /// Subject [`CLIENT_SUBJECT`], signed by `ca`.
     pub client: Identity,
+    /// Subject [`STRANGER_SUBJECT`], signed by `ca`.
+    pub stranger: Identity,
 }
 
 fn generated<T>(r: Result<T, rcgen::Error>) -> T {
@@ -107,9 +112,19 @@ fn leaf(
     }
 }
 
+/// A client certificate `CN=<common_name>,OU=drivers,O=mongo-wasi` (RFC 2253 order).
+fn client(issuer: &Issuer<'_, KeyPair>, common_name: &str) -> Identity {
+    let subject = [
+        (DnType::OrganizationName, "mongo-wasi"),
+        (DnType::OrganizationalUnitName, "drivers"),
+        (DnType::CommonName, common_name),
+    ];
+    leaf(issuer, &[], &subject, ExtendedKeyUsagePurpose::ClientAuth)
+}
+
 impl TestCerts {
     pub fn generate() -> TestCerts {
-        use ExtendedKeyUsagePurpose::{ClientAuth as Client, ServerAuth as Server};
+        use ExtendedKeyUsagePurpose::ServerAuth as Server;
         let (ca_pem, issuer) = ca("mongo-wasi test CA");
         let (untrusted_ca, other) = ca("mongo-wasi untrusted CA");
         let local = ["localhost", "127.0.0.1"];
@@ -125,16 +140,8 @@ impl TestCerts {
                 &[(DnType::CommonName, "wrong.example")],
                 Server,
             ),
-            client: leaf(
-                &issuer,
-                &[],
-                &[
-                    (DnType::OrganizationName, "mongo-wasi"),
-                    (DnType::OrganizationalUnitName, "drivers"),
-                    (DnType::CommonName, "client"),
-                ],
-                Client,
-            ),
+            client: client(&issuer, "client"),
+            stranger: client(&issuer, "stranger"),
         }
     }
 
@@ -172,8 +179,8 @@ impl TestCerts {
         )
     }
 
-    /// Writes `ca.pem`, `untrusted-ca.pem` and `client.pem` (certificate and
-    /// key) into a new directory, removed when the answer is dropped.
+    /// Writes `ca.pem`, `untrusted-ca.pem`, `client.pem` and `stranger.pem`
+    /// (certificate and key) into a new directory, removed when the answer is dropped.
     pub fn write_dir(&self) -> io::Result<CertDir> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!(
@@ -186,6 +193,7 @@ impl TestCerts {
         std::fs::write(dir.file("ca.pem"), &self.ca)?;
         std::fs::write(dir.file("untrusted-ca.pem"), &self.untrusted_ca)?;
         std::fs::write(dir.file("client.pem"), self.client.bundle())?;
+        std::fs::write(dir.file("stranger.pem"), self.stranger.bundle())?;
         Ok(dir)
     }
 }
@@ -222,6 +230,11 @@ mod tests {
         assert_eq!(
             crate::tls::subject_rfc2253(&der).as_deref(),
             Some(CLIENT_SUBJECT)
+        );
+        let der = CertificateDer::from_pem_slice(certs.stranger.cert.as_bytes()).unwrap();
+        assert_eq!(
+            crate::tls::subject_rfc2253(&der).as_deref(),
+            Some(STRANGER_SUBJECT)
         );
     }
 

@@ -1,6 +1,6 @@
 //! Runs PyMongo scripts through the proxy in front of a running nx-27017:
 //! `pymongo_failpoints.py` (mongod's fail points) and `pymongo_tls.py` (the
-//! proxy's TLS termination, verified by OpenSSL).
+//! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{backend_addr, run_python, venv_and_uri};
-use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
-use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts, CLIENT_SUBJECT};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -37,7 +37,9 @@ fn pymongo_sees_mongod_fail_points() {
 
 /// PyMongo (OpenSSL) verifies the proxy's generated certificates: it connects
 /// with the CA, refuses the server without it, and presents a client certificate
-/// to a proxy that requires one; fail points still work over TLS.
+/// to a proxy that requires one; fail points still work over TLS. With auth on, it
+/// authenticates with MONGODB-X509 as the certificate's subject, speculatively, and
+/// is refused (18) with a certificate whose subject has no user or with none.
 #[test]
 fn pymongo_verifies_the_tls_proxy() {
     let Some((venv, uri)) = venv_and_uri() else {
@@ -46,15 +48,20 @@ fn pymongo_verifies_the_tls_proxy() {
     let backend = backend_addr(&uri);
     let certs = TestCerts::generate();
     let dir = certs.write_dir().expect("write the PEM files");
-    let start = |auth| {
+    let start = |client_auth, auth| {
         let config = ProxyConfig {
-            tls: Some(certs.server_config(&certs.server, auth)),
+            tls: Some(certs.server_config(&certs.server, client_auth)),
+            auth,
             ..ProxyConfig::new(backend)
         };
         Proxy::start(config).expect("start the TLS proxy")
     };
-    let tls = start(ClientAuth::None);
-    let mutual = start(ClientAuth::Required);
+    let tls = start(ClientAuth::None, AuthConfig::default());
+    let mutual = start(ClientAuth::Required, AuthConfig::default());
+    let x509 = start(
+        ClientAuth::Optional,
+        AuthConfig::with_users(vec![User::x509(CLIENT_SUBJECT)]),
+    );
     let uri = |p: &Proxy| {
         format!(
             "mongodb://localhost:{}/?tls=true&directConnection=true",
@@ -68,9 +75,12 @@ fn pymongo_verifies_the_tls_proxy() {
         &[
             ("PROXY_URI", uri(&tls)),
             ("PROXY_MTLS_URI", uri(&mutual)),
+            ("PROXY_X509_URI", uri(&x509)),
+            ("CLIENT_SUBJECT", CLIENT_SUBJECT.to_string()),
             ("CA_FILE", file("ca.pem")),
             ("UNTRUSTED_CA_FILE", file("untrusted-ca.pem")),
             ("CLIENT_FILE", file("client.pem")),
+            ("STRANGER_FILE", file("stranger.pem")),
         ],
         SCRIPT_TIMEOUT,
     );

@@ -4,6 +4,7 @@
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
 //!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]
+//!             [--only-expected]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
@@ -15,7 +16,11 @@
 //! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
 //! an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
-//! the run could not start.
+//! the run could not start. The list describes runs without `--auth` and `--tls`: with
+//! either, a listed test that the configuration's `runOnRequirements` rule out (`auth:
+//! false`) is reported as not applicable; one that fails still fails the run.
+//! `--only-expected` runs just the tests on the `--expected` list (a second
+//! configuration's check, in less time).
 
 use host_tests::unified::deployment::Deployment;
 use host_tests::unified::report::Report;
@@ -30,7 +35,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]";
+[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] [--only-expected]";
 
 struct Cli {
     backend: SocketAddr,
@@ -45,6 +50,7 @@ struct Cli {
     loop_budget: Duration,
     auth: bool,
     tls: bool,
+    only_expected: bool,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -63,6 +69,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         loop_budget: Duration::from_millis(1000),
         auth: false,
         tls: false,
+        only_expected: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -88,12 +95,16 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--test-timeout" => cli.cap = Duration::from_secs(number(value()?)?.max(1)),
             "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
             "--auth" => cli.auth = true,
+            "--only-expected" => cli.only_expected = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
     cli.backend = backend.ok_or("--backend is required")?;
     if cli.suites.is_empty() {
         return Err("name at least one --suite, or --all".into());
+    }
+    if cli.only_expected && cli.expected.is_none() {
+        return Err("--only-expected needs --expected".into());
     }
     Ok(cli)
 }
@@ -173,6 +184,7 @@ fn run(cli: &Cli) -> Result<bool, String> {
         cap: cli.cap,
         loop_budget: cli.loop_budget,
         skips,
+        only: expected.clone().filter(|_| cli.only_expected),
     };
     let started = Instant::now();
     let mut report = Report::default();
@@ -208,26 +220,45 @@ fn run(cli: &Cli) -> Result<bool, String> {
         Some(_) => ran.contains(&(file, test)),
         None => suites.iter().any(|s| file.starts_with(s.as_str())),
     };
-    let (regressions, new) = report.compare(&expected, &in_scope);
-    if !new.is_empty() {
+    // The list describes runs without --auth and --tls: in those, a test whose
+    // runOnRequirements rule the configuration out (auth: false) is skipped, not lost.
+    let unmet_ok = cli.auth || cli.tls;
+    let c = report.compare(&expected, &in_scope, unmet_ok);
+    if !c.new.is_empty() {
         println!(
             "==> {} tests pass that are not on the expected-pass list:",
-            new.len()
+            c.new.len()
         );
-        for t in &new {
+        for t in &c.new {
             println!("    {t}");
         }
     }
-    if regressions.is_empty() {
+    if !c.unmet.is_empty() {
+        println!(
+            "==> {} tests of the expected-pass list are ruled out by their runOnRequirements here:",
+            c.unmet.len()
+        );
+        for t in &c.unmet {
+            println!("    {t}");
+        }
+    }
+    if c.regressions.is_empty() {
         let checked = expected.iter().filter(|(f, t)| in_scope(f, t)).count();
-        println!("==> all {checked} tests of the expected-pass list in this run passed");
+        println!(
+            "==> all {} tests of the expected-pass list in this run passed{}",
+            checked - c.unmet.len(),
+            match c.unmet.len() {
+                0 => String::new(),
+                n => format!(" ({n} more not applicable)"),
+            }
+        );
         return Ok(true);
     }
     println!(
         "==> {} tests on the expected-pass list did not pass:",
-        regressions.len()
+        c.regressions.len()
     );
-    for t in &regressions {
+    for t in &c.regressions {
         println!("    {t}");
     }
     Ok(false)
@@ -271,5 +302,14 @@ mod tests {
         let with = parse(&args(&[&base[..], &["--auth"]].concat())).unwrap();
         assert!(with.auth);
         assert_eq!(with.suites, ["crud/tests/unified"]);
+    }
+
+    #[test]
+    fn only_expected_needs_the_list() {
+        let base = ["--backend", "127.0.0.1:1", "--all", "--only-expected"];
+        let e = parse(&args(&base)).err().unwrap();
+        assert!(e.contains("needs --expected"), "{e}");
+        let with = parse(&args(&[&base[..], &["--expected", "x.txt"]].concat())).unwrap();
+        assert!(with.only_expected);
     }
 }

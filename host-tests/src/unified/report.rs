@@ -5,6 +5,8 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use super::requirements::UNMET;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     Passed,
@@ -152,36 +154,59 @@ impl Report {
 
     /// Listed tests that did not pass (with why), and passing tests not on the list.
     /// `in_scope` says which listed tests this run was meant to cover.
+    /// Checks the run against the expected-pass list (the tests `in_scope` of
+    /// this run). With `unmet_ok`, for a run whose configuration differs from
+    /// the one the list describes (`--auth`, `--tls`), a test its
+    /// `runOnRequirements` rules out there (`auth: false`) is not a regression.
     pub fn compare(
         &self,
         expected: &BTreeSet<(String, String)>,
         in_scope: &dyn Fn(&str, &str) -> bool,
-    ) -> (Vec<String>, Vec<String>) {
+        unmet_ok: bool,
+    ) -> Comparison {
         let by_name: BTreeMap<(&str, &str), &TestResult> = self
             .results
             .iter()
             .map(|r| ((r.file.as_str(), r.test.as_str()), r))
             .collect();
-        let mut regressions = Vec::new();
+        let mut out = Comparison::default();
         for (file, test) in expected.iter().filter(|(f, t)| in_scope(f, t)) {
             match by_name.get(&(file.as_str(), test.as_str())) {
                 Some(r) if r.status == Status::Passed => {}
-                Some(r) => regressions.push(format!(
+                Some(r)
+                    if unmet_ok && r.status == Status::Skipped && r.reason.starts_with(UNMET) =>
+                {
+                    out.unmet.push(format!("{file}: {test} ({})", r.reason))
+                }
+                Some(r) => out.regressions.push(format!(
                     "{file}: {test}: {} ({})",
                     r.status.word(),
                     r.reason
                 )),
-                None => regressions.push(format!("{file}: {test}: missing from this run")),
+                None => out
+                    .regressions
+                    .push(format!("{file}: {test}: missing from this run")),
             }
         }
-        let new = self
+        out.new = self
             .passed()
             .into_iter()
             .filter(|t| !expected.contains(t))
             .map(|(f, t)| format!("{f}: {t}"))
             .collect();
-        (regressions, new)
+        out
     }
+}
+
+/// [`Report::compare`]'s answer, one line per test.
+#[derive(Debug, Default)]
+pub struct Comparison {
+    /// Expected to pass, and failed, was skipped or did not run.
+    pub regressions: Vec<String>,
+    /// Passed, and not on the list.
+    pub new: Vec<String>,
+    /// Expected to pass, and ruled out by this configuration's `runOnRequirements`.
+    pub unmet: Vec<String>,
 }
 
 #[cfg(test)]
@@ -221,16 +246,42 @@ mod tests {
                 .into_iter()
                 .map(|(f, t)| (f.to_string(), t.to_string()))
                 .collect();
-        let (regressions, new) = report.compare(&expected, &|_, _| true);
+        let c = report.compare(&expected, &|_, _| true, false);
         assert_eq!(
-            regressions,
+            c.regressions,
             [
                 "a.json: two: failed (why)",
                 "c.json: gone: missing from this run"
             ]
         );
-        assert_eq!(new, ["b.json: four"]);
-        let (regressions, _) = report.compare(&expected, &|f, _| f != "c.json");
-        assert_eq!(regressions, ["a.json: two: failed (why)"]);
+        assert_eq!(c.new, ["b.json: four"]);
+        let c = report.compare(&expected, &|f, _| f != "c.json", false);
+        assert_eq!(c.regressions, ["a.json: two: failed (why)"]);
+    }
+
+    #[test]
+    fn unmet_requirements_are_accepted_only_when_asked_and_failures_never() {
+        let mut report = Report::default();
+        let mut unmet = result("a.json", "auth off only", Status::Skipped);
+        unmet.reason = format!("{UNMET}: needs authentication off (spec-runner runs with --auth)");
+        report.add(unmet);
+        report.add(result("a.json", "skip list", Status::Skipped));
+        report.add(result("a.json", "broken", Status::Failed));
+        let expected: BTreeSet<(String, String)> = ["auth off only", "skip list", "broken"]
+            .into_iter()
+            .map(|t| ("a.json".to_string(), t.to_string()))
+            .collect();
+        let plain = report.compare(&expected, &|_, _| true, false);
+        assert_eq!(plain.regressions.len(), 3, "{plain:?}");
+        let auth = report.compare(&expected, &|_, _| true, true);
+        assert_eq!(
+            auth.regressions,
+            [
+                "a.json: broken: failed (why)",
+                "a.json: skip list: skipped (why)"
+            ]
+        );
+        assert_eq!(auth.unmet.len(), 1, "{auth:?}");
+        assert!(auth.unmet[0].starts_with("a.json: auth off only ("));
     }
 }

@@ -176,8 +176,11 @@ fn parameter_eq(want: &Bson, have: &Bson) -> bool {
     }
 }
 
+/// How the reason of a test skipped by its `runOnRequirements` begins.
+pub const UNMET: &str = "runOnRequirements not met";
+
 /// The first topology (in preference order) that the file's and the test's
-/// requirements both allow; `Err` says why none does.
+/// requirements both allow; `Err` says why none does (it begins with [`UNMET`]).
 pub fn choose(
     file_reqs: Option<&Bson>,
     test_reqs: Option<&Bson>,
@@ -193,7 +196,7 @@ pub fn choose(
     }
     // The reason for the preferred topology says the most (version limits come first).
     reasons.dedup();
-    Err(format!("runOnRequirements not met: {}", reasons.join("; ")))
+    Err(format!("{UNMET}: {}", reasons.join("; ")))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use super::skips::SkipList;
 use super::testcase::{self, Job};
 use super::worker::{self, Verdict};
 use bson::{Bson, Document};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ pub struct Config {
     pub cap: Duration,
     pub loop_budget: Duration,
     pub skips: SkipList,
+    /// Run only these `(file, description)` tests (the others are not reported at all).
+    pub only: Option<BTreeSet<(String, String)>>,
 }
 
 /// A test file as BSON, read as extended JSON (key order kept).
@@ -137,6 +140,13 @@ pub fn run_suite(
         if cfg.filter.as_deref().is_some_and(|f| !key.contains(f)) && !file_has_match(&path, cfg) {
             continue;
         }
+        if cfg
+            .only
+            .as_ref()
+            .is_some_and(|only| !only.iter().any(|(f, _)| *f == key))
+        {
+            continue;
+        }
         let file = match load(&path) {
             Ok(f) => f,
             Err(e) => {
@@ -217,6 +227,11 @@ fn run_file(
         let description = test.get_str("description").unwrap_or("(no description)");
         if let Some(f) = &cfg.filter {
             if !key.contains(f.as_str()) && !description.contains(f.as_str()) {
+                continue;
+            }
+        }
+        if let Some(only) = &cfg.only {
+            if !only.contains(&(key.to_string(), description.to_string())) {
                 continue;
             }
         }

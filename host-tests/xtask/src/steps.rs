@@ -80,7 +80,11 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     });
     let _ = run.step(
         "test: unified spec suites against nx-27017 (expected-pass list)",
-        || spec::expected_pass_step(ctx),
+        || spec::expected_pass_step(ctx, false),
+    );
+    let _ = run.step(
+        "test: unified spec suites again with --auth --tls (expected-pass list)",
+        || spec::expected_pass_step(ctx, true),
     );
     Ok(())
 }
