@@ -3,6 +3,7 @@
 //! is the TCP stream's, so it goes through `runtime::wait` with the caller's
 //! deadline, and each pass checks the deadline even while bytes keep arriving.
 
+use super::wait::check;
 use super::TcpStream;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -193,11 +194,4 @@ impl Drop for TlsStream {
             let _ = self.tcp.write_all(&self.out, Deadline::At(super::now()));
         }
     }
-}
-
-fn check(deadline: Deadline, section: &str) -> Result<()> {
-    if deadline.is_expired(super::now()) {
-        return Err(Error::timeout(section));
-    }
-    Ok(())
 }
