@@ -29,6 +29,7 @@ use std::fmt;
 
 pub use auth::{AuthMechanism, Credential};
 pub use options::{Compressor, ReadPreferenceMode, ServerMonitoringMode, TagSet, UriOptions, W};
+pub use parse::MAX_URI_LEN;
 
 /// The port used when a host gives none.
 pub const DEFAULT_PORT: u16 = 27017;

@@ -1,6 +1,6 @@
 //! Every option of the URI Options spec: its type, accepted values and normalisation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use super::auth::{self, AuthMechanism};
 use super::values::{
@@ -179,21 +179,22 @@ pub(crate) struct OptionsBuilder {
     pub(crate) warnings: Vec<String>,
     /// Options dropped for an invalid value (also in `warnings`).
     pub(crate) invalid: Vec<String>,
-    /// Lowercased keys in first-seen order: several rules are about an option's presence.
-    pub(crate) seen: Vec<String>,
+    /// Lowercased keys given so far: several rules are about an option's presence. A set,
+    /// so that a URI with many distinct keys costs linear time, not quadratic.
+    pub(crate) seen: HashSet<String>,
     /// Every valid `tls`/`ssl` value; they must all agree.
     pub(crate) tls_values: Vec<bool>,
 }
 
 impl OptionsBuilder {
     pub(crate) fn given(&self, lower_key: &str) -> bool {
-        self.seen.iter().any(|k| k == lower_key)
+        self.seen.contains(lower_key)
     }
 
     /// Applies one `key=value` pair (both already percent-decoded).
     pub(crate) fn apply(&mut self, key: &str, value: &str) -> Result<(), UriError> {
         let lower = key.to_ascii_lowercase();
-        if self.given(&lower) {
+        if !self.seen.insert(lower.clone()) {
             match lower.as_str() {
                 // Lists, and tls/ssl whose agreement is checked later.
                 "readpreferencetags" | "tls" | "ssl" => {}
@@ -207,8 +208,6 @@ impl OptionsBuilder {
                     "option '{key}' is given more than once; the last valid value is used"
                 )),
             }
-        } else {
-            self.seen.push(lower.clone());
         }
         let result = set(
             &mut self.options,
@@ -238,6 +237,14 @@ impl OptionsBuilder {
             Err(Reject::Fatal(why)) => Err(UriError::new(why)),
         }
     }
+}
+
+/// Whether `key` (any case, not decoded) names an option of the URI Options spec.
+pub(crate) fn is_known(key: &str) -> bool {
+    let mut scratch = (UriOptions::default(), Vec::new(), Vec::new());
+    let key = key.to_ascii_lowercase();
+    let result = set(&mut scratch.0, &key, "", &mut scratch.1, &mut scratch.2);
+    !matches!(result, Err(Reject::Unknown))
 }
 
 /// Sets the field for `key` (lowercase). `warnings` is for options that warn about parts of

@@ -7,11 +7,22 @@ use super::decode::{percent_decode, userinfo};
 use super::options::OptionsBuilder;
 use super::{auth, validate, ConnectionString, HostAddress, UriError};
 
+/// The longest connection string accepted. Real ones are a few hundred bytes (long seed
+/// lists and auth properties stay within a few KiB); 64 KiB keeps that headroom a
+/// hundredfold while bounding the time, memory and warnings a hostile string can cost.
+pub const MAX_URI_LEN: usize = 64 * 1024;
+
 fn err<T>(message: impl Into<String>) -> Result<T, UriError> {
     Err(UriError::new(message))
 }
 
 pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
+    if uri.len() > MAX_URI_LEN {
+        return err(format!(
+            "the connection string is {} bytes long; at most {MAX_URI_LEN} are accepted",
+            uri.len()
+        ));
+    }
     let (srv, rest) = scheme(uri)?;
 
     // Host information ends at the first '/' or '?' (the slash before options is optional).
@@ -19,6 +30,13 @@ pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
     };
+    let (path, query) = match tail.strip_prefix('/') {
+        Some(t) => t.split_once('?').map_or((t, None), |(p, q)| (p, Some(q))),
+        None => ("", tail.strip_prefix('?')),
+    };
+    if !host_info.contains('@') {
+        misplaced_userinfo(path, query)?;
+    }
     // Userinfo ends at the last '@': an '@' inside it is reported by `userinfo`.
     let (user, hosts_raw) = match host_info.rsplit_once('@') {
         Some((info, hosts)) => (Some(userinfo(info)?), hosts),
@@ -42,10 +60,6 @@ pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
         check_srv_host(&hosts)?;
     }
 
-    let (path, query) = match tail.strip_prefix('/') {
-        Some(t) => t.split_once('?').map_or((t, None), |(p, q)| (p, Some(q))),
-        None => ("", tail.strip_prefix('?')),
-    };
     let auth_database = database(path)?;
 
     let mut builder = OptionsBuilder::default();
@@ -88,6 +102,27 @@ pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
         warnings: builder.warnings,
         invalid_values: builder.invalid,
     })
+}
+
+/// With no userinfo before the host list, an '@' after it ends a userinfo that held an
+/// unencoded '/' or '?' (`user:pa?ss@host`): the start of the password would be read as a
+/// port and its rest as a database or options. The connection string spec makes such a
+/// string invalid; the error never echoes it. An '@' stays allowed in the value of a known
+/// option (`?appName=a@b`); an unknown one could be a piece of the password.
+fn misplaced_userinfo(path: &str, query: Option<&str>) -> Result<(), UriError> {
+    let pair = query.and_then(|q| q.split('&').find(|pair| pair.contains('@')));
+    let misplaced = path.contains('@')
+        || pair.is_some_and(|pair| match pair.split_once('=') {
+            None => true,
+            Some((key, _)) => !percent_decode(key, "").is_ok_and(|k| super::options::is_known(&k)),
+        });
+    if misplaced {
+        return err(
+            "an '@' follows the host list: a '/', '?' or '@' in a username or password must \
+             be percent-encoded (%2F, %3F, %40), and so must an '@' in the database name",
+        );
+    }
+    Ok(())
 }
 
 /// Strips `mongodb://` or `mongodb+srv://` (schemes are case-insensitive).
