@@ -16,6 +16,11 @@ pub enum ErrorKind {
     /// The server refused the credential, or the authentication conversation
     /// failed (a malformed or forged server message). Never retried.
     Authentication,
+    /// The host refused a socket operation or a name lookup (wasi:sockets
+    /// `access-denied`, `not-supported`, or the resolver failure a host answers
+    /// when name lookup is not allowed): its policy, so never retried, and
+    /// server selection fails at once. The message names the address.
+    AccessDenied,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -42,6 +42,8 @@ struct ServerState {
     idle: Vec<Connection>,
     generation: u64,
     last_check: Option<crate::deadline::Instant>,
+    /// The host's refusal of the last check (`ErrorKind::AccessDenied`).
+    denied: Option<Error>,
 }
 
 pub struct Topology {
@@ -119,7 +121,12 @@ impl Topology {
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
-            if !self.check_unknown_servers(criteria, timeout, deadline)? {
+            let checked = self.check_unknown_servers(criteria, timeout, deadline)?;
+            if let Some(denied) = self.denied_everywhere() {
+                // The host's policy will not change while selection waits.
+                return Err(denied);
+            }
+            if !checked {
                 // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
                 runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
             }
@@ -206,7 +213,12 @@ impl Topology {
     ) -> Result<()> {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
-        match self.establish(address, connect.min(deadline), handshake.min(deadline)) {
+        let result = self.establish(address, connect.min(deadline), handshake.min(deadline));
+        self.state(address).denied = match &result {
+            Err(e) if e.kind == ErrorKind::AccessDenied => Some(e.clone()),
+            _ => None,
+        };
+        match result {
             Ok(conn) => self.checkin(conn),
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
                 // The selection budget ran out mid-check. Under CSOT the
@@ -407,6 +419,28 @@ impl Topology {
 
     fn state(&mut self, address: &str) -> &mut ServerState {
         self.servers.entry(address.to_string()).or_default()
+    }
+
+    /// The host's refusal when it denied the last check of every server
+    /// (of each in turn: one seed denied does not fail a topology).
+    fn denied_everywhere(&self) -> Option<Error> {
+        let mut denied = self.description.servers.iter().map(|s| {
+            self.servers
+                .get(&s.address)
+                .and_then(|state| state.denied.as_ref())
+        });
+        let first = denied.next()??.clone();
+        let mut rest = Vec::new();
+        for e in denied {
+            rest.push(e?.message.clone());
+        }
+        Some(match rest.is_empty() {
+            true => first,
+            false => {
+                let message = format!("{}; {}", first.message, rest.join("; "));
+                Error { message, ..first }
+            }
+        })
     }
 
     fn selection_failure(&self, criteria: Criteria) -> String {

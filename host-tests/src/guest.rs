@@ -60,6 +60,15 @@ impl Guest {
         Guest::with_state(wasi_state(allowed, &[], true))
     }
 
+    /// As [`Guest::new`], with name lookup allowed (for `localhost` URIs).
+    pub fn with_name_lookup(allowed: &[SocketAddr]) -> Result<Guest> {
+        Guest::in_sandbox(&crate::Sandbox {
+            tcp: allowed,
+            name_lookup: true,
+            ..Default::default()
+        })
+    }
+
     /// A fresh instance that may also use the DNS server at `dns` (UDP, and
     /// TCP for truncated answers), named to it by `MONGO_WASI_DNS_SERVER`.
     pub fn with_dns(allowed: &[SocketAddr], dns: SocketAddr) -> Result<Guest> {
@@ -71,8 +80,7 @@ impl Guest {
             tcp: &tcp,
             udp: &[dns],
             env: &env,
-            etc: None,
-            dir: None,
+            ..Default::default()
         })
     }
 

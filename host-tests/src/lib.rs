@@ -111,27 +111,12 @@ pub fn linker() -> Result<Linker<HostState>> {
 }
 
 /// A WASI context whose TCP may connect only to `allowed` (loopback
-/// addresses given by the test). Binds to the unspecified or a loopback
-/// address are allowed, since wasmtime checks the implicit bind of `connect`.
+/// addresses given by the test), with name lookup denied. Binds to the
+/// unspecified or a loopback address are allowed, since wasmtime checks the
+/// implicit bind of `connect`.
 pub fn wasi_state(allowed: &[SocketAddr], args: &[String], inherit_stdio: bool) -> HostState {
     let sandbox = Sandbox {
         tcp: allowed,
-        ..Sandbox::default()
-    };
-    wasi_state_with(&sandbox, args, inherit_stdio)
-}
-
-/// `wasi_state`, plus `dir` preopened read-only as the same path in the guest
-/// (e.g. for tlsCAFile).
-pub fn wasi_state_with_dir(
-    allowed: &[SocketAddr],
-    args: &[String],
-    inherit_stdio: bool,
-    dir: Option<&Path>,
-) -> HostState {
-    let sandbox = Sandbox {
-        tcp: allowed,
-        dir,
         ..Sandbox::default()
     };
     wasi_state_with(&sandbox, args, inherit_stdio)
@@ -150,6 +135,10 @@ pub struct Sandbox<'a> {
     pub etc: Option<&'a Path>,
     /// A host directory preopened read-only at the same path (e.g. for tlsCAFile).
     pub dir: Option<&'a Path>,
+    /// Allow wasi:sockets/ip-name-lookup. Off by default: the lookup goes to
+    /// the machine's resolver, outside any allow list, so only tests that
+    /// connect to a name (`localhost`, TLS host name checks) turn it on.
+    pub name_lookup: bool,
 }
 
 /// As [`wasi_state`], with UDP, environment and `/etc` as `sandbox` says.
@@ -160,6 +149,7 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
         env,
         etc,
         dir,
+        name_lookup,
     } = *sandbox;
     let allowed: Vec<SocketAddr> = allowed.to_vec();
     let udp: Vec<SocketAddr> = udp
@@ -183,7 +173,7 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
         )
         .allow_tcp(true)
         .allow_udp(!udp.is_empty())
-        .allow_ip_name_lookup(true);
+        .allow_ip_name_lookup(name_lookup);
     for (k, v) in env {
         b.env(k, v);
     }

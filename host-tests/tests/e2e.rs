@@ -340,7 +340,7 @@ fn host_names_resolve_through_wasi_name_lookup() {
     // `localhost` goes through wasi:sockets/ip-name-lookup; only its IPv4
     // address is allowed, so the driver must fall through to it if ::1 comes first.
     let (_, addr) = server();
-    let mut g = Guest::new(&[addr]).unwrap();
+    let mut g = Guest::with_name_lookup(&[addr]).unwrap();
     let client = g
         .connect(
             &format!("mongodb://localhost:{}/", addr.port()),

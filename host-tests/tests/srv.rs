@@ -216,7 +216,7 @@ fn a_preopened_resolv_conf_names_the_dns_server() {
     )
     .expect_err("UDP denied");
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(err.kind, ErrorKind::Network, "{err:?}");
+    assert_eq!(err.kind, ErrorKind::AccessDenied, "{err:?}");
     assert!(err.message.contains("127.0.0.1:53"), "{}", err.message);
 }
 

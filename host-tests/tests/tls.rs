@@ -80,7 +80,7 @@ fn ping_in(guest: &mut Guest, uri: &str, opts: ClientOptions) -> WitResult<()> {
 }
 
 fn ping(addr: SocketAddr, uri: &str, opts: ClientOptions) -> WitResult<()> {
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     ping_in(&mut guest, uri, opts)
 }
 
@@ -97,7 +97,7 @@ fn assert_tls_failure(r: WitResult<()>, what: &str) -> Error {
 fn a_verified_chain_carries_commands_both_ways() {
     let proxy = tls_proxy(&certs().server, ClientAuth::None);
     let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     let client = guest
         .connect_with(&uri(addr, ""), options(Some(&certs().ca), None))
         .unwrap()
@@ -147,12 +147,17 @@ fn tls_ca_file_is_read_from_a_preopened_directory() {
     let dir = certs().write_dir().unwrap();
     let ca_file = dir.file("ca.pem").display().to_string().replace('/', "%2F");
     let uri = uri(addr, &format!("&tlsCAFile={ca_file}"));
-    let state = host_tests::wasi_state_with_dir(&[addr], &[], true, Some(dir.path()));
-    let mut guest = Guest::with_state(state).unwrap();
+    let mut guest = Guest::in_sandbox(&host_tests::Sandbox {
+        tcp: &[addr],
+        dir: Some(dir.path()),
+        name_lookup: true,
+        ..Default::default()
+    })
+    .unwrap();
     ping_in(&mut guest, &uri, options(None, None)).expect("ping with tlsCAFile");
 
     // Without the preopen the file is out of reach: a clear error at connect.
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     let err = guest
         .connect_with(&uri, options(None, None))
         .unwrap()
@@ -224,7 +229,7 @@ fn assert_within(elapsed: Duration, deadline: Duration) {
 #[test]
 fn a_stalled_tls_handshake_times_out_within_timeout_ms() {
     let listener = Listener::start(Behaviour::Silent).unwrap();
-    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[listener.addr]).unwrap();
     let uri = format!("mongodb://{}/?tls=true&timeoutMS=400", listener.addr);
     let started = Instant::now();
     let err = ping_in(&mut guest, &uri, options(Some(&certs().ca), None))
@@ -242,7 +247,7 @@ fn a_stalled_tls_handshake_times_out_within_timeout_ms() {
 #[test]
 fn a_stalled_tls_handshake_is_bounded_by_connect_timeout_ms() {
     let listener = Listener::start(Behaviour::Silent).unwrap();
-    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[listener.addr]).unwrap();
     let uri = format!(
         "mongodb://{}/?tls=true&connectTimeoutMS=200&serverSelectionTimeoutMS=700",
         listener.addr
@@ -307,7 +312,7 @@ fn assert_auth_failed(e: &Error) {
 fn x509_authenticates_as_the_certificate_subject_in_the_hello() {
     let proxy = auth_tls_proxy(&certs().server, ClientAuth::Required, users());
     let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     proxy.reset_stats();
     let who = authenticated_users(
         &mut guest,
@@ -354,7 +359,7 @@ fn x509_without_speculation_sends_authenticate() {
     };
     let proxy = auth_tls_proxy(&certs().server, ClientAuth::Required, auth);
     let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     proxy.reset_stats();
     let who = authenticated_users(
         &mut guest,
@@ -374,7 +379,7 @@ fn x509_refuses_a_subject_without_a_user_and_a_missing_certificate() {
     // Optional: the proxy also accepts TLS clients without a certificate.
     let proxy = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());
     let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     for (what, client) in [
         (
             "a certificate whose subject has no user",
@@ -406,7 +411,7 @@ fn x509_refuses_a_subject_without_a_user_and_a_missing_certificate() {
 fn scram_sha_256_over_tls_speculates_in_the_hello() {
     let proxy = auth_tls_proxy(&certs().server, ClientAuth::None, users());
     let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
     proxy.reset_stats();
     let uri = format!(
         "mongodb://both:both-pw@localhost:{}/?tls=true&serverSelectionTimeoutMS=1000&authMechanism=SCRAM-SHA-256",
@@ -513,7 +518,7 @@ fn cold_tls_connection_cost() {
         let mut times = Vec::new();
         proxy.reset_stats();
         for _ in 0..RUNS {
-            let mut guest = Guest::new(&[addr]).unwrap();
+            let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
             let started = Instant::now();
             let client = guest.connect_with(&uri, opts()).unwrap().unwrap();
             let db = guest.database(client, "tls_cost", None).unwrap();

@@ -30,6 +30,7 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         ErrorKind::Protocol => wit::ErrorKind::Protocol,
         ErrorKind::Closed => wit::ErrorKind::Closed,
         ErrorKind::Authentication => wit::ErrorKind::Authentication,
+        ErrorKind::AccessDenied => wit::ErrorKind::AccessDenied,
     };
     wit::Error {
         kind,

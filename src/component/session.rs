@@ -42,6 +42,7 @@ fn from_wit(e: wit::Error) -> Error {
         wit::ErrorKind::Protocol => ErrorKind::Protocol,
         wit::ErrorKind::Closed => ErrorKind::Closed,
         wit::ErrorKind::Authentication => ErrorKind::Authentication,
+        wit::ErrorKind::AccessDenied => ErrorKind::AccessDenied,
     };
     // A malformed reply document is dropped rather than refused: the error
     // itself is what the caller reports.

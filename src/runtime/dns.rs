@@ -15,9 +15,7 @@ pub fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
         return Ok(vec![ip]);
     }
     let network = instance_network();
-    let lookup_err = |e: ErrorCode| {
-        Error::network(format!("cannot resolve {host}")).with_cause(format!("{e:?}"))
-    };
+    let lookup_err = |e: ErrorCode| super::socket_error(e, &format!("resolve {host}"));
     let stream = resolve_addresses(&network, host).map_err(lookup_err)?;
     let pollable = stream.subscribe();
     let mut out = Vec::new();

@@ -18,6 +18,28 @@ pub use tls::TlsStream;
 pub use udp::lookup as dns_lookup;
 pub use wait::{sleep_until, wait};
 
+use crate::error::{Error, ErrorKind};
+use wasi::sockets::network::ErrorCode;
+
+/// The one decision on which wasi:sockets errors are permanent: `access-denied` and
+/// `not-supported` are the host's policy, and `permanent-resolver-failure` is what wasmtime
+/// answers when the host does not allow name lookup. Retrying cannot help, so they become
+/// `AccessDenied`, which server selection reports at once rather than after its timeout.
+/// Every other code is a network error, worth another try. `what` says what failed and
+/// names the address (e.g. "connect to 127.0.0.1:27017").
+pub(crate) fn socket_error(code: ErrorCode, what: &str) -> Error {
+    match code {
+        ErrorCode::AccessDenied | ErrorCode::NotSupported | ErrorCode::PermanentResolverFailure => {
+            Error::new(
+                ErrorKind::AccessDenied,
+                format!("the host does not allow this component to {what}"),
+            )
+        }
+        _ => Error::network(format!("cannot {what}")),
+    }
+    .with_cause(code.name())
+}
+
 /// Random bytes from wasi:random (session ids).
 #[cfg(target_os = "wasi")]
 pub fn random_bytes(n: u64) -> Vec<u8> {
@@ -56,4 +78,33 @@ pub fn dns_config() -> (Option<String>, Option<String>) {
 /// A whole file, through wasi:filesystem: only under a directory the host preopened.
 pub fn read_file(path: &str) -> std::io::Result<Vec<u8>> {
     std::fs::read(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_hosts_refusals_are_permanent() {
+        for code in [
+            ErrorCode::AccessDenied,
+            ErrorCode::NotSupported,
+            ErrorCode::PermanentResolverFailure,
+        ] {
+            let e = socket_error(code, "connect to 127.0.0.1:27017");
+            assert_eq!(e.kind, ErrorKind::AccessDenied, "{e}");
+            assert!(e.message.contains("127.0.0.1:27017"), "{e}");
+            assert!(!e.is_network(), "never retried as a network error: {e}");
+        }
+        for code in [
+            ErrorCode::ConnectionRefused,
+            ErrorCode::Timeout,
+            ErrorCode::NameUnresolvable,
+            ErrorCode::TemporaryResolverFailure,
+        ] {
+            let e = socket_error(code, "connect to 127.0.0.1:27017");
+            assert_eq!(e.kind, ErrorKind::Network, "{e}");
+            assert_eq!(e.message, "cannot connect to 127.0.0.1:27017");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use super::dns;
 use super::wait::{check, wait};
 use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use std::cell::RefCell;
 use std::net::IpAddr;
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
@@ -43,22 +43,35 @@ impl TcpStream {
         name_servers: &[std::net::SocketAddr],
         deadline: Deadline,
     ) -> Result<TcpStream> {
-        let mut last = None;
-        for ip in dns::resolve_via(host, name_servers, deadline)? {
+        let mut last: Option<Error> = None;
+        for ip in dns::resolve_via(host, name_servers, deadline).map_err(|mut e| {
+            // Name the address the lookup was for.
+            e.message = format!("{} (for {host}:{port})", e.message);
+            e
+        })? {
             match Self::connect_ip(ip, port, deadline) {
                 Ok(s) => return Ok(s),
                 Err(e) if e.is_timeout() => return Err(e),
-                Err(e) => last = Some(e),
+                // A denied address is reported only if no other failed for another reason.
+                Err(e) => {
+                    if last
+                        .as_ref()
+                        .is_none_or(|l| l.kind == ErrorKind::AccessDenied)
+                    {
+                        last = Some(e);
+                    }
+                }
             }
         }
         Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
     }
 
     fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        let peer = format!("{ip}:{port}");
-        let net_err = |e: ErrorCode| {
-            Error::network(format!("cannot connect to {peer}")).with_cause(format!("{e:?}"))
+        let peer = match ip {
+            IpAddr::V6(_) => format!("[{ip}]:{port}"),
+            IpAddr::V4(_) => format!("{ip}:{port}"),
         };
+        let net_err = |e: ErrorCode| super::socket_error(e, &format!("connect to {peer}"));
         let (family, addr) = to_wasi_addr(ip, port);
         let network = instance_network();
         let socket = create_tcp_socket(family).map_err(net_err)?;

@@ -256,5 +256,5 @@ impl Channel {
 }
 
 fn sock_err(server: SocketAddr, what: &str, e: ErrorCode) -> Error {
-    Error::network(format!("cannot {what} the DNS server {server}")).with_cause(format!("{e:?}"))
+    super::socket_error(e, &format!("{what} the DNS server {server}"))
 }

@@ -12,11 +12,16 @@ use mongo_wasi::{Client, Collection, FindOptions, OpOptions, Result, UpdateSpec}
 use std::time::Instant;
 
 fn main() {
+    const USAGE: &str = "usage: notes MONGODB_URI [add TEXT...|list|done N|rm N|demo]";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(uri) = args.first() else {
-        eprintln!("usage: notes MONGODB_URI [add TEXT...|list|done N|rm N|demo]");
+        eprintln!("{USAGE}");
         std::process::exit(2);
     };
+    if uri == "--help" {
+        println!("{USAGE}");
+        std::process::exit(0);
+    }
     if let Err(e) = run(uri, &args[1..]) {
         eprintln!("notes: {e}");
         std::process::exit(1);

@@ -3,7 +3,13 @@
 //! `--dns HOST:PORT` names a loopback DNS server for `mongodb+srv` (UDP and
 //! TCP to it, and `MONGO_WASI_DNS_SERVER` in the guest's environment).
 //!
-//! Usage: run-guest [--allow HOST:PORT]... [--dns HOST:PORT] GUEST.wasm [-- ARGS...]
+//! Name lookup is denied unless `--allow-name-lookup` is given: it would ask the
+//! machine's resolver, outside the allow list. The guest's exit code
+//! (`std::process::exit`: 0, or 1 for any failure, as WASI 0.2 carries no
+//! other code) becomes run-guest's, without a trap report.
+//!
+//! Usage: run-guest [--allow HOST:PORT]... [--dns HOST:PORT] [--allow-name-lookup]
+//!        GUEST.wasm [-- ARGS...]
 
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
@@ -14,6 +20,7 @@ fn main() -> Result<()> {
     let mut allowed: Vec<SocketAddr> = Vec::new();
     let mut guest = None;
     let mut dns: Option<SocketAddr> = None;
+    let mut name_lookup = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--dns" => {
@@ -37,13 +44,15 @@ fn main() -> Result<()> {
                 }
                 allowed.push(addr);
             }
+            "--allow-name-lookup" => name_lookup = true,
             "--" => break,
             path if guest.is_none() => guest = Some(path.to_string()),
             other => bail!("unexpected argument {other}"),
         }
     }
     let guest = guest.context(
-        "usage: run-guest [--allow HOST:PORT]... [--dns HOST:PORT] GUEST.wasm [-- ARGS...]",
+        "usage: run-guest [--allow HOST:PORT]... [--dns HOST:PORT] [--allow-name-lookup] \
+         GUEST.wasm [-- ARGS...]",
     )?;
     let mut argv = vec![guest.clone()];
     argv.extend(args);
@@ -60,13 +69,19 @@ fn main() -> Result<()> {
         tcp: &allowed,
         udp: &udp,
         env: &env,
+        name_lookup,
         ..Default::default()
     };
     let state = host_tests::wasi_state_with(&sandbox, &argv, true);
     let mut store = host_tests::new_store(state);
     let command = Command::instantiate(&mut store, &component, &linker)?;
-    match command.wasi_cli_run().call_run(&mut store)? {
-        Ok(()) => Ok(()),
-        Err(()) => std::process::exit(1),
+    match command.wasi_cli_run().call_run(&mut store) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(())) => std::process::exit(1),
+        // `exit(n)` reaches the host as an I32Exit trap: the guest's status, not a failure.
+        Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            Some(exit) => std::process::exit(exit.0),
+            None => Err(e.into()),
+        },
     }
 }
