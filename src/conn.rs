@@ -1,7 +1,8 @@
 //! One connection to one server: establishment with the handshake, and
 //! command round trips. One buffer per connection, reused; one write per
-//! message. Any I/O failure breaks the connection so the pool drops it: a
-//! half-read reply must never be read as the next one. The exception (cmap.rs)
+//! message. Any I/O failure, and any protocol error in a reply
+//! (`wire::check_reply`), breaks the connection so the pool drops it: a
+//! half-read or garbled reply must never be read as the next one. The exception (cmap.rs)
 //! is a read that timed out after the request was fully written: the
 //! connection is then *pending* and its reply is drained before any reuse.
 

@@ -48,6 +48,9 @@ pub enum Behaviour {
     /// Answers `hello`, then the next command with an OP_REPLY (not OP_MSG)
     /// of `SEQUENCE_LEN` bytes: many empty documents, `{ok: 1}` last.
     TinyOpReply,
+    /// As `EmptyBatches`, but the find's first batch is `SEQUENCE_LEN` bytes
+    /// of empty documents, and the cursor is exhausted.
+    TinyBatch,
     /// Answers `hello`, then every command with an OP_MSG whose body has a
     /// right length and terminator and garbage between them.
     GarbageBody,
@@ -279,6 +282,11 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             }
             hold(shared)
         }
+        Behaviour::TinyBatch => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            tiny_batch(&mut stream, request_id, shared)?;
+            hold(shared)
+        }
         Behaviour::EmptyBatches | Behaviour::BadBatchDocument => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;
             let reply = match name.as_str() {
@@ -463,6 +471,54 @@ fn tiny_documents(
         left -= n;
     }
     write_all(stream, &tail, shared)
+}
+
+/// A find reply of about `SEQUENCE_LEN` bytes whose first batch holds only
+/// empty documents, streamed: `{cursor: {id: 0, ns, firstBatch: [{}, ...]}, ok: 1}`.
+fn tiny_batch(stream: &mut TcpStream, request_id: i32, shared: &Shared) -> std::io::Result<()> {
+    let element = |i: usize| 1 + i.to_string().len() + 1 + 5;
+    // body: len, cursor (1+7), ok (1+3+8), terminator; cursor: len, id
+    // (1+3+8), ns (1+3+4+8), firstBatch (1+11), terminator; array: len, terminator.
+    let fixed = 16 + 4 + 1 + (4 + 8 + 12 + 1) + (4 + 12 + 16 + 12 + 1) + (4 + 1);
+    let (mut count, mut array) = (0, 5);
+    while fixed + array - 5 + element(count) <= SEQUENCE_LEN {
+        array += element(count);
+        count += 1;
+    }
+    let cursor = 4 + 12 + 16 + 12 + array + 1;
+    let body = 4 + 8 + cursor + 12 + 1;
+    let mut head = Vec::new();
+    for v in [(16 + 4 + 1 + body) as i32, 1, request_id, 2013, 0] {
+        head.extend_from_slice(&v.to_le_bytes());
+    }
+    head.push(0);
+    head.extend_from_slice(&(body as i32).to_le_bytes());
+    head.extend_from_slice(b"\x03cursor\0");
+    head.extend_from_slice(&(cursor as i32).to_le_bytes());
+    head.extend_from_slice(b"\x12id\0");
+    head.extend_from_slice(&0i64.to_le_bytes());
+    head.extend_from_slice(b"\x02ns\0");
+    head.extend_from_slice(&8i32.to_le_bytes());
+    head.extend_from_slice(b"db.coll\0");
+    head.extend_from_slice(b"\x04firstBatch\0");
+    head.extend_from_slice(&(array as i32).to_le_bytes());
+    write_all(stream, &head, shared)?;
+    let mut chunk = Vec::with_capacity(1 << 20);
+    for i in 0..count {
+        chunk.push(3);
+        chunk.extend_from_slice(i.to_string().as_bytes());
+        chunk.extend_from_slice(&[0, 5, 0, 0, 0, 0]);
+        if chunk.len() > (1 << 20) - 32 {
+            write_all(stream, &chunk, shared)?;
+            chunk.clear();
+        }
+    }
+    chunk.push(0); // the array's end
+    chunk.push(0); // the cursor's
+    chunk.extend_from_slice(b"\x01ok\0");
+    chunk.extend_from_slice(&1.0f64.to_le_bytes());
+    chunk.push(0); // the body's
+    write_all(stream, &chunk, shared)
 }
 
 /// A valid `FLOOD_LEN`-byte reply `{ok: 1, pad: BinData(<zeros>)}`, streamed

@@ -511,3 +511,33 @@ fn an_endless_cursor_ends_at_its_deadline() {
     assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
     assert!(s.listener.count("getMore") > 1);
 }
+
+#[test]
+fn a_batch_of_tiny_documents_costs_a_bounded_multiple_of_its_size() {
+    let mut s = hostile(Behaviour::TinyBatch);
+    let client = s
+        .guest
+        .connect(&format!("mongodb://{}/", s.listener.addr), None, false);
+    let client = client.unwrap().unwrap();
+    let db = s.guest.database(client, "db", None).unwrap();
+    let coll = s.guest.collection(db, "coll", None).unwrap();
+    let opts = host_tests::bindings::exports::mongo_wasi::driver::collection::FindOptions {
+        timeout_ms: Some(60_000),
+        ..find_options()
+    };
+    let out = s.measure(|g| {
+        let cursor = g.find(coll, &bson::rawdoc! {}, &opts)?.expect("find");
+        g.next_batch(cursor)
+    });
+    let batch = out.result.expect("a legal batch");
+    assert!(
+        batch.documents.len() > 3_000_000,
+        "{}",
+        batch.documents.len()
+    );
+    assert!(
+        out.growth < 6 * SEQUENCE_LEN,
+        "a {SEQUENCE_LEN}-byte batch grew guest memory by {} bytes",
+        out.growth
+    );
+}
