@@ -368,9 +368,9 @@ mod tests {
 
     #[test]
     fn a_bad_document_in_a_sequence_is_an_error_when_read() {
-        // `{"s": <string whose length says 2 but holds 0xff 0x00>}`: framed
-        // right, malformed inside.
-        let bad: &[u8] = &[14, 0, 0, 0, 2, b's', 0, 2, 0, 0, 0, 0xff, 0, 0];
+        // `{"s": <string whose length says 9 but holds 2>}`: framed right,
+        // malformed inside.
+        let bad: &[u8] = &[14, 0, 0, 0, 2, b's', 0, 9, 0, 0, 0, b'a', 0, 0];
         let bad = RawDocumentBuf::from_bytes(bad.to_vec()).unwrap();
         let good = rawdoc! { "x": 1 };
         let frame = encode(&rawdoc! { "ok": 1 }, &[("d", &[good.clone(), bad])]);

@@ -6,6 +6,7 @@
 
 use super::{decode, Header, Message, OP_MSG, OP_QUERY, OP_REPLY};
 use crate::error::{Error, Result};
+use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf};
 use std::ops::Range;
 
@@ -59,8 +60,10 @@ pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<R
 }
 
 /// Checks every element of `doc`, nested documents, arrays and scopes
-/// included: lengths, terminators, UTF-8, element types. What passes can be
-/// read with `RawDocument` accessors and handed to an application.
+/// included: element types, keys, lengths, terminators. What passes can be
+/// read with `RawDocument` accessors and handed to an application. A string
+/// value's bytes are data, not framing: invalid UTF-8 in one (which stored
+/// documents can hold) is left to whoever reads it.
 pub fn validate_document(doc: &RawDocument) -> Result<()> {
     let malformed =
         |e: bson::error::Error| Error::protocol("malformed BSON in a server reply").with_cause(e);
@@ -70,7 +73,15 @@ pub fn validate_document(doc: &RawDocument) -> Result<()> {
             levels.pop();
             continue;
         };
-        let inner = match element.and_then(|e| e.value()).map_err(malformed)? {
+        let element = element.map_err(malformed)?;
+        // The iterator checked these strings' length and terminator.
+        if matches!(
+            element.element_type(),
+            ElementType::String | ElementType::Symbol | ElementType::JavaScriptCode
+        ) {
+            continue;
+        }
+        let inner = match element.value().map_err(malformed)? {
             RawBsonRef::Document(d) => d.iter_elements(),
             RawBsonRef::Array(a) => a.iter_elements(),
             RawBsonRef::JavaScriptCodeWithScope(c) => c.scope.iter_elements(),
@@ -195,7 +206,10 @@ mod tests {
     fn malformed_bson_anywhere_in_the_reply_is_a_protocol_error() {
         let good = RawDocumentBuf::from_bytes(nested_bad_string(3, true)).unwrap();
         assert!(validate_document(&good).is_ok());
-        for bad in [nested_bad_string(3, false), nested_bad_string(9, true)] {
+        // Invalid UTF-8 in a string is the data's business.
+        let latin1 = RawDocumentBuf::from_bytes(nested_bad_string(3, false)).unwrap();
+        assert!(validate_document(&latin1).is_ok());
+        for bad in [nested_bad_string(9, true), nested_bad_string(2, true)] {
             // Framed right: only the content is wrong.
             let bad = RawDocumentBuf::from_bytes(bad).unwrap();
             let msg = protocol_error(check_reply(&reply_to(7, &bad), 7, OP_MSG));
