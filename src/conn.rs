@@ -1,7 +1,8 @@
 //! One connection to one server: establishment with the handshake, and
 //! command round trips. One buffer per connection, reused; one write per
-//! message. Any I/O failure breaks the connection so the pool drops it: a
-//! half-read reply must never be read as the next one. The exception (cmap.rs)
+//! message. Any I/O failure, and any protocol error in a reply
+//! (`wire::check_reply`), breaks the connection so the pool drops it: a
+//! half-read or garbled reply must never be read as the next one. The exception (cmap.rs)
 //! is a read that timed out after the request was fully written: the
 //! connection is then *pending* and its reply is drained before any reuse.
 
@@ -12,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
 use crate::runtime::{self, Stream};
 use crate::versioned_api::ServerApi;
-use crate::wire::{self, Message};
+use crate::wire;
 use bson::{RawDocument, RawDocumentBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -20,6 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
+
+/// A new connection's buffer: most requests and replies fit.
+const INITIAL_BUFFER: usize = 16 * 1024;
 
 pub fn next_request_id() -> i32 {
     NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
@@ -87,7 +91,7 @@ impl Connection {
         let deadline = handshake;
         let mut conn = Connection {
             stream,
-            buf: Vec::with_capacity(16 * 1024),
+            buf: Vec::with_capacity(INITIAL_BUFFER),
             id,
             generation,
             address: address.to_string(),
@@ -164,6 +168,7 @@ impl Connection {
         }
         let request_id = next_request_id();
         self.buf.clear();
+        let op_code = if legacy { wire::OP_QUERY } else { wire::OP_MSG };
         if legacy {
             wire::encode_op_query(&mut self.buf, request_id, "admin", &cmd);
         } else {
@@ -177,7 +182,7 @@ impl Connection {
             )?;
         }
         self.flush_buf(deadline)?;
-        let reply = self.receive(request_id, deadline)?;
+        let reply = self.receive_as(request_id, op_code, deadline)?;
         check_ok(&reply)?;
         Ok(reply)
     }
@@ -232,19 +237,19 @@ impl Connection {
             return Ok(());
         };
         let r = self.read_frame(deadline).and_then(|len| {
-            let (header, _) = wire::decode(&self.buf[..len])?;
-            match header.response_to == pending.request_id {
-                true => Ok(()),
-                false => Err(Error::protocol(format!(
-                    "drained reply answers request {} but {} was pending",
-                    header.response_to, pending.request_id
-                ))),
+            match wire::check_reply(&self.buf[..len], pending.request_id, wire::OP_MSG) {
+                Ok(_) => Ok(()),
+                Err(mut e) => {
+                    e.message = format!("drained {}", e.message);
+                    Err(e)
+                }
             }
         });
         match &r {
             Ok(()) => {
                 self.pending = None;
                 self.buf.clear();
+                self.buf.shrink_to(INITIAL_BUFFER);
             }
             Err(e) if e.is_timeout() => {}
             Err(_) => {
@@ -278,12 +283,26 @@ impl Connection {
         self.fail_on_err(r)
     }
 
-    /// Reads one reply; the reads for it share `deadline`. The request was
-    /// fully written, so a timeout leaves the connection pending (its reply
-    /// is still due) rather than broken; any other failure breaks it.
+    /// Reads the reply to OP_MSG `request_id`; the reads for it share
+    /// `deadline`. The request was fully written, so a timeout leaves the
+    /// connection pending (its reply is still due) rather than broken; any
+    /// other failure (a protocol error among them) breaks it.
     pub fn receive(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        self.receive_as(request_id, wire::OP_MSG, deadline)
+    }
+
+    /// `receive` for a request sent as `op_code` (OP_MSG, or OP_QUERY).
+    fn receive_as(
+        &mut self,
+        request_id: i32,
+        op_code: i32,
+        deadline: Deadline,
+    ) -> Result<RawDocumentBuf> {
         self.buf.clear();
-        let r = self.receive_inner(request_id, deadline);
+        let r = self.read_frame(deadline).and_then(|len| {
+            let range = wire::check_reply(&self.buf[..len], request_id, op_code)?;
+            wire::take_document(&mut self.buf, range)
+        });
         match &r {
             Err(e) if e.is_timeout() => {
                 let read = self.buf.len();
@@ -296,34 +315,20 @@ impl Connection {
     }
 
     /// Reads one frame into the buffer, resuming after what it already holds;
-    /// returns the frame's length.
+    /// returns the frame's length. The buffer grows once, to exactly the
+    /// frame (at most `wire::MAX_MESSAGE_SIZE`), and a heap that cannot
+    /// give that much is an error, not a trap.
     fn read_frame(&mut self, deadline: Deadline) -> Result<usize> {
         self.stream.read_to_len(&mut self.buf, 4, deadline)?;
         let prefix = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
         let len = wire::frame_length(prefix, self.max_message_size())?;
+        self.buf
+            .try_reserve_exact(len.saturating_sub(self.buf.len()))
+            .map_err(|e| {
+                Error::protocol(format!("no memory for a reply of {len} bytes")).with_cause(e)
+            })?;
         self.stream.read_to_len(&mut self.buf, len, deadline)?;
         Ok(len)
-    }
-
-    fn receive_inner(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
-        let len = self.read_frame(deadline)?;
-        let (header, message) = wire::decode(&self.buf[..len])?;
-        if header.response_to != request_id {
-            return Err(Error::protocol(format!(
-                "reply answers request {} but {request_id} was sent",
-                header.response_to
-            )));
-        }
-        match message {
-            Message::Msg(msg) if msg.more_to_come() => Err(Error::protocol(
-                "unexpected moreToCome reply (exhaust cursors are not used)",
-            )),
-            Message::Msg(msg) => Ok(msg.body),
-            Message::Reply(mut reply) => reply
-                .documents
-                .pop()
-                .ok_or_else(|| Error::protocol("empty OP_REPLY")),
-        }
     }
 
     fn fail_on_err<T>(&mut self, r: Result<T>) -> Result<T> {

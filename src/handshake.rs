@@ -11,6 +11,14 @@ pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// MongoDB 4.2 .. 8.x.
 pub const MIN_WIRE_VERSION: i32 = 8;
 pub const MAX_WIRE_VERSION: i32 = 25;
+/// The size limits a `hello` announces are believed up to what every mongod
+/// and mongos announces (16 MiB documents, 100,000 writes a batch,
+/// `wire::MAX_MESSAGE_SIZE` bytes a message), which is also the value when
+/// one is absent, zero or negative. A server claiming more could not accept
+/// more: clamped, a lie in hello makes the driver neither allocate nor batch
+/// past these.
+pub const MAX_BSON_OBJECT_SIZE: usize = 16 * 1024 * 1024;
+pub const MAX_WRITE_BATCH_SIZE: usize = 100_000;
 /// The spec caps client metadata at 512 bytes.
 const MAX_METADATA_LEN: usize = 512;
 
@@ -136,11 +144,13 @@ impl HelloReply {
                 })
                 .unwrap_or_default()
         };
-        let size = |k: &str, default: usize| {
+        // Taken up to `ceiling`, which is also the value when absent, zero
+        // or negative: see `MAX_BSON_OBJECT_SIZE`.
+        let size = |k: &str, ceiling: usize| {
             int(k)
                 .and_then(|v| usize::try_from(v).ok())
                 .filter(|v| *v > 0)
-                .unwrap_or(default)
+                .map_or(ceiling, |v| v.min(ceiling))
         };
         Ok(HelloReply {
             is_writable_primary: flag("isWritablePrimary") || flag("ismaster"),
@@ -158,12 +168,9 @@ impl HelloReply {
             arbiters: strings("arbiters"),
             min_wire_version: int("minWireVersion").unwrap_or(0) as i32,
             max_wire_version: int("maxWireVersion").unwrap_or(0) as i32,
-            max_bson_object_size: size("maxBsonObjectSize", 16 * 1024 * 1024),
-            max_message_size_bytes: size(
-                "maxMessageSizeBytes",
-                crate::wire::DEFAULT_MAX_MESSAGE_SIZE,
-            ),
-            max_write_batch_size: size("maxWriteBatchSize", 100_000),
+            max_bson_object_size: size("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE),
+            max_message_size_bytes: size("maxMessageSizeBytes", crate::wire::MAX_MESSAGE_SIZE),
+            max_write_batch_size: size("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE),
             logical_session_timeout_minutes: int("logicalSessionTimeoutMinutes"),
             connection_id: int("connectionId"),
             hello_ok: flag("helloOk"),
@@ -269,6 +276,43 @@ mod tests {
         assert_eq!(h.connection_id, Some(4));
         assert_eq!(h.max_message_size_bytes, 48_000_000);
         h.check_wire_version("x").unwrap();
+    }
+
+    #[test]
+    fn limits_a_lying_server_announces_are_clamped() {
+        let reply = rawdoc! {
+            "isWritablePrimary": true, "maxWireVersion": 21,
+            "maxBsonObjectSize": i32::MAX, "maxMessageSizeBytes": i64::MAX,
+            "maxWriteBatchSize": 1e300, "ok": 1,
+        };
+        let h = HelloReply::parse(&reply).unwrap();
+        assert_eq!(h.max_bson_object_size, MAX_BSON_OBJECT_SIZE);
+        assert_eq!(h.max_message_size_bytes, crate::wire::MAX_MESSAGE_SIZE);
+        assert_eq!(h.max_write_batch_size, MAX_WRITE_BATCH_SIZE);
+        let reply = rawdoc! {
+            "maxBsonObjectSize": -1, "maxMessageSizeBytes": 0, "maxWriteBatchSize": "x", "ok": 1,
+        };
+        let h = HelloReply::parse(&reply).unwrap();
+        assert_eq!(
+            (
+                h.max_bson_object_size,
+                h.max_message_size_bytes,
+                h.max_write_batch_size
+            ),
+            (
+                MAX_BSON_OBJECT_SIZE,
+                crate::wire::MAX_MESSAGE_SIZE,
+                MAX_WRITE_BATCH_SIZE
+            )
+        );
+        // Smaller honest limits are kept.
+        let reply =
+            rawdoc! { "maxMessageSizeBytes": 1_000_000, "maxWriteBatchSize": 1000, "ok": 1 };
+        let h = HelloReply::parse(&reply).unwrap();
+        assert_eq!(
+            (h.max_message_size_bytes, h.max_write_batch_size),
+            (1_000_000, 1000)
+        );
     }
 
     #[test]

@@ -25,6 +25,42 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub struct HostState {
     ctx: WasiCtx,
     table: ResourceTable,
+    /// The guest's linear memory, as the store's resource limiter sees it.
+    pub memory: GuestMemory,
+}
+
+/// How large the guest's linear memory has grown. Wasm memory never
+/// shrinks, so its largest size is its size now: the peak of everything
+/// the guest allocated so far. `limit` refuses growth past it (the guest's
+/// allocator then fails as on a full 32-bit heap).
+#[derive(Debug, Default)]
+pub struct GuestMemory {
+    pub bytes: usize,
+    pub limit: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for GuestMemory {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> Result<bool> {
+        if self.limit.is_some_and(|limit| desired > limit) {
+            return Ok(false);
+        }
+        self.bytes = self.bytes.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _max: Option<usize>,
+    ) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 impl WasiView for HostState {
@@ -200,11 +236,15 @@ pub fn wasi_state_with(sandbox: &Sandbox, args: &[String], inherit_stdio: bool) 
     HostState {
         ctx: b.build(),
         table: ResourceTable::new(),
+        memory: GuestMemory::default(),
     }
 }
 
+/// A store whose guest memory growth `HostState::memory` tracks.
 pub fn new_store(state: HostState) -> Store<HostState> {
-    Store::new(engine(), state)
+    let mut store = Store::new(engine(), state);
+    store.limiter(|s| &mut s.memory);
+    store
 }
 
 fn wasmtime_version() -> &'static str {

@@ -38,17 +38,50 @@ pub enum Behaviour {
     /// whose `responseTo` names another request: a late reply that must not
     /// be taken for the one awaited.
     LateWrongReply,
+    /// Answers `hello` advertising a `maxMessageSizeBytes` of 2^31-1, then
+    /// the next command with a frame header announcing `HUGE_FRAME` bytes,
+    /// followed by zeros as fast as the socket takes them.
+    HugeFrame,
+    /// Answers `hello`, then the next command with a legal `SEQUENCE_LEN`-byte
+    /// OP_MSG: body `{ok: 1}` and one document sequence of empty documents.
+    TinySequences,
+    /// Answers `hello`, then the next command with an OP_REPLY (not OP_MSG)
+    /// of `SEQUENCE_LEN` bytes: many empty documents, `{ok: 1}` last.
+    TinyOpReply,
+    /// As `EmptyBatches`, but the find's first batch is `SEQUENCE_LEN` bytes
+    /// of empty documents, and the cursor is exhausted.
+    TinyBatch,
+    /// Answers `hello`, then every command with an OP_MSG whose body has a
+    /// right length and terminator and garbage between them.
+    GarbageBody,
+    /// As `EmptyBatches`, but the find's first batch holds a document whose
+    /// string claims more bytes than it has.
+    BadBatchDocument,
+    /// Answers `hello`, then sends the first half of a valid reply to the
+    /// next command and closes the connection.
+    HalfReply,
+    /// Answers `hello`, then the next command with a valid 200-byte reply,
+    /// one byte every `BYTE_PAUSE` (some 10 s in all).
+    ByteTrickle,
 }
 
 /// Size of the trickled reply, and its pace (about 50 KB/s: some 4 s in all).
 pub const TRICKLE_LEN: usize = 200 * 1024;
 const TRICKLE_STEP: usize = 100;
 const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
-/// Size of the flooded reply.
-pub const FLOOD_LEN: usize = 200 * 1024 * 1024;
+/// Size of the flooded reply: just under the 48,000,000 bytes the driver
+/// accepts, though its hello announces `FLOOD_MAX_MESSAGE`.
+pub const FLOOD_LEN: usize = 47_900_000;
 const FLOOD_MAX_MESSAGE: i32 = 256 * 1024 * 1024;
 /// How late `LateWrongReply` answers.
 pub const LATE_REPLY: Duration = Duration::from_millis(300);
+/// What `HugeFrame` announces.
+pub const HUGE_FRAME: i32 = 2_100_000_000;
+/// The size of `TinySequences`' and `TinyOpReply`'s replies: under mongod's
+/// 48,000,000-byte maximum.
+pub const SEQUENCE_LEN: usize = 47_000_000;
+/// `ByteTrickle`'s pace.
+pub const BYTE_PAUSE: Duration = Duration::from_millis(50);
 /// The id of `EmptyBatches`' cursor.
 pub const CURSOR_ID: i64 = 4242;
 
@@ -158,6 +191,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
     }
     let max_message = match behaviour {
         Behaviour::Flood => FLOOD_MAX_MESSAGE,
+        Behaviour::HugeFrame => i32::MAX,
         _ => 48_000_000,
     };
     let (request_id, _) = read_command(&mut stream, shared)?;
@@ -205,9 +239,58 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             let reply = op_msg(request_id.wrapping_add(1000), &bson::rawdoc! { "ok": 1.0 });
             write_all(&mut stream, &reply, shared)?;
         },
-        Behaviour::EmptyBatches => loop {
+        Behaviour::HugeFrame => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            let mut head = Vec::new();
+            for v in [HUGE_FRAME, 1, request_id, 2013, 0] {
+                head.extend_from_slice(&v.to_le_bytes());
+            }
+            write_all(&mut stream, &head, shared)?;
+            let zeros = vec![0u8; 1 << 20];
+            let mut left = HUGE_FRAME as usize - head.len();
+            while left > 0 {
+                let n = left.min(zeros.len());
+                write_all(&mut stream, &zeros[..n], shared)?;
+                left -= n;
+            }
+            hold(shared)
+        }
+        Behaviour::TinySequences | Behaviour::TinyOpReply => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            tiny_documents(&mut stream, request_id, behaviour, shared)?;
+            hold(shared)
+        }
+        Behaviour::GarbageBody => loop {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            let mut body = vec![0xAB; 64];
+            body[0..4].copy_from_slice(&64i32.to_le_bytes());
+            body[63] = 0;
+            let body = bson::RawDocument::from_bytes(&body).unwrap();
+            write_all(&mut stream, &op_msg(request_id, body), shared)?;
+        },
+        Behaviour::HalfReply => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            let reply = op_msg(request_id, &padded_reply(1000));
+            write_all(&mut stream, &reply[..reply.len() / 2], shared)?;
+            stream.shutdown(std::net::Shutdown::Both)
+        }
+        Behaviour::ByteTrickle => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            for byte in op_msg(request_id, &padded_reply(200)) {
+                write_all(&mut stream, &[byte], shared)?;
+                std::thread::sleep(BYTE_PAUSE);
+            }
+            hold(shared)
+        }
+        Behaviour::TinyBatch => {
+            let (request_id, _) = read_command(&mut stream, shared)?;
+            tiny_batch(&mut stream, request_id, shared)?;
+            hold(shared)
+        }
+        Behaviour::EmptyBatches | Behaviour::BadBatchDocument => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;
             let reply = match name.as_str() {
+                "find" if behaviour == Behaviour::BadBatchDocument => bad_batch(),
                 "find" => bson::rawdoc! {
                     "cursor": { "id": CURSOR_ID, "ns": "db.coll", "firstBatch": [{ "_id": 1 }] },
                     "ok": 1.0,
@@ -325,6 +408,117 @@ fn op_msg(request_id: i32, body: &bson::RawDocument) -> Vec<u8> {
     msg.push(0);
     msg.extend_from_slice(body.as_bytes());
     msg
+}
+
+/// A find reply whose first batch holds `{_id: 1, s: <string>}` whose
+/// string claims 200 bytes where it has 3: each enclosing length is right,
+/// so only a check of the documents' content finds it.
+fn bad_batch() -> bson::RawDocumentBuf {
+    let good = bson::rawdoc! {
+        "cursor": { "id": CURSOR_ID, "ns": "db.coll", "firstBatch": [{ "_id": 1, "s": "ab" }] },
+        "ok": 1.0,
+    };
+    let mut bytes = good.into_bytes();
+    // The string "ab": its length prefix (3) sits right before it.
+    let at = bytes.windows(3).position(|w| w == b"ab\0").unwrap() - 4;
+    bytes[at..at + 4].copy_from_slice(&200i32.to_le_bytes());
+    bson::RawDocumentBuf::from_bytes(bytes).unwrap()
+}
+
+/// `SEQUENCE_LEN` bytes of empty documents: for `TinySequences` an OP_MSG
+/// `{ok: 1}` plus a kind-1 section of them, for `TinyOpReply` an OP_REPLY
+/// of them ending with `{ok: 1}`. Streamed from one small buffer.
+fn tiny_documents(
+    stream: &mut TcpStream,
+    request_id: i32,
+    behaviour: Behaviour,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    const EMPTY: [u8; 5] = [5, 0, 0, 0, 0];
+    let ok = bson::rawdoc! { "ok": 1.0 };
+    let ok = ok.as_bytes();
+    let mut head = Vec::new();
+    let (count, tail) = if behaviour == Behaviour::TinySequences {
+        // header, flags, kind 0 + body, kind 1 + size + "d\0" + documents
+        let fixed = 16 + 4 + 1 + ok.len() + 1 + 4 + 2;
+        let count = (SEQUENCE_LEN - fixed) / EMPTY.len();
+        let len = fixed + count * EMPTY.len();
+        for v in [len as i32, 1, request_id, 2013, 0] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.push(0);
+        head.extend_from_slice(ok);
+        head.push(1);
+        head.extend_from_slice(&((4 + 2 + count * EMPTY.len()) as i32).to_le_bytes());
+        head.extend_from_slice(b"d\0");
+        (count, Vec::new())
+    } else {
+        // header, flags, cursor id, starting from, number returned
+        let fixed = 16 + 20 + ok.len();
+        let count = (SEQUENCE_LEN - fixed) / EMPTY.len();
+        let len = fixed + count * EMPTY.len();
+        for v in [len as i32, 1, request_id, 1, 0, 0, 0, 0, count as i32 + 1] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        (count, ok.to_vec())
+    };
+    write_all(stream, &head, shared)?;
+    let chunk = EMPTY.repeat(1 << 16);
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(1 << 16);
+        write_all(stream, &chunk[..n * EMPTY.len()], shared)?;
+        left -= n;
+    }
+    write_all(stream, &tail, shared)
+}
+
+/// A find reply of about `SEQUENCE_LEN` bytes whose first batch holds only
+/// empty documents, streamed: `{cursor: {id: 0, ns, firstBatch: [{}, ...]}, ok: 1}`.
+fn tiny_batch(stream: &mut TcpStream, request_id: i32, shared: &Shared) -> std::io::Result<()> {
+    let element = |i: usize| 1 + i.to_string().len() + 1 + 5;
+    // body: len, cursor (1+7), ok (1+3+8), terminator; cursor: len, id
+    // (1+3+8), ns (1+3+4+8), firstBatch (1+11), terminator; array: len, terminator.
+    let fixed = 16 + 4 + 1 + (4 + 8 + 12 + 1) + (4 + 12 + 16 + 12 + 1) + (4 + 1);
+    let (mut count, mut array) = (0, 5);
+    while fixed + array - 5 + element(count) <= SEQUENCE_LEN {
+        array += element(count);
+        count += 1;
+    }
+    let cursor = 4 + 12 + 16 + 12 + array + 1;
+    let body = 4 + 8 + cursor + 12 + 1;
+    let mut head = Vec::new();
+    for v in [(16 + 4 + 1 + body) as i32, 1, request_id, 2013, 0] {
+        head.extend_from_slice(&v.to_le_bytes());
+    }
+    head.push(0);
+    head.extend_from_slice(&(body as i32).to_le_bytes());
+    head.extend_from_slice(b"\x03cursor\0");
+    head.extend_from_slice(&(cursor as i32).to_le_bytes());
+    head.extend_from_slice(b"\x12id\0");
+    head.extend_from_slice(&0i64.to_le_bytes());
+    head.extend_from_slice(b"\x02ns\0");
+    head.extend_from_slice(&8i32.to_le_bytes());
+    head.extend_from_slice(b"db.coll\0");
+    head.extend_from_slice(b"\x04firstBatch\0");
+    head.extend_from_slice(&(array as i32).to_le_bytes());
+    write_all(stream, &head, shared)?;
+    let mut chunk = Vec::with_capacity(1 << 20);
+    for i in 0..count {
+        chunk.push(3);
+        chunk.extend_from_slice(i.to_string().as_bytes());
+        chunk.extend_from_slice(&[0, 5, 0, 0, 0, 0]);
+        if chunk.len() > (1 << 20) - 32 {
+            write_all(stream, &chunk, shared)?;
+            chunk.clear();
+        }
+    }
+    chunk.push(0); // the array's end
+    chunk.push(0); // the cursor's
+    chunk.extend_from_slice(b"\x01ok\0");
+    chunk.extend_from_slice(&1.0f64.to_le_bytes());
+    chunk.push(0); // the body's
+    write_all(stream, &chunk, shared)
 }
 
 /// A valid `FLOOD_LEN`-byte reply `{ok: 1, pad: BinData(<zeros>)}`, streamed

@@ -2,19 +2,24 @@
 
 use super::{read_document, read_i32, Header, HEADER_LEN, OP_QUERY};
 use crate::error::{Error, Result};
-use bson::{RawDocument, RawDocumentBuf};
+use bson::RawDocument;
 
+/// An OP_REPLY, borrowing its frame. The driver sends OP_QUERY only with
+/// numberToReturn -1 (one command), so its reply holds exactly one document
+/// filling the rest of the frame: anything else is a protocol error, found
+/// without copying a document however many a server sends.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpReply {
+pub struct OpReply<'a> {
     pub flags: i32,
     pub cursor_id: i64,
-    pub documents: Vec<RawDocumentBuf>,
+    /// The one document (its framing checked, its content not yet).
+    pub document: &'a RawDocument,
 }
 
-const QUERY_FAILURE: i32 = 1 << 1;
-
-impl OpReply {
-    pub(super) fn decode(body: &[u8]) -> Result<OpReply> {
+impl<'a> OpReply<'a> {
+    /// `frame` is the whole message, header included.
+    pub(super) fn decode(frame: &'a [u8]) -> Result<OpReply<'a>> {
+        let body = &frame[HEADER_LEN..];
         let flags = read_i32(body, 0)?;
         let cursor_id = body
             .get(4..12)
@@ -22,20 +27,19 @@ impl OpReply {
             .map(i64::from_le_bytes)
             .ok_or_else(|| Error::protocol("OP_REPLY truncated"))?;
         let count = read_i32(body, 16)?;
-        let mut at = 20;
-        let mut documents = Vec::new();
-        for _ in 0..count.max(0) {
-            let (doc, len) = read_document(body, at)?;
-            documents.push(doc.to_owned());
-            at += len;
+        if count != 1 {
+            return Err(Error::protocol(format!(
+                "OP_REPLY holds {count} documents, but a command reply holds one"
+            )));
         }
-        if flags & QUERY_FAILURE != 0 && documents.is_empty() {
-            return Err(Error::protocol("OP_REPLY query failure without a document"));
+        let (document, len) = read_document(body, 20)?;
+        if 20 + len != body.len() {
+            return Err(Error::protocol("OP_REPLY has bytes after its document"));
         }
         Ok(OpReply {
             flags,
             cursor_id,
-            documents,
+            document,
         })
     }
 }
@@ -72,7 +76,7 @@ pub fn encode_op_query(
 mod tests {
     use super::*;
     use crate::wire::{decode, Message, OP_REPLY};
-    use bson::rawdoc;
+    use bson::{rawdoc, RawDocumentBuf};
 
     fn reply_frame(docs: &[RawDocumentBuf], count: i32) -> Vec<u8> {
         let mut body = Vec::new();
@@ -99,21 +103,30 @@ mod tests {
     #[test]
     fn op_reply_decodes() {
         let doc = rawdoc! { "ismaster": true, "ok": 1 };
-        let (h, msg) = decode(&reply_frame(std::slice::from_ref(&doc), 1)).unwrap();
+        let frame = reply_frame(std::slice::from_ref(&doc), 1);
+        let (h, msg) = decode(&frame).unwrap();
         assert_eq!(h.response_to, 1);
         assert_eq!(
             msg,
             Message::Reply(OpReply {
                 flags: 0,
                 cursor_id: 0,
-                documents: vec![doc]
+                document: &doc,
             })
         );
     }
 
     #[test]
-    fn op_reply_with_missing_documents_is_an_error() {
+    fn op_reply_with_other_than_one_document_is_an_error() {
         assert!(decode(&reply_frame(&[], 3)).is_err());
+        assert!(decode(&reply_frame(&[], 0)).is_err());
+        let docs = vec![rawdoc! {}; 3];
+        assert!(decode(&reply_frame(&docs, 3)).is_err(), "three documents");
+        assert!(
+            decode(&reply_frame(&docs, 1)).is_err(),
+            "bytes after the first"
+        );
+        assert!(decode(&reply_frame(&docs[..1], -1)).is_err());
     }
 
     #[test]

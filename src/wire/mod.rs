@@ -1,13 +1,16 @@
 //! The MongoDB wire protocol, sans I/O: bytes in, messages out (and back).
 //! The transport reads a 4-byte length with [`frame_length`], then the rest,
-//! and hands the whole frame to [`decode`].
+//! and hands the whole frame to [`check_reply`] (or [`decode`]). Decoded
+//! messages borrow the frame: nothing is copied until a caller asks.
 
 mod crc32c;
 mod legacy;
 mod op_msg;
+mod reply;
 
 pub use legacy::{encode_op_query, OpReply};
 pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg};
+pub use reply::{check_reply, take_document, validate_document, MAX_DEPTH};
 
 use crate::error::{Error, Result};
 
@@ -17,8 +20,15 @@ pub const OP_QUERY: i32 = 2004;
 pub const OP_COMPRESSED: i32 = 2012;
 pub const OP_MSG: i32 = 2013;
 
-/// Default maxMessageSizeBytes until a handshake says otherwise.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 48_000_000;
+/// The largest message the driver reads or writes, whatever a `hello` says:
+/// every mongod and mongos announces 48,000,000 bytes and builds no larger
+/// reply. A larger announced size is clamped to it (handshake.rs), and
+/// [`frame_length`] never accepts more, so one reply can never ask the 32-bit
+/// wasm heap (4 GiB at most, doubled growth) for more than this.
+pub const MAX_MESSAGE_SIZE: usize = 48_000_000;
+
+/// maxMessageSizeBytes until a handshake says otherwise.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = MAX_MESSAGE_SIZE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -48,16 +58,18 @@ impl Header {
     }
 }
 
-/// A decoded server message.
+/// A decoded server message, borrowing its frame.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    Msg(OpMsg),
-    Reply(OpReply),
+pub enum Message<'a> {
+    Msg(OpMsg<'a>),
+    Reply(OpReply<'a>),
 }
 
 /// The whole frame length announced by the first four bytes, validated
-/// against the header size and the negotiated maximum.
+/// against the header size and the negotiated maximum (itself never above
+/// [`MAX_MESSAGE_SIZE`]).
 pub fn frame_length(prefix: [u8; 4], max_message_size: usize) -> Result<usize> {
+    let max_message_size = max_message_size.min(MAX_MESSAGE_SIZE);
     let len = i32::from_le_bytes(prefix);
     let len = usize::try_from(len)
         .map_err(|_| Error::protocol(format!("negative message length {len}")))?;
@@ -74,8 +86,9 @@ pub fn frame_length(prefix: [u8; 4], max_message_size: usize) -> Result<usize> {
     Ok(len)
 }
 
-/// Decodes one whole frame (header included).
-pub fn decode(frame: &[u8]) -> Result<(Header, Message)> {
+/// Decodes one whole frame (header included): its framing is checked, the
+/// documents it holds are not (see [`check_reply`]).
+pub fn decode(frame: &[u8]) -> Result<(Header, Message<'_>)> {
     let header = Header::parse(frame)?;
     if usize::try_from(header.length).ok() != Some(frame.len()) {
         return Err(Error::protocol("message length does not match its frame"));
@@ -83,7 +96,7 @@ pub fn decode(frame: &[u8]) -> Result<(Header, Message)> {
     let body = &frame[HEADER_LEN..];
     let message = match header.op_code {
         OP_MSG => Message::Msg(OpMsg::decode(frame, body)?),
-        OP_REPLY => Message::Reply(OpReply::decode(body)?),
+        OP_REPLY => Message::Reply(OpReply::decode(frame)?),
         OP_COMPRESSED => {
             return Err(Error::protocol(
                 "compressed reply, but no compressor was negotiated",
@@ -131,6 +144,19 @@ mod tests {
         assert!(frame_length(15i32.to_le_bytes(), 1000).is_err());
         assert!(frame_length(1001i32.to_le_bytes(), 1000).is_err());
         assert_eq!(frame_length(16i32.to_le_bytes(), 1000).unwrap(), 16);
+    }
+
+    #[test]
+    fn frame_length_never_exceeds_the_protocol_maximum() {
+        // A server that announced 2^31-1 in hello still gets no 2 GB frame.
+        let huge = i32::MAX as usize;
+        let err = frame_length(2_100_000_000i32.to_le_bytes(), huge).unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::Protocol);
+        assert!(frame_length(48_000_001i32.to_le_bytes(), huge).is_err());
+        assert_eq!(
+            frame_length(48_000_000i32.to_le_bytes(), huge).unwrap(),
+            MAX_MESSAGE_SIZE
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! OP_MSG (opCode 2013): flag bits, a body section and document sequences.
 
-use super::{crc32c, read_document, read_i32, read_u32, Header, HEADER_LEN, OP_MSG};
+use super::{
+    crc32c, read_document, read_i32, read_u32, validate_document, Header, HEADER_LEN, OP_MSG,
+};
 use crate::error::{Error, Result};
 use bson::{RawDocument, RawDocumentBuf};
 
@@ -9,27 +11,83 @@ pub const MORE_TO_COME: u32 = 1 << 1;
 /// Bits 0-15 are "required": an unknown one set must be an error.
 const KNOWN_REQUIRED: u32 = CHECKSUM_PRESENT | MORE_TO_COME;
 
-/// A kind-1 section: many documents under one identifier (e.g. `documents`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DocumentSequence {
-    pub identifier: String,
-    pub documents: Vec<RawDocumentBuf>,
+/// A kind-1 section: many documents under one identifier (e.g. `documents`),
+/// kept as the received bytes. Its framing was checked at decode; each
+/// document is checked only when [`DocumentSequence::documents`] reads it,
+/// so a sequence nobody reads costs nothing beyond the frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DocumentSequence<'a> {
+    pub identifier: &'a str,
+    /// The documents, back to back.
+    bytes: &'a [u8],
 }
 
+impl<'a> DocumentSequence<'a> {
+    /// The documents in order, each validated as it is read; a malformed one
+    /// is a protocol error (and the last item).
+    pub fn documents(&self) -> Documents<'a> {
+        Documents {
+            bytes: self.bytes,
+            at: 0,
+        }
+    }
+}
+
+/// The documents of a [`DocumentSequence`], borrowed from the frame.
+pub struct Documents<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Documents<'a> {
+    type Item = Result<&'a RawDocument>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.bytes.len() {
+            return None;
+        }
+        let r = read_document(self.bytes, self.at).and_then(|(doc, len)| {
+            validate_document(doc)?;
+            self.at += len;
+            Ok(doc)
+        });
+        if r.is_err() {
+            self.at = self.bytes.len();
+        }
+        Some(r)
+    }
+}
+
+/// A decoded OP_MSG, borrowing its frame.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpMsg {
+pub struct OpMsg<'a> {
     pub flags: u32,
-    pub body: RawDocumentBuf,
-    pub sequences: Vec<DocumentSequence>,
+    /// The kind-0 section (its framing checked, its content not yet).
+    pub body: &'a RawDocument,
+    /// The sections after the flag bits, checksum excluded; framing checked.
+    sections: &'a [u8],
 }
 
-impl OpMsg {
+impl<'a> OpMsg<'a> {
     pub fn more_to_come(&self) -> bool {
         self.flags & MORE_TO_COME != 0
     }
 
+    /// The kind-1 sections, in order.
+    pub fn sequences(&self) -> impl Iterator<Item = DocumentSequence<'a>> + 'a {
+        let sections = self.sections;
+        let mut at = 0;
+        std::iter::from_fn(move || loop {
+            let (kind, len, seq) = section_at(sections, at).ok()??;
+            at += 1 + len;
+            if kind == 1 {
+                return seq;
+            }
+        })
+    }
+
     /// `frame` is the whole message (for the checksum); `body` follows the header.
-    pub(super) fn decode(frame: &[u8], body: &[u8]) -> Result<OpMsg> {
+    pub(super) fn decode(frame: &'a [u8], body: &'a [u8]) -> Result<OpMsg<'a>> {
         let flags = read_u32(body, 0)?;
         let unknown = flags & 0xffff & !KNOWN_REQUIRED;
         if unknown != 0 {
@@ -48,39 +106,55 @@ impl OpMsg {
                 return Err(Error::protocol("OP_MSG checksum mismatch"));
             }
         }
-        let sections = &body[..end];
-        let mut at = 4;
+        let sections = &body[4..end];
+        // One pass over the framing, allocating nothing however many
+        // sections or documents a server sends.
+        let mut at = 0;
         let mut doc_body = None;
-        let mut sequences = Vec::new();
-        while at < sections.len() {
-            let kind = sections[at];
-            at += 1;
-            match kind {
-                0 => {
-                    let (doc, len) = read_document(sections, at)?;
-                    if doc_body.replace(doc.to_owned()).is_some() {
-                        return Err(Error::protocol("OP_MSG has two body sections"));
-                    }
-                    at += len;
+        while let Some((kind, len, _)) = section_at(sections, at)? {
+            if kind == 0 {
+                let (doc, _) = read_document(sections, at + 1)?;
+                if doc_body.replace(doc).is_some() {
+                    return Err(Error::protocol("OP_MSG has two body sections"));
                 }
-                1 => {
-                    let (seq, len) = decode_sequence(sections, at)?;
-                    sequences.push(seq);
-                    at += len;
-                }
-                k => return Err(Error::protocol(format!("unknown OP_MSG section kind {k}"))),
             }
+            at += 1 + len;
         }
         let body = doc_body.ok_or_else(|| Error::protocol("OP_MSG without a body section"))?;
         Ok(OpMsg {
             flags,
             body,
-            sequences,
+            sections,
         })
     }
 }
 
-fn decode_sequence(bytes: &[u8], at: usize) -> Result<(DocumentSequence, usize)> {
+/// The section starting at `at` (its kind byte): its kind, its length after
+/// the kind byte, and for kind 1 the sequence. `None` at the end.
+#[allow(clippy::type_complexity)]
+fn section_at(
+    sections: &[u8],
+    at: usize,
+) -> Result<Option<(u8, usize, Option<DocumentSequence<'_>>)>> {
+    let Some(&kind) = sections.get(at) else {
+        return Ok(None);
+    };
+    match kind {
+        0 => {
+            let (_, len) = read_document(sections, at + 1)?;
+            Ok(Some((0, len, None)))
+        }
+        1 => {
+            let (seq, len) = decode_sequence(sections, at + 1)?;
+            Ok(Some((1, len, Some(seq))))
+        }
+        k => Err(Error::protocol(format!("unknown OP_MSG section kind {k}"))),
+    }
+}
+
+/// A kind-1 section at `at` (after its kind byte): the identifier, and
+/// documents whose lengths tile the section exactly.
+fn decode_sequence(bytes: &[u8], at: usize) -> Result<(DocumentSequence<'_>, usize)> {
     let size = read_i32(bytes, at)?;
     let size = usize::try_from(size)
         .ok()
@@ -92,19 +166,17 @@ fn decode_sequence(bytes: &[u8], at: usize) -> Result<(DocumentSequence, usize)>
         .position(|&b| b == 0)
         .ok_or_else(|| Error::protocol("document sequence identifier is not terminated"))?;
     let identifier = std::str::from_utf8(&section[4..4 + nul])
-        .map_err(|_| Error::protocol("document sequence identifier is not UTF-8"))?
-        .to_string();
-    let mut pos = 4 + nul + 1;
-    let mut documents = Vec::new();
-    while pos < section.len() {
-        let (doc, len) = read_document(section, pos)?;
-        documents.push(doc.to_owned());
+        .map_err(|_| Error::protocol("document sequence identifier is not UTF-8"))?;
+    let documents = &section[4 + nul + 1..];
+    let mut pos = 0;
+    while pos < documents.len() {
+        let (_, len) = read_document(documents, pos)?;
         pos += len;
     }
     Ok((
         DocumentSequence {
             identifier,
-            documents,
+            bytes: documents,
         },
         size,
     ))
@@ -169,7 +241,7 @@ mod tests {
         out
     }
 
-    fn decode_msg(frame: &[u8]) -> Result<OpMsg> {
+    fn decode_msg(frame: &[u8]) -> Result<OpMsg<'_>> {
         match decode(frame)?.1 {
             Message::Msg(m) => Ok(m),
             Message::Reply(_) => panic!("expected OP_MSG"),
@@ -184,8 +256,8 @@ mod tests {
         assert_eq!(header.request_id, 7);
         assert_eq!(header.op_code, OP_MSG);
         let msg = decode_msg(&frame).unwrap();
-        assert_eq!(msg.body, body);
-        assert!(msg.sequences.is_empty());
+        assert_eq!(msg.body, &*body);
+        assert_eq!(msg.sequences().count(), 0);
         assert!(!msg.more_to_come());
     }
 
@@ -195,10 +267,13 @@ mod tests {
         let docs: Vec<RawDocumentBuf> = (0..3).map(|i| rawdoc! { "_id": i }).collect();
         let frame = encode(&body, &[("documents", &docs), ("empty", &[])]);
         let msg = decode_msg(&frame).unwrap();
-        assert_eq!(msg.sequences.len(), 2);
-        assert_eq!(msg.sequences[0].identifier, "documents");
-        assert_eq!(msg.sequences[0].documents, docs);
-        assert!(msg.sequences[1].documents.is_empty());
+        let seqs: Vec<_> = msg.sequences().collect();
+        assert_eq!(seqs.len(), 2);
+        assert_eq!(seqs[0].identifier, "documents");
+        let read: Vec<&RawDocument> = seqs[0].documents().map(Result::unwrap).collect();
+        let want: Vec<&RawDocument> = docs.iter().map(|d| &**d).collect();
+        assert_eq!(read, want);
+        assert_eq!(seqs[1].documents().count(), 0);
     }
 
     #[test]
@@ -230,7 +305,7 @@ mod tests {
     #[test]
     fn checksum_is_verified() {
         let frame = with_checksum(&rawdoc! { "ok": 1 });
-        assert_eq!(decode_msg(&frame).unwrap().body, rawdoc! { "ok": 1 });
+        assert_eq!(decode_msg(&frame).unwrap().body, &*rawdoc! { "ok": 1 });
         let mut bad = frame.clone();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
@@ -289,5 +364,44 @@ mod tests {
         let len = f.len() as i32;
         f[0..4].copy_from_slice(&len.to_le_bytes());
         assert!(decode(&f).is_err());
+    }
+
+    #[test]
+    fn a_bad_document_in_a_sequence_is_an_error_when_read() {
+        // `{"s": <string whose length says 9 but holds 2>}`: framed right,
+        // malformed inside.
+        let bad: &[u8] = &[14, 0, 0, 0, 2, b's', 0, 9, 0, 0, 0, b'a', 0, 0];
+        let bad = RawDocumentBuf::from_bytes(bad.to_vec()).unwrap();
+        let good = rawdoc! { "x": 1 };
+        let frame = encode(&rawdoc! { "ok": 1 }, &[("d", &[good.clone(), bad])]);
+        let msg = decode_msg(&frame).expect("the framing is fine");
+        let seq = msg.sequences().next().unwrap();
+        let mut docs = seq.documents();
+        assert_eq!(docs.next().unwrap().unwrap(), &*good);
+        let err = docs.next().unwrap().unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::Protocol);
+        assert!(docs.next().is_none());
+    }
+
+    #[test]
+    fn many_tiny_documents_are_not_copied() {
+        // 200,000 empty documents: decoding allocates nothing per document.
+        let docs = vec![RawDocumentBuf::new(); 200_000];
+        let mut out = Vec::new();
+        encode_op_msg(
+            &mut out,
+            1,
+            0,
+            &rawdoc! { "ok": 1 },
+            &[("d", &docs)],
+            1 << 24,
+        )
+        .unwrap();
+        let msg = decode_msg(&out).unwrap();
+        assert_eq!(msg.sequences().next().unwrap().documents().count(), 200_000);
+        // The sequence borrows the frame itself.
+        let seq = msg.sequences().next().unwrap();
+        let range = out.as_ptr_range();
+        assert!(range.contains(&seq.bytes.as_ptr()));
     }
 }
