@@ -11,6 +11,7 @@ use crate::run::{exec, output, Ctx, Result, Run};
 use crate::server::Server;
 use crate::setup;
 use crate::spec;
+use crate::witcheck;
 
 /// What the component must export, all from `mongo-wasi:driver`.
 const INTERFACES: [&str; 7] = [
@@ -48,6 +49,13 @@ pub fn test(ctx: &Ctx) -> Result<()> {
     run.finish()
 }
 
+pub fn wit_check(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("wit-check");
+    let _ = setup::steps(&mut run, ctx)
+        .and_then(|()| run.step("wit-check: doc comments, wasm-tools parse", || witcheck::check(ctx)));
+    run.finish()
+}
+
 pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
@@ -70,6 +78,9 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
 
 fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     setup::steps(run, ctx)?;
+    let _ = run.step("test: WIT doc comments (wit-check)", || {
+        witcheck::check(ctx)
+    });
     let _ = run.step(
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
         || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
