@@ -51,8 +51,11 @@ pub fn test(ctx: &Ctx) -> Result<()> {
 
 pub fn wit_check(ctx: &Ctx) -> Result<()> {
     let mut run = Run::new("wit-check");
-    let _ = setup::steps(&mut run, ctx)
-        .and_then(|()| run.step("wit-check: doc comments, wasm-tools parse", || witcheck::check(ctx)));
+    let _ = setup::steps(&mut run, ctx).and_then(|()| {
+        run.step("wit-check: doc comments, wasm-tools parse", || {
+            witcheck::check(ctx)
+        })
+    });
     run.finish()
 }
 

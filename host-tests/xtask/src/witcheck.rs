@@ -5,7 +5,8 @@
 //! their fields, enums, variants and flags and their cases, type aliases each
 //! need a `///` line right above them (`@since`-style gates may sit between).
 //! A single-line body (`enum e { a, b }`) leaves its members undocumented.
-//! wasm-tools then parses the package, so a comment cannot break the WIT.
+//! wasm-tools then parses the package, so a comment cannot break the WIT, and
+//! the consumer world `imports` must import exactly what `driver` exports.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -139,6 +140,31 @@ fn function(code: &str) -> Option<&str> {
     (is_func && !name.contains(char::is_whitespace)).then_some(name.trim())
 }
 
+/// The `import`/`export` targets of `world`, as (direction, target), sorted.
+pub fn world_items(source: &str, world: &str) -> Vec<(String, String)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for line in source.lines().map(str::trim) {
+        let code = line.split("//").next().unwrap_or("").trim();
+        if !inside {
+            inside = code.strip_prefix("world ").is_some_and(|rest| {
+                rest.trim_end_matches('{').trim() == world && rest.ends_with('{')
+            });
+            continue;
+        }
+        if code.starts_with('}') {
+            break;
+        }
+        if let Some((dir, target)) = code.trim_end_matches(';').split_once(' ') {
+            if dir == "import" || dir == "export" {
+                out.push((dir.to_string(), target.trim().to_string()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn wit_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
@@ -153,17 +179,26 @@ fn wit_files(dir: &Path) -> Result<Vec<PathBuf>> {
 pub fn check(ctx: &Ctx) -> Result<()> {
     let dir = ctx.root.join("wit");
     let mut all = Vec::new();
+    let (mut exported, mut imported) = (Vec::new(), Vec::new());
     for path in wit_files(&dir)? {
         let source = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let file = format!("wit/{}", path.file_name().unwrap_or_default().to_string_lossy());
+        let file = format!(
+            "wit/{}",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        );
         all.extend(items(&file, &source));
+        exported.extend(world_items(&source, "driver"));
+        imported.extend(world_items(&source, "imports"));
     }
     let missing: Vec<&Item> = all.iter().filter(|i| !i.documented).collect();
     let funcs = all.iter().filter(|i| i.kind == "func");
     let funcs_total = funcs.clone().count();
     let funcs_doc = funcs.filter(|i| i.documented).count();
     for i in &missing {
-        println!("  {}:{}: undocumented {} {}", i.file, i.line, i.kind, i.name);
+        println!(
+            "  {}:{}: undocumented {} {}",
+            i.file, i.line, i.kind, i.name
+        );
     }
     println!(
         "  {} of {} documented ({funcs_doc} of {funcs_total} functions)",
@@ -174,6 +209,23 @@ pub fn check(ctx: &Ctx) -> Result<()> {
     cmd.args(["component", "wit"]).arg(&dir);
     output(&mut cmd).map_err(|e| format!("wasm-tools does not accept wit/: {e}"))?;
     println!("  wasm-tools component wit wit/: ok");
+    let names = |items: &[(String, String)], dir: &str| -> Vec<String> {
+        let mut v: Vec<String> = items
+            .iter()
+            .filter(|(d, _)| d == dir)
+            .map(|(_, t)| t.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let (exports, imports) = (names(&exported, "export"), names(&imported, "import"));
+    if exports.is_empty() || exports != imports || imported.len() != imports.len() {
+        return Err(format!(
+            "world imports must import exactly what world driver exports: \
+             driver exports {exports:?}, imports has {imported:?}"
+        ));
+    }
+    println!("  world imports imports what world driver exports");
     if !missing.is_empty() {
         return Err(format!("{} WIT items have no doc comment", missing.len()));
     }
@@ -189,6 +241,18 @@ mod tests {
             .into_iter()
             .map(|i| (format!("{} {}", i.kind, i.name), i.documented))
             .collect()
+    }
+
+    #[test]
+    fn reads_a_worlds_imports_and_exports() {
+        let src = "/// W.\nworld w {\n    /// T.\n    import t;\n    export c; // x\n}\nworld v {\n    import z;\n}\n";
+        let want = [("export", "c"), ("import", "t")];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(world_items(src, "w"), want);
+        assert!(world_items(src, "nope").is_empty());
     }
 
     #[test]
