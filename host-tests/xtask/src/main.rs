@@ -21,7 +21,8 @@ commands:
   setup               install what the build needs (wasm32-wasip2 target, clang,
                       .work/venv with nx-27017, wasm-tools, pymongo); idempotent
   build               setup, then build the component, the notes example and the
-                      host tests, and check the component exports the driver
+                      host tests, check the component exports the driver, and
+                      write the WIT as a binary package (target/mongo-wasi-driver.wasm)
   demo                setup, build, then run examples/notes against a local nx-27017
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/

@@ -76,6 +76,9 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     })?;
     run.step("build: check the component's WIT exports", || {
         check_component(ctx)
+    })?;
+    run.step("build: WIT binary package (mongo-wasi-driver.wasm)", || {
+        wit_package(ctx)
     })
 }
 
@@ -141,6 +144,26 @@ fn component_path(ctx: &Ctx) -> Result<PathBuf> {
     Ok(ctx
         .target_dir()?
         .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+}
+
+/// The WIT package `wit/` as a binary package, for consumers that fetch or
+/// vendor one file (`wasm-tools component wit <it>` prints the WIT again).
+fn wit_package(ctx: &Ctx) -> Result<()> {
+    let out = ctx.target_dir()?.join("mongo-wasi-driver.wasm");
+    let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
+    cmd.args(["component", "wit", "--wasm"])
+        .arg(ctx.root.join("wit"))
+        .arg("-o")
+        .arg(&out);
+    exec(&mut cmd)?;
+    let size = fs::metadata(&out)
+        .map_err(|e| format!("{}: {e}", out.display()))?
+        .len();
+    println!(
+        "  {}: {size} bytes, package mongo-wasi:driver@0.1.0",
+        out.display()
+    );
+    Ok(())
 }
 
 /// Reads the component's WIT back with wasm-tools: proves it is a component exporting
