@@ -7,6 +7,7 @@ mod server;
 mod setup;
 mod spec;
 mod steps;
+mod witcheck;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,9 +21,12 @@ commands:
   setup               install what the build needs (wasm32-wasip2 target, clang,
                       .work/venv with nx-27017, wasm-tools, pymongo); idempotent
   build               setup, then build the component, the notes example and the
-                      host tests, and check the component exports the driver
+                      host tests, check the component exports the driver, and
+                      write the WIT as a binary package (target/mongo-wasi-driver.wasm)
   demo                setup, build, then run examples/notes against a local nx-27017
-  test                setup, then unit/spec tests, build, host tests against nx-27017,
+  wit-check           count the WIT items without a doc comment (fails listing
+                      them) and have wasm-tools parse wit/
+  test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
                       proxy tests, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         ["build"] => steps::build(&ctx),
         ["demo"] => steps::demo(&ctx),
         ["test"] => steps::test(&ctx),
+        ["wit-check"] => steps::wit_check(&ctx),
         ["server", "start"] => server::start_detached(&ctx),
         ["server", "stop"] => server::stop_all(&ctx),
         ["server", "stop", port] => match port.parse() {

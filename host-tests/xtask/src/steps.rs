@@ -11,6 +11,7 @@ use crate::run::{exec, output, Ctx, Result, Run};
 use crate::server::Server;
 use crate::setup;
 use crate::spec;
+use crate::witcheck;
 
 /// What the component must export, all from `mongo-wasi:driver`.
 const INTERFACES: [&str; 7] = [
@@ -48,6 +49,16 @@ pub fn test(ctx: &Ctx) -> Result<()> {
     run.finish()
 }
 
+pub fn wit_check(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("wit-check");
+    let _ = setup::steps(&mut run, ctx).and_then(|()| {
+        run.step("wit-check: doc comments, wasm-tools parse", || {
+            witcheck::check(ctx)
+        })
+    });
+    run.finish()
+}
+
 pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
@@ -65,11 +76,17 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     })?;
     run.step("build: check the component's WIT exports", || {
         check_component(ctx)
+    })?;
+    run.step("build: WIT binary package (mongo-wasi-driver.wasm)", || {
+        wit_package(ctx)
     })
 }
 
 fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     setup::steps(run, ctx)?;
+    let _ = run.step("test: WIT doc comments (wit-check)", || {
+        witcheck::check(ctx)
+    });
     let _ = run.step(
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
         || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
@@ -127,6 +144,26 @@ fn component_path(ctx: &Ctx) -> Result<PathBuf> {
     Ok(ctx
         .target_dir()?
         .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+}
+
+/// The WIT package `wit/` as a binary package, for consumers that fetch or
+/// vendor one file (`wasm-tools component wit <it>` prints the WIT again).
+fn wit_package(ctx: &Ctx) -> Result<()> {
+    let out = ctx.target_dir()?.join("mongo-wasi-driver.wasm");
+    let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
+    cmd.args(["component", "wit", "--wasm"])
+        .arg(ctx.root.join("wit"))
+        .arg("-o")
+        .arg(&out);
+    exec(&mut cmd)?;
+    let size = fs::metadata(&out)
+        .map_err(|e| format!("{}: {e}", out.display()))?
+        .len();
+    println!(
+        "  {}: {size} bytes, package mongo-wasi:driver@0.1.0",
+        out.display()
+    );
+    Ok(())
 }
 
 /// Reads the component's WIT back with wasm-tools: proves it is a component exporting
