@@ -44,6 +44,9 @@ pub(crate) struct ClientInner {
     pub(crate) retry_writes: bool,
     /// maxAdaptiveRetries: the cap on retries once a server is overloaded.
     pub(crate) max_adaptive_retries: u32,
+    /// enableOverloadRetargeting: a retry after an overload error avoids the
+    /// server that answered it (Client Backpressure; off by default).
+    pub(crate) overload_retargeting: bool,
     pub(crate) sessions: Rc<SessionPool>,
     /// The greatest `$clusterTime` any reply carried.
     pub(crate) cluster_time: RefCell<Option<RawDocumentBuf>>,
@@ -177,6 +180,7 @@ impl Client {
                 max_adaptive_retries: o
                     .max_adaptive_retries
                     .unwrap_or(crate::backpressure::MAX_RETRIES),
+                overload_retargeting: o.enable_overload_retargeting.unwrap_or(false),
                 sessions: Rc::new(SessionPool::default()),
                 cluster_time: RefCell::new(None),
                 server_api: options.server_api,

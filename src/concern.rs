@@ -35,6 +35,25 @@ pub fn read_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
     })
 }
 
+/// An unacknowledged write concern (`w: 0`, any numeric type): such a
+/// write is neither retryable nor allowed in a transaction (Retryable
+/// Writes spec, "Unsupported Write Operations"; Transactions spec).
+pub fn is_unacknowledged(wc: &bson::RawDocument) -> bool {
+    match wc.get("w") {
+        Ok(Some(bson::RawBsonRef::Int32(w))) => w == 0,
+        Ok(Some(bson::RawBsonRef::Int64(w))) => w == 0,
+        Ok(Some(bson::RawBsonRef::Double(w))) => w == 0.0,
+        _ => false,
+    }
+}
+
+/// Whether a command carries an unacknowledged `writeConcern`.
+pub fn sends_unacknowledged(command: &bson::RawDocument) -> bool {
+    command
+        .get_document(WRITE.as_str())
+        .is_ok_and(is_unacknowledged)
+}
+
 /// Under CSOT the deadline replaces `wtimeout`: it is dropped from the
 /// write concern an operation inherits (CSOT spec, deprecated options).
 pub fn without_wtimeout(wc: &RawDocumentBuf) -> Result<RawDocumentBuf> {
@@ -72,6 +91,20 @@ pub fn with_default(
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn unacknowledged_is_w_0_of_any_numeric_type() {
+        assert!(is_unacknowledged(&rawdoc! { "w": 0 }));
+        assert!(is_unacknowledged(&rawdoc! { "w": 0i64 }));
+        assert!(is_unacknowledged(&rawdoc! { "w": 0.0 }));
+        assert!(!is_unacknowledged(&rawdoc! { "w": 1 }));
+        assert!(!is_unacknowledged(&rawdoc! { "w": "majority" }));
+        assert!(!is_unacknowledged(&rawdoc! { "j": true }));
+        assert!(sends_unacknowledged(
+            &rawdoc! { "insert": "c", "writeConcern": { "w": 0 } }
+        ));
+        assert!(!sends_unacknowledged(&rawdoc! { "insert": "c" }));
+    }
 
     #[test]
     fn from_the_uri() {

@@ -12,7 +12,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
-use crate::retryable::{after_failure, may_retry, Failure, Next, Retryability};
+use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryability};
 use crate::runtime;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
@@ -33,8 +33,10 @@ struct Attempts {
     retry_supported: bool,
     /// The attempt failed in a way no retry can fix (refused before sending).
     final_error: bool,
-    /// The server the latest attempt went to: a retry deprioritizes it.
+    /// The server the latest attempt went to.
     failed_on: Option<String>,
+    /// Servers a retry avoids where another is suitable (`retryable::deprioritizes`).
+    deprioritized: Vec<String>,
     /// The attempt carried `startTransaction`.
     started_txn: bool,
 }
@@ -89,6 +91,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         retry_supported: true,
         final_error: false,
         failed_on: None,
+        deprioritized: Vec::new(),
         started_txn: false,
     };
     let mut previous: Option<Error> = None;
@@ -111,29 +114,28 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             }
         };
         let expired = ctx.timeout.deadline().is_expired(runtime::now());
-        // Refused before sending: nothing was sent, and no retry finds more time.
-        if state.final_error {
-            return Err(err);
-        }
         // The selected server could not retry this write: no retry.
         let kind = match state.retry_supported {
             true => kind,
             false => Retryability::None,
         };
+        let verdict = after_failure(
+            kind,
+            Failure {
+                err: &err,
+                previous: previous.take(),
+                attempts,
+                csot,
+                expired,
+                unsent: state.final_error,
+            },
+        );
+        if state.final_error {
+            return Err(verdict.report);
+        }
         // Whether the Retryable Reads/Writes rules count this error at all,
         // whatever the attempt count (the backpressure spec asks).
         let retryable = may_retry(kind, &err, 1, true, expired);
-        let failed = Failure {
-            err,
-            previous: previous.take(),
-            attempts,
-            csot,
-            expired,
-        };
-        let (allows, err) = match after_failure(kind, failed) {
-            Next::Retry(err) => (true, err),
-            Next::Fail(err) => (false, err),
-        };
         // Client Backpressure has the last word: an overload error may be
         // retried (after its backoff) where the retryable specs say no, and
         // caps every retry once the server said it is overloaded.
@@ -144,14 +146,18 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             &mut overload,
             &err,
             attempts,
-            allows,
+            verdict.retry,
             retryable,
             state.started_txn,
         );
         if !again {
-            return Err(err);
+            return Err(verdict.report);
         }
-        previous = Some(err);
+        let topology = client.topology.borrow().description.kind;
+        if deprioritizes(topology, &err, client.overload_retargeting) {
+            state.deprioritized.extend(state.failed_on.take());
+        }
+        previous = Some(verdict.report);
     }
 }
 
@@ -217,16 +223,13 @@ fn attempt<O: Operation>(
     let selection = ctx.timeout.selection_deadline(runtime::now());
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
-        None => topology.select(
-            op.criteria(),
-            &ctx.timeout,
-            selection,
-            state.failed_on.as_deref(),
-        )?,
+        None => topology.select(op.criteria(), &ctx.timeout, selection, &state.deprioritized)?,
     };
     state.failed_on = Some(address.clone());
     let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
     let min_rtt = topology.min_rtt(&address);
+    let read_preference =
+        crate::sdam::selection::read_preference_mode(topology.description.kind, op.criteria());
     // Pools are not shared with anything else while the round trip runs.
     drop(topology);
 
@@ -235,6 +238,9 @@ fn attempt<O: Operation>(
     body.append(cstr!("$db"), cmd.db.as_str());
     // The Stable API goes on every command, getMore and transactions included.
     crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
+    if let Some(mode) = read_preference {
+        body.append(cstr!("$readPreference"), bson::rawdoc! { "mode": mode });
+    }
     attach_session(
         client,
         &conn,
@@ -420,7 +426,11 @@ fn attach_session(
     if kind == Retryability::Write {
         // Retryable writes need sessions and a replica set or mongos.
         let replicated = conn.hello.set_name.is_some() || conn.hello.is_mongos;
-        state.retry_supported = supports_sessions && replicated && session.is_some();
+        // Unacknowledged writes are never retryable (no txnNumber either).
+        state.retry_supported = supports_sessions
+            && replicated
+            && session.is_some()
+            && !crate::concern::sends_unacknowledged(body);
         if let (true, Some(s)) = (state.retry_supported, session) {
             let n = match state.txn_number {
                 Some(n) => n,

@@ -32,12 +32,15 @@ pub enum Retryability {
     Write,
 }
 
-/// Whether a retry deprioritizes the server the previous attempt failed on:
-/// in a sharded cluster it does (Retryable Reads/Writes specs, "Selecting the
-/// server for retry"); in a replica set a retry may go back to the same member
-/// (only overload errors retarget there, which this driver does not implement).
-pub fn deprioritizes(kind: TopologyType) -> bool {
+/// Whether a retry deprioritizes the server the failed attempt went to
+/// (Server Selection's deprioritized servers): in a sharded cluster always
+/// (Retryable Reads/Writes specs, "Selecting the server for retry");
+/// elsewhere only after a retryable overload error, and only with
+/// `enableOverloadRetargeting` (Client Backpressure, "Overload retry policy"
+/// step 4), since a retry may otherwise go back to the same member.
+pub fn deprioritizes(kind: TopologyType, err: &Error, overload_retargeting: bool) -> bool {
     kind == TopologyType::Sharded
+        || (overload_retargeting && crate::backpressure::is_retryable_overload(err))
 }
 
 /// A network error, or a server error the specs list as retryable.
@@ -77,52 +80,80 @@ pub fn may_retry(
     retryable && !deadline_expired && (csot || attempts < 2)
 }
 
+/// The label a server puts on an error of an attempt that wrote nothing.
+pub const NO_WRITES_PERFORMED: &str = "NoWritesPerformed";
+
 /// One failed attempt, as the retry loop saw it.
-pub struct Failure {
-    pub err: Error,
-    /// The error of the attempt before, if this was a retry.
+pub struct Failure<'a> {
+    pub err: &'a Error,
+    /// The error the loop reports if it stops now (previous attempts'), if
+    /// this was a retry: what [`after_failure`] last answered.
     pub previous: Option<Error>,
     /// Attempts made so far, this one included.
     pub attempts: u32,
     pub csot: bool,
     /// The operation's deadline has passed.
     pub expired: bool,
+    /// The command was refused before it was sent (csot.rs): nothing reached
+    /// a server, and no retry finds more time.
+    pub unsent: bool,
 }
 
-/// What the retry loop does next.
+/// The retry loop's verdict on a failed attempt.
 #[derive(Debug, PartialEq)]
-pub enum Next {
-    /// Try again; the error is kept as the retry's `previous`.
-    Retry(Error),
-    Fail(Error),
+pub struct Verdict {
+    /// The Retryable Reads/Writes rules allow another attempt.
+    pub retry: bool,
+    /// The error the operation reports if it stops here; the next
+    /// attempt's `previous` if it goes on.
+    pub report: Error,
 }
 
 /// The retry loop's decision after a failed attempt, and the error it
-/// reports. A failed selection is not retried; a retry that could not even
-/// reach a server reports the error that made it retry (the caller can tell
-/// an attempt was made), and under CSOT a retry that ran out of time is a
-/// timeout error caused by it (CSOT spec, "Errors").
-pub fn after_failure(kind: Retryability, f: Failure) -> Next {
+/// reports: one rule for reads, writes and runCommand (Client Backpressure,
+/// step 6). An attempt that reached no server (a failed selection, a command
+/// refused before sending) is not retried and reports the error that made
+/// the loop retry (the caller can tell an attempt was made); under CSOT a
+/// retry that ran out of time is a timeout error caused by it (CSOT spec,
+/// "Errors"). An error labelled `NoWritesPerformed` reports the previous
+/// attempt's error instead, so the latest error without that label wins, or
+/// the first error when every one has it (Retryable Writes spec).
+pub fn after_failure(kind: Retryability, f: Failure) -> Verdict {
     let Failure {
         err,
         previous,
         attempts,
         csot,
         expired,
+        unsent,
     } = f;
+    let stop = |report| Verdict {
+        retry: false,
+        report,
+    };
     if err.is_selection_failure() {
-        return Next::Fail(match previous {
-            Some(prev) if err.is_timeout() => err.caused_by(prev),
+        return stop(match previous {
+            Some(prev) if err.is_timeout() => err.clone().caused_by(prev),
             Some(prev) => prev,
-            None => err,
+            None => err.clone(),
         });
     }
-    match previous {
+    if unsent {
+        return stop(match previous {
+            Some(prev) if err.is_timeout() => err.clone().caused_by(prev),
+            _ => err.clone(),
+        });
+    }
+    let report = match previous {
         Some(prev) if expired && err.is_timeout() && err.code.is_none() => {
-            Next::Fail(err.caused_by(prev))
+            return stop(err.clone().caused_by(prev))
         }
-        _ if may_retry(kind, &err, attempts, csot, expired) => Next::Retry(err),
-        _ => Next::Fail(err),
+        Some(prev) if err.has_label(NO_WRITES_PERFORMED) => prev,
+        _ => err.clone(),
+    };
+    Verdict {
+        retry: may_retry(kind, err, attempts, csot, expired),
+        report,
     }
 }
 
@@ -172,13 +203,21 @@ mod tests {
         );
     }
 
-    fn failure(err: Error, previous: Option<Error>, attempts: u32, expired: bool) -> Failure {
+    fn failure(err: &Error, previous: Option<Error>, attempts: u32, expired: bool) -> Failure<'_> {
         Failure {
             err,
             previous,
             attempts,
             csot: true,
             expired,
+            unsent: false,
+        }
+    }
+
+    fn stop(report: Error) -> Verdict {
+        Verdict {
+            retry: false,
+            report,
         }
     }
 
@@ -186,20 +225,13 @@ mod tests {
     fn a_retry_out_of_time_is_a_timeout_caused_by_the_last_real_error() {
         let prev = server(91);
         let timed_out = Error::timeout("socket read");
-        let f = failure(timed_out.clone(), Some(prev.clone()), 3, true);
-        match after_failure(Retryability::Read, f) {
-            Next::Fail(e) => {
-                assert!(e.is_timeout());
-                assert_eq!(e.cause_error(), Some(&prev));
-            }
-            other => panic!("{other:?}"),
-        }
+        let f = failure(&timed_out, Some(prev.clone()), 3, true);
+        let v = after_failure(Retryability::Read, f);
+        assert!(!v.retry && v.report.is_timeout());
+        assert_eq!(v.report.cause_error(), Some(&prev));
         // Time left: a socket timeout (legacy-style) is retried.
-        let f = failure(timed_out, Some(prev), 3, false);
-        assert!(matches!(
-            after_failure(Retryability::Read, f),
-            Next::Retry(_)
-        ));
+        let f = failure(&timed_out, Some(prev), 3, false);
+        assert!(after_failure(Retryability::Read, f).retry);
     }
 
     #[test]
@@ -208,22 +240,157 @@ mod tests {
         let legacy = Error::new(ErrorKind::ServerSelection, "none");
         let f = Failure {
             csot: false,
-            ..failure(legacy.clone(), Some(prev.clone()), 2, false)
+            ..failure(&legacy, Some(prev.clone()), 2, false)
+        };
+        assert_eq!(after_failure(Retryability::Read, f), stop(prev.clone()));
+        let csot = Error::timeout("server selection").caused_by(legacy.clone());
+        let v = after_failure(
+            Retryability::Read,
+            failure(&csot, Some(prev.clone()), 2, false),
+        );
+        assert!(!v.retry);
+        assert_eq!(
+            (v.report.is_timeout(), v.report.cause_error()),
+            (true, Some(&prev))
+        );
+        let first = failure(&legacy, None, 1, false);
+        assert_eq!(after_failure(Retryability::Read, first), stop(legacy));
+    }
+
+    #[test]
+    fn a_retry_refused_before_sending_is_a_timeout_caused_by_the_previous_error() {
+        let prev = server(91);
+        let refused = Error::timeout("command preparation");
+        let f = Failure {
+            unsent: true,
+            ..failure(&refused, Some(prev.clone()), 2, false)
+        };
+        let v = after_failure(Retryability::Read, f);
+        assert!(!v.retry && v.report.is_timeout());
+        assert_eq!(v.report.cause_error(), Some(&prev));
+        let first = Failure {
+            unsent: true,
+            ..failure(&refused, None, 1, false)
+        };
+        assert_eq!(after_failure(Retryability::Read, first), stop(refused));
+    }
+
+    fn labelled(code: i32, labels: &[&str]) -> Error {
+        let mut e = server(code);
+        for l in labels {
+            e.add_label(l);
+        }
+        e
+    }
+
+    /// Runs the loop's error rule over the errors of successive attempts (no
+    /// CSOT: only the first retry is allowed by this spec, so the count
+    /// stays at 1 as it would under Client Backpressure's longer cap).
+    fn reported(errors: &[Error]) -> Error {
+        let mut previous = None;
+        for e in errors {
+            let v = after_failure(Retryability::Write, failure(e, previous.take(), 1, false));
+            previous = Some(v.report);
+        }
+        previous.expect("at least one error")
+    }
+
+    const OVERLOAD: [&str; 3] = [
+        "RetryableWriteError",
+        "RetryableError",
+        "SystemOverloadedError",
+    ];
+
+    #[test]
+    fn without_no_writes_performed_the_latest_error_is_reported() {
+        // Retryable Writes prose test 6, case 1: 91, then 10107 twice.
+        let errors = [
+            labelled(91, &OVERLOAD),
+            labelled(10107, &OVERLOAD),
+            labelled(10107, &OVERLOAD),
+        ];
+        assert_eq!(reported(&errors).code, Some(10107));
+    }
+
+    #[test]
+    fn when_every_error_has_no_writes_performed_the_first_is_reported() {
+        // Prose test 6, case 2.
+        let nwp = [OVERLOAD.as_slice(), &[NO_WRITES_PERFORMED]].concat();
+        let errors = [
+            labelled(91, &nwp),
+            labelled(10107, &nwp),
+            labelled(10107, &nwp),
+        ];
+        let e = reported(&errors);
+        assert_eq!(e.code, Some(91));
+        assert!(e.has_label(NO_WRITES_PERFORMED));
+        // The insertOne-noWritesPerformedError spec test: two attempts.
+        assert_eq!(reported(&errors[..2]).code, Some(91));
+    }
+
+    #[test]
+    fn a_later_no_writes_performed_error_keeps_the_earlier_error() {
+        // Prose test 6, case 3: 91 without the label, then 91 with it twice.
+        let nwp = [OVERLOAD.as_slice(), &[NO_WRITES_PERFORMED]].concat();
+        let errors = [
+            labelled(91, &OVERLOAD),
+            labelled(91, &nwp),
+            labelled(91, &nwp),
+        ];
+        let e = reported(&errors);
+        assert_eq!(e.code, Some(91));
+        assert!(!e.has_label(NO_WRITES_PERFORMED));
+        // Prose test 3: a write concern error, then 10107 with the label.
+        let wce = labelled(91, &["RetryableWriteError"]);
+        let nwp_10107 = labelled(10107, &["RetryableWriteError", NO_WRITES_PERFORMED]);
+        assert_eq!(reported(&[wce.clone(), nwp_10107.clone()]), wce);
+        // A labelled error after one without, then another without: the latest.
+        let last = labelled(11600, &["RetryableWriteError"]);
+        assert_eq!(reported(&[wce, nwp_10107, last.clone()]), last);
+    }
+
+    #[test]
+    fn a_no_writes_performed_error_is_still_retried_on_its_own_merits() {
+        let first = labelled(91, &["RetryableWriteError"]);
+        let nwp = labelled(10107, &["RetryableWriteError", NO_WRITES_PERFORMED]);
+        let f = Failure {
+            csot: true,
+            ..failure(&nwp, Some(first.clone()), 2, false)
         };
         assert_eq!(
-            after_failure(Retryability::Read, f),
-            Next::Fail(prev.clone())
+            after_failure(Retryability::Write, f),
+            Verdict {
+                retry: true,
+                report: first
+            }
         );
-        let csot = Error::timeout("server selection").caused_by(legacy.clone());
-        match after_failure(
-            Retryability::Read,
-            failure(csot, Some(prev.clone()), 2, false),
-        ) {
-            Next::Fail(e) => assert_eq!((e.is_timeout(), e.cause_error()), (true, Some(&prev))),
-            other => panic!("{other:?}"),
+        let alone = after_failure(Retryability::Write, failure(&nwp, None, 1, false));
+        assert_eq!(
+            alone,
+            Verdict {
+                retry: true,
+                report: nwp
+            }
+        );
+    }
+
+    #[test]
+    fn overload_retargeting_and_sharded_clusters_deprioritize() {
+        let overload = labelled(462, &["RetryableError", "SystemOverloadedError"]);
+        let mut not_retryable = server(462);
+        not_retryable.add_label("SystemOverloadedError");
+        let plain = Error::network("reset");
+        use TopologyType::*;
+        for kind in [ReplicaSetWithPrimary, ReplicaSetNoPrimary, Single, Unknown] {
+            assert!(deprioritizes(kind, &overload, true), "{kind:?}");
+            assert!(!deprioritizes(kind, &overload, false), "off by default");
+            assert!(!deprioritizes(kind, &plain, true), "only overload errors");
+            assert!(!deprioritizes(kind, &not_retryable, true));
         }
-        let first = failure(legacy.clone(), None, 1, false);
-        assert_eq!(after_failure(Retryability::Read, first), Next::Fail(legacy));
+        for retarget in [false, true] {
+            assert!(deprioritizes(Sharded, &plain, retarget));
+            assert!(deprioritizes(Sharded, &overload, retarget));
+        }
     }
 
     #[test]

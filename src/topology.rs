@@ -82,23 +82,23 @@ impl Topology {
 
     /// Selects a server for `criteria`, checking servers as needed, within
     /// the operation's selection deadline (`OpTimeout::selection_deadline`).
-    /// `failed_on`: the server a retried operation's previous attempt failed
-    /// on (deprioritized where the retryable specs say so).
+    /// `deprioritized`: servers a retried operation's earlier attempts failed
+    /// on, avoided where another server is suitable (the executor decides
+    /// which, by `retryable::deprioritizes`).
     pub fn select(
         &mut self,
         criteria: Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
-        failed_on: Option<&str>,
+        deprioritized: &[String],
     ) -> Result<String> {
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
         }
+        // Whether unknown servers were checked because only deprioritized ones suited.
+        let mut looked_further = false;
         loop {
-            let avoid: Vec<&str> = failed_on
-                .filter(|_| crate::retryable::deprioritizes(self.description.kind))
-                .into_iter()
-                .collect();
+            let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
             let found: Vec<String> = selection::suitable(
                 &self.description,
                 criteria,
@@ -109,6 +109,16 @@ impl Topology {
             .map(|s| s.address.clone())
             .collect();
             if !found.is_empty() {
+                // Only deprioritized servers suit: a member this client has not
+                // checked yet may suit too (single-threaded SDAM learns of
+                // members lazily), so check those once before going back.
+                let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
+                if only_avoided && !avoid.is_empty() && !looked_further {
+                    looked_further = true;
+                    if self.check_unknown_servers(criteria, timeout, deadline)? {
+                        continue;
+                    }
+                }
                 let pick = found[self.next_random() as usize % found.len()].clone();
                 if !self.check_due(&pick) {
                     return Ok(pick);

@@ -3,6 +3,7 @@
 //! as often as its deadline allows with it.
 
 use bson::{rawbson, rawdoc};
+use host_tests::bindings::exports::mongo_wasi::driver::database::RunCommandOptions;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{
     CommandEventKind, Error as DriverError, ErrorKind,
 };
@@ -426,4 +427,131 @@ fn sharded_retry_with_one_mongos_goes_to_the_same_one() {
             (CommandEventKind::Succeeded, mongos)
         ]
     );
+}
+
+// Prose tests 3.x: retrying reads in a replica set (a primary and a secondary,
+// both the proxy's listeners), readPreference=primaryPreferred. This driver's
+// collection reads go to the primary whatever the URI says (read preferences
+// reach run-command only), so the overload cases read through run-command
+// with primaryPreferred, which Client Backpressure retries when both
+// retryReads and retryWrites are on; the non-overload case is a retryable
+// `find`.
+
+/// How the read that fails once on the primary is sent.
+#[derive(Clone, Copy)]
+enum Read {
+    /// `{find: "c"}` through run-command, readPreference primaryPreferred.
+    RunCommand,
+    /// The collection's `find` (a retryable read).
+    Find,
+}
+
+/// The `find` events of a read that fails once on the primary with `labels`.
+fn replica_set_retry(
+    test: &str,
+    uri_options: &str,
+    labels: &[&str],
+    read: Read,
+) -> Vec<(CommandEventKind, String)> {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::replica_set(backend, "rs0", 2)).unwrap();
+    let addrs = proxy.addresses();
+    let mut guest = Guest::new(&addrs).unwrap();
+    let hosts: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let uri = format!(
+        "mongodb://{}/?replicaSet=rs0&retryReads=true&readPreference=primaryPreferred{uri_options}",
+        hosts.join(",")
+    );
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    let db = guest
+        .database(client, &format!("retry_{test}"), None)
+        .unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+    let admin = guest.database(client, "admin", None).unwrap();
+    let mut label_array = bson::RawArrayBuf::new();
+    for l in labels {
+        label_array.push(*l);
+    }
+    // To the primary, as mongod's runCommand goes.
+    let fp = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 1 },
+        "data": { "failCommands": ["find"], "errorCode": 6, "errorLabels": label_array },
+    };
+    guest
+        .run_command(admin, &fp, None)
+        .unwrap()
+        .expect("configureFailPoint");
+    guest.take_events(client).unwrap();
+    let outcome = match read {
+        Read::Find => guest
+            .find(coll, &rawdoc! {}, &find_options())
+            .unwrap()
+            .map(|_| ()),
+        Read::RunCommand => {
+            let options = RunCommandOptions {
+                timeout_ms: None,
+                session: None,
+                read_preference: Some(rawdoc! { "mode": "primaryPreferred" }.into_bytes()),
+            };
+            let cmd = rawdoc! { "find": "c" };
+            guest
+                .driver
+                .mongo_wasi_driver_database()
+                .database()
+                .call_run_command(&mut guest.store, db.0, &cmd.as_bytes().to_vec(), &options)
+                .unwrap()
+                .map(|_| ())
+        }
+    };
+    if let Err(e) = outcome {
+        panic!("the retry succeeds: {e:?}");
+    }
+    let events = guest.take_events(client).unwrap();
+    let finds: Vec<_> = events
+        .into_iter()
+        .filter(|e| e.command_name == "find" && e.kind != CommandEventKind::Started)
+        .map(|e| (e.kind, e.server_address))
+        .collect();
+    let kinds: Vec<_> = finds.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        kinds,
+        [CommandEventKind::Failed, CommandEventKind::Succeeded],
+        "{finds:?}"
+    );
+    finds
+}
+
+const OVERLOAD: &[&str] = &["RetryableError", "SystemOverloadedError"];
+
+#[test]
+fn prose_3_1_overload_retargeting_retries_on_another_member() {
+    for round in 0..4 {
+        let finds = replica_set_retry(
+            "rs_retarget",
+            "&enableOverloadRetargeting=true",
+            OVERLOAD,
+            Read::RunCommand,
+        );
+        assert_ne!(finds[0].1, finds[1].1, "round {round}: {finds:?}");
+    }
+}
+
+#[test]
+fn prose_3_2_other_errors_retry_on_the_same_member() {
+    let finds = replica_set_retry(
+        "rs_plain",
+        "&enableOverloadRetargeting=true",
+        &["RetryableError"],
+        Read::Find,
+    );
+    assert_eq!(finds[0].1, finds[1].1, "{finds:?}");
+}
+
+#[test]
+fn prose_3_3_without_retargeting_overload_retries_on_the_same_member() {
+    for options in ["", "&enableOverloadRetargeting=false"] {
+        let finds = replica_set_retry("rs_off", options, OVERLOAD, Read::RunCommand);
+        assert_eq!(finds[0].1, finds[1].1, "{options:?}: {finds:?}");
+    }
 }

@@ -249,3 +249,127 @@ fn sharded_write_retries_deprioritize_the_failed_mongos() {
         }
     }
 }
+
+// Prose tests 3 and 6: which error a retried write reports when the server
+// labels some of them NoWritesPerformed. The tests reconfigure the fail point
+// from a command-failed listener between the attempts; the proxy's
+// `proxyThen` does the same from inside (a guest cannot act mid-operation).
+
+/// Fails `insert` once with `first`, then with `then` in mode `then_mode`.
+fn fail_inserts(
+    s: &mut Setup,
+    first: bson::RawDocumentBuf,
+    then_mode: bson::RawBson,
+    then: bson::RawDocumentBuf,
+) {
+    let admin = s.guest.database(s.client, "admin", None).unwrap();
+    let mut data = first;
+    data.append(bson::cstr!("failCommands"), bson::rawbson!(["insert"]));
+    let mut then = then;
+    then.append(bson::cstr!("failCommands"), bson::rawbson!(["insert"]));
+    data.append(
+        bson::cstr!("proxyThen"),
+        rawdoc! { "mode": then_mode, "data": then },
+    );
+    let fp = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 1 },
+        "data": data,
+    };
+    s.guest
+        .run_command(admin, &fp, None)
+        .unwrap()
+        .expect("configureFailPoint");
+    s.guest.take_events(s.client).unwrap();
+}
+
+/// The error of an insert whose attempts all fail, and how many attempts it made.
+fn failed_insert(
+    s: &mut Setup,
+) -> (
+    host_tests::bindings::exports::mongo_wasi::driver::types::Error,
+    usize,
+) {
+    let err = s
+        .guest
+        .insert_one(s.coll, &rawdoc! { "x": 1 }, &no_options())
+        .unwrap()
+        .expect_err("every attempt fails");
+    let attempts = started(s, "insert").len();
+    let admin = s.guest.database(s.client, "admin", None).unwrap();
+    let off = rawdoc! { "configureFailPoint": "failCommand", "mode": "off" };
+    s.guest.run_command(admin, &off, None).unwrap().unwrap();
+    (err, attempts)
+}
+
+const NWP: &str = "NoWritesPerformed";
+
+#[test]
+fn prose_3_a_no_writes_performed_retry_reports_the_write_concern_error() {
+    let mut s = setup("nwp_wce", true, "?replicaSet=rs0");
+    fail_inserts(
+        &mut s,
+        rawdoc! { "errorLabels": ["RetryableWriteError"], "writeConcernError": { "code": 91, "errmsg": "shutdown" } },
+        bson::rawbson!({ "times": 1 }),
+        rawdoc! { "errorCode": 10107, "errorLabels": ["RetryableWriteError", NWP] },
+    );
+    let (err, attempts) = failed_insert(&mut s);
+    assert_eq!(err.code, Some(91), "{err:?}");
+    assert_eq!(attempts, 2);
+}
+
+/// Prose test 6's overload labels, with `NoWritesPerformed` when `nwp`.
+fn overload(code: i32, nwp: bool) -> bson::RawDocumentBuf {
+    let mut labels = bson::RawArrayBuf::new();
+    for l in ["RetryableError", "SystemOverloadedError"]
+        .into_iter()
+        .chain(nwp.then_some(NWP))
+    {
+        labels.push(l);
+    }
+    rawdoc! { "errorCode": code, "errorLabels": labels }
+}
+
+#[test]
+fn prose_6_case_1_without_no_writes_performed_the_last_error_is_reported() {
+    let mut s = setup("nwp_none", true, "?replicaSet=rs0");
+    fail_inserts(
+        &mut s,
+        overload(91, false),
+        bson::rawbson!("alwaysOn"),
+        overload(10107, false),
+    );
+    let (err, attempts) = failed_insert(&mut s);
+    assert_eq!(err.code, Some(10107), "{err:?}");
+    assert_eq!(attempts, 3, "maxAdaptiveRetries (2) retries");
+}
+
+#[test]
+fn prose_6_case_2_when_every_error_has_no_writes_performed_the_first_is_reported() {
+    let mut s = setup("nwp_all", true, "?replicaSet=rs0");
+    fail_inserts(
+        &mut s,
+        overload(91, true),
+        bson::rawbson!("alwaysOn"),
+        overload(10107, true),
+    );
+    let (err, attempts) = failed_insert(&mut s);
+    assert_eq!(err.code, Some(91), "{err:?}");
+    assert!(err.labels.iter().any(|l| l == NWP), "{err:?}");
+    assert_eq!(attempts, 3);
+}
+
+#[test]
+fn prose_6_case_3_a_later_no_writes_performed_error_keeps_the_earlier_one() {
+    let mut s = setup("nwp_some", true, "?replicaSet=rs0");
+    fail_inserts(
+        &mut s,
+        overload(91, false),
+        bson::rawbson!("alwaysOn"),
+        overload(91, true),
+    );
+    let (err, attempts) = failed_insert(&mut s);
+    assert_eq!(err.code, Some(91), "{err:?}");
+    assert!(!err.labels.iter().any(|l| l == NWP), "{err:?}");
+    assert_eq!(attempts, 3);
+}

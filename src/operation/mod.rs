@@ -143,18 +143,32 @@ pub fn check_write_errors(reply: &RawDocument) -> Result<()> {
             return Err(e);
         }
     }
-    if let Ok(wce) = reply.get_document("writeConcernError") {
-        let msg = wce.get_str("errmsg").unwrap_or("write concern error");
-        let mut e = crate::conn::server_error(wce, msg, Some(reply.to_owned()));
-        if let Ok(labels) = reply.get_array("errorLabels") {
-            for l in labels.into_iter().flatten().filter_map(|v| v.as_str()) {
-                e.add_label(l);
-            }
-        }
-        e.message = format!("write concern error: {}", e.message);
-        return Err(e);
+    match write_concern_error(reply) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// A reply's `writeConcernError` as a server error, with the reply's labels.
+fn write_concern_error(reply: &RawDocument) -> Option<Error> {
+    let wce = reply.get_document("writeConcernError").ok()?;
+    let msg = wce.get_str("errmsg").unwrap_or("write concern error");
+    let mut e = crate::conn::server_error(wce, msg, Some(reply.to_owned()));
+    if let Ok(labels) = reply.get_array("errorLabels") {
+        for l in labels.into_iter().flatten().filter_map(|v| v.as_str()) {
+            e.add_label(l);
+        }
+    }
+    e.message = format!("write concern error: {}", e.message);
+    Some(e)
+}
+
+/// A write concern error the server labelled `RetryableWriteError`: a
+/// retryable write (a write command or findAndModify) retries it with the
+/// same txnNumber, so it fails the attempt inside the retry loop rather
+/// than being reported after it.
+pub fn retryable_write_concern_error(reply: &RawDocument) -> Option<Error> {
+    write_concern_error(reply).filter(|e| e.has_label("RetryableWriteError"))
 }
 
 #[cfg(test)]
@@ -189,6 +203,13 @@ mod tests {
         assert_eq!(e.code, Some(64));
         assert!(e.has_label("RetryableWriteError"));
         assert!(check_write_errors(&rawdoc! { "ok": 1, "n": 1 }).is_ok());
+        assert_eq!(
+            retryable_write_concern_error(&reply).unwrap().code,
+            Some(64)
+        );
+        let unlabelled = rawdoc! { "ok": 1, "writeConcernError": { "code": 64, "errmsg": "wc" } };
+        assert!(retryable_write_concern_error(&unlabelled).is_none());
+        assert!(check_write_errors(&unlabelled).is_err());
     }
 
     #[test]

@@ -61,6 +61,13 @@ impl Operation for RunCommand {
     }
 
     fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<RawDocumentBuf> {
+        // findAndModify: a labelled write concern error is retried, as for
+        // the write commands (write.rs).
+        if self.retryability == Retryability::Write {
+            if let Some(e) = super::retryable_write_concern_error(&reply) {
+                return Err(e);
+            }
+        }
         Ok(reply)
     }
 
@@ -117,5 +124,30 @@ mod tests {
         let mut op = RunCommand::new("db", cmd.clone(), Criteria::Write);
         assert!(op.sends_max_time(), "under CSOT the derived one is added");
         assert_eq!(op.build(&HelloReply::default()).unwrap().body, cmd);
+    }
+
+    #[test]
+    fn a_retryable_write_raises_a_labelled_write_concern_error_for_retry() {
+        let reply = rawdoc! {
+            "ok": 1, "value": null,
+            "writeConcernError": { "code": 91, "errmsg": "shutdown" },
+            "errorLabels": ["RetryableWriteError"],
+        };
+        let mut fam = RunCommand {
+            retryability: Retryability::Write,
+            ..RunCommand::new("db", rawdoc! { "findAndModify": "c" }, Criteria::Write)
+        };
+        let e = fam.handle_reply(reply.clone(), "a").unwrap_err();
+        assert_eq!(e.code, Some(91));
+        assert!(e.has_label("RetryableWriteError"));
+        // The user's own command is returned as the server answered it.
+        let mut user = RunCommand::new("db", rawdoc! { "findAndModify": "c" }, Criteria::Write);
+        assert_eq!(
+            user.handle_reply(reply, "a")
+                .unwrap()
+                .get_i32("ok")
+                .unwrap(),
+            1
+        );
     }
 }

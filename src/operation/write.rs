@@ -193,15 +193,8 @@ impl Operation for WriteCommand {
     fn handle_reply(&mut self, reply: RawDocumentBuf, _: &str) -> Result<()> {
         // A write concern error the server labelled retryable is retried
         // (same batch, same txnNumber) rather than folded in.
-        if let Ok(wce) = reply.get_document("writeConcernError") {
-            if labels(&reply).any(|l| l == "RetryableWriteError") {
-                let msg = wce.get_str("errmsg").unwrap_or("write concern error");
-                let mut e = server_error(wce, msg, Some(reply.clone()));
-                for l in labels(&reply) {
-                    e.add_label(l);
-                }
-                return Err(e);
-            }
+        if let Some(e) = super::retryable_write_concern_error(&reply) {
+            return Err(e);
         }
         self.fold(&reply)
     }
@@ -213,13 +206,6 @@ impl Operation for WriteCommand {
             Retryability::None
         }
     }
-}
-
-fn labels(reply: &RawDocument) -> impl Iterator<Item = &str> {
-    reply
-        .get_array("errorLabels")
-        .into_iter()
-        .flat_map(|a| a.into_iter().flatten().filter_map(|v| v.as_str()))
 }
 
 fn number(doc: &RawDocument, key: &str) -> i64 {

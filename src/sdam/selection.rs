@@ -26,6 +26,32 @@ impl ReadMode {
     }
 }
 
+impl ReadMode {
+    /// The mode's name in a `$readPreference` document.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadMode::Primary => "primary",
+            ReadMode::PrimaryPreferred => "primaryPreferred",
+            ReadMode::Secondary => "secondary",
+            ReadMode::SecondaryPreferred => "secondaryPreferred",
+            ReadMode::Nearest => "nearest",
+        }
+    }
+}
+
+/// The `$readPreference` mode a read sends over OP_MSG (Server Selection
+/// spec, "Passing read preference to mongod and mongos"): none for primary,
+/// the server's default, nor in a Single topology (this driver's direct
+/// connections read from the one server as it is); otherwise the mode, so
+/// that a secondary serves it.
+pub fn read_preference_mode(kind: TopologyType, criteria: Criteria) -> Option<&'static str> {
+    match (kind, criteria) {
+        (TopologyType::Single | TopologyType::Unknown, _) => None,
+        (_, Criteria::Read(mode)) if mode != ReadMode::Primary => Some(mode.as_str()),
+        _ => None,
+    }
+}
+
 /// What an operation needs: a writable server, or a readable one by mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Criteria {
@@ -148,6 +174,39 @@ mod tests {
     }
 
     const WINDOW: Duration = Duration::from_millis(15);
+
+    #[test]
+    fn read_preference_is_sent_when_not_primary_outside_single() {
+        use TopologyType::*;
+        let nearest = Criteria::Read(ReadMode::Nearest);
+        let preferred = Criteria::Read(ReadMode::PrimaryPreferred);
+        assert_eq!(
+            read_preference_mode(ReplicaSetWithPrimary, nearest),
+            Some("nearest")
+        );
+        assert_eq!(
+            read_preference_mode(Sharded, preferred),
+            Some("primaryPreferred")
+        );
+        assert_eq!(
+            read_preference_mode(ReplicaSetNoPrimary, Criteria::Read(ReadMode::Primary)),
+            None
+        );
+        assert_eq!(
+            read_preference_mode(ReplicaSetWithPrimary, Criteria::Write),
+            None
+        );
+        assert_eq!(read_preference_mode(Single, nearest), None);
+        for s in [
+            "primary",
+            "primaryPreferred",
+            "secondary",
+            "secondaryPreferred",
+            "nearest",
+        ] {
+            assert_eq!(ReadMode::parse(s).unwrap().as_str(), s);
+        }
+    }
 
     #[test]
     fn writes_go_to_the_primary() {

@@ -72,7 +72,7 @@ impl Transaction {
             return Err(Error::invalid_argument("transaction already in progress"));
         }
         if let Some(wc) = &options.write_concern {
-            if matches!(wc.get("w"), Ok(Some(bson::RawBsonRef::Int32(0)))) {
+            if crate::concern::is_unacknowledged(wc) {
                 return Err(Error::invalid_argument(
                     "transactions do not support unacknowledged write concern",
                 ));

@@ -280,6 +280,21 @@ impl Conn {
         Ok(self.backend.as_mut().expect("connected above"))
     }
 
+    /// Opens the backend connection and runs one `ping` on it (its reply dropped), so that
+    /// the backend's own per-connection setup is done within this connection's handshake,
+    /// as mongod's is, and not charged to the client's first command and its socket timeout.
+    fn warm_backend(&mut self) -> Result<(), String> {
+        if self.backend.is_some() {
+            return Ok(());
+        }
+        let ping = bson::doc! { "ping": 1, "$db": "admin" };
+        let bytes = frame::op_msg(0, 0, 0, &ping).map_err(|e| format!("warm-up: {e}"))?;
+        let backend = self.backend()?;
+        frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::read_message(backend, BODY_TIMEOUT).map_err(|e| format!("backend: {e}"))?;
+        Ok(())
+    }
+
     /// Runs the command on the backend and waits for its reply, which the client never gets.
     fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
         let backend = self.backend()?;

@@ -4,8 +4,8 @@
 //! Names the proxy acts on:
 //! - `failCommand`: mongod's; data fields `failCommands`, `closeConnection`, `errorCode`,
 //!   `errorLabels`, `errorExtraInfo`, `writeConcernError`, `blockConnection` + `blockTimeMS`,
-//!   `appName`, `namespace`, `failInternalCommands`, `failAllCommands`; and one proxy-only
-//!   field, [`REPLY_DELAY`] (`proxyReplyDelayMS`).
+//!   `appName`, `namespace`, `failInternalCommands`, `failAllCommands`; and two proxy-only
+//!   fields, [`REPLY_DELAY`] (`proxyReplyDelayMS`) and [`THEN`] (`proxyThen`).
 //! - `maxTimeAlwaysTimeOut`: mongod's; any command carrying `maxTimeMS` fails with code 50.
 //! - `failGetMoreAfterCursorCheckout`: mongod's; `getMore` fails with `data.errorCode`.
 //! - `onPrimaryTransactionalWrite`: mongod's; see [`ON_PRIMARY_TRANSACTIONAL_WRITE`].
@@ -44,6 +44,11 @@ pub const SLOW_COMMAND: &str = "proxySlowCommand";
 /// command's `maxTimeMS`, the MaxTimeMSExpired (code 50) reply is sent this many ms later, as a
 /// loaded server's would be (a client whose own deadline was `maxTimeMS` times out first).
 pub const REPLY_DELAY: &str = "proxyReplyDelayMS";
+/// Proxy-only, test-only data field of any point in `{times: N}` mode: `{mode, data}`, the
+/// configuration the point takes once its N times are used up. It stands for a test that
+/// reconfigures the point from a command-failed listener, between an attempt and its retry
+/// (the Retryable Writes prose tests 3 and 6), which a guest cannot do mid-operation.
+pub const THEN: &str = "proxyThen";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Mode {
@@ -174,6 +179,14 @@ impl FailPoints {
         let data = point.data.clone();
         if point.mode == Mode::Times(0) {
             self.points.remove(name);
+            let then = data.get_document(THEN).ok();
+            if let Some((mode, data)) =
+                then.and_then(|t| Some((t.get("mode")?, t.get_document("data").ok()?)))
+            {
+                if let Ok(mode) = Mode::parse(mode) {
+                    self.configure(name, mode, data.clone());
+                }
+            }
         }
         *self.entered.entry(name.to_string()).or_default() += 1;
         Some(data)
@@ -340,6 +353,22 @@ mod tests {
         assert!(fps.check(FAIL_COMMAND, |_| false).is_none());
         assert!(fps.check(FAIL_COMMAND, |_| true).is_some());
         assert!(fps.check(FAIL_COMMAND, |_| true).is_none());
+    }
+
+    #[test]
+    fn proxy_then_takes_over_when_times_run_out() {
+        let mut fps = FailPoints::default();
+        let then = doc! { "mode": "alwaysOn", "data": { "errorCode": 10107 } };
+        fps.configure(
+            FAIL_COMMAND,
+            Mode::Times(1),
+            doc! { "errorCode": 91, THEN: then },
+        );
+        let code = |d: Option<Document>| d.map(|d| d.get_i32("errorCode").unwrap());
+        assert_eq!(code(fps.check(FAIL_COMMAND, |_| true)), Some(91));
+        assert_eq!(code(fps.check(FAIL_COMMAND, |_| true)), Some(10107));
+        assert_eq!(code(fps.check(FAIL_COMMAND, |_| true)), Some(10107));
+        assert_eq!(fps.entered(FAIL_COMMAND), 3);
     }
 
     #[test]

@@ -116,6 +116,13 @@ impl Conn {
                 .ok()
                 .map(str::to_string);
             self.internal_client = body.contains_key("internalClient");
+            // Set the backend connection up now, as mongod does during its handshake:
+            // otherwise the connect and the backend's first command on it are charged to
+            // the client's first command, inside its socket timeout (20 ms in a CSOT
+            // deprecated-options test). A failure here is met again by the first forward.
+            if self.warm_backend().is_err() {
+                self.backend = None;
+            }
         }
         if let Err(reply) = api_version::check(name, body, api_version::ACCEPT_API_VERSION_2) {
             return Action::Reply(reply);
