@@ -1,8 +1,9 @@
 //! Entry points for the in-repo fuzzer (`host-tests/fuzz`, `cargo xtask fuzz`):
 //! each feeds untrusted bytes to the sans-I/O code that reads what a server
 //! (or a DNS resolver, or a user's URI) sends, the way the driver calls it.
-//! Not an API: errors are the expected outcome and are dropped; a panic, a
-//! hang or an unbounded allocation is the finding.
+//! Not an API: errors are the expected outcome (noted in a trace that guides
+//! the fuzzer, then dropped); a panic, a hang or an unbounded allocation is
+//! the finding.
 
 use crate::auth::scram::{Hash, KeyCache, Scram};
 use crate::collection::writes::{find_and_modify_value, update_result, Totals};
@@ -14,6 +15,7 @@ use crate::operation::{CursorReply, EndTransaction, Operation};
 use crate::uri::seedlist::{self, SrvTarget};
 use crate::wire::{self, Message};
 use bson::{rawdoc, RawDocument, RawDocumentBuf};
+use std::cell::Cell;
 
 /// The name the DNS target asks about (its replies must echo it).
 pub const DNS_NAME: &str = "_mongodb._tcp.test1.test.build.10gen.cc";
@@ -24,6 +26,40 @@ pub const SCRAM_NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
 /// A server-first message the SCRAM-final target answers first (4096 iterations).
 pub const SCRAM_SERVER_FIRST: &str =
     "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+
+thread_local! {
+    static TRACE: Cell<u64> = const { Cell::new(FNV_OFFSET) };
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn mix(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Adds a result to the trace of this input: `ok`, or the error's text
+/// without its digits (so that a new kind of error is news, a new number is not).
+fn note<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> std::result::Result<T, E> {
+    let h = TRACE.with(Cell::get);
+    let h = match &r {
+        Ok(_) => mix(h, b"ok;"),
+        Err(e) => {
+            let text = e.to_string();
+            let kept: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_digit()).collect();
+            mix(mix(h, &kept), b";")
+        }
+    };
+    TRACE.with(|t| t.set(h));
+    r
+}
+
+/// The outcomes noted since the last call, as one number: the fuzzer keeps
+/// an input that gives one it has not seen (the poor man's coverage).
+pub fn take_trace() -> u64 {
+    TRACE.with(|t| t.replace(FNV_OFFSET))
+}
 
 /// The BSON documents laid end to end in `bytes` (as many as parse).
 pub fn documents(mut bytes: &[u8]) -> Vec<&RawDocument> {
@@ -47,9 +83,9 @@ pub fn documents(mut bytes: &[u8]) -> Vec<&RawDocument> {
 pub fn wire_frame(frame: &[u8]) {
     if frame.len() >= 4 {
         let prefix = [frame[0], frame[1], frame[2], frame[3]];
-        let _ = wire::frame_length(prefix, wire::DEFAULT_MAX_MESSAGE_SIZE);
+        let _ = note(wire::frame_length(prefix, wire::DEFAULT_MAX_MESSAGE_SIZE));
     }
-    let body = match wire::decode(frame) {
+    let body = match note(wire::decode(frame)) {
         Ok((_, Message::Msg(msg))) => {
             let _ = msg.more_to_come();
             Some(msg.body)
@@ -58,7 +94,7 @@ pub fn wire_frame(frame: &[u8]) {
         Err(_) => None,
     };
     if let Some(body) = body {
-        let _ = check_ok(&body);
+        let _ = note(check_ok(&body));
     }
 }
 
@@ -69,13 +105,13 @@ pub fn hello(bytes: &[u8]) {
         return;
     };
     let _ = crate::auth::negotiate(doc);
-    if check_ok(doc).is_err() {
+    if note(check_ok(doc)).is_err() {
         return;
     }
-    let Ok(reply) = HelloReply::parse(doc) else {
+    let Ok(reply) = note(HelloReply::parse(doc)) else {
         return;
     };
-    let _ = reply.check_wire_version("a:27017");
+    let _ = note(reply.check_wire_version("a:27017"));
     let _ = crate::sdam::ServerType::from_hello(&reply, false);
     let seeds = ["a:27017".to_string(), "b:27017".to_string()];
     let mut topology = crate::sdam::TopologyDescription::new(&seeds, None, None);
@@ -83,7 +119,7 @@ pub fn hello(bytes: &[u8]) {
     let docs = (0..4).map(|i| rawdoc! { "_id": i }).collect();
     let mut op = WriteCommand::new("db", "c", WriteKind::Insert, docs, 0);
     while op.remaining() > 0 {
-        if op.build(&reply).is_err() {
+        if note(op.build(&reply)).is_err() {
             break;
         }
         op.finish_batch();
@@ -91,9 +127,9 @@ pub fn hello(bytes: &[u8]) {
 }
 
 /// Runs the executor's reply path: `ok` checked, then the operation's handler.
-fn reply_of<O: Operation>(op: &mut O, doc: &RawDocument) -> Option<O::Output> {
-    check_ok(doc).ok()?;
-    op.handle_reply(doc.to_owned(), "a:27017").ok()
+fn reply_of<O: Operation>(op: &mut O, doc: &RawDocument) -> crate::Result<O::Output> {
+    note(check_ok(doc))?;
+    note(op.handle_reply(doc.to_owned(), "a:27017"))
 }
 
 /// A reply opening or continuing a cursor (find, aggregate, getMore,
@@ -102,8 +138,8 @@ pub fn cursor_reply(bytes: &[u8]) {
     let Ok(doc) = RawDocument::from_bytes(bytes) else {
         return;
     };
-    if check_ok(doc).is_ok() {
-        let _ = CursorReply::parse(doc, "a:27017");
+    if note(check_ok(doc)).is_ok() {
+        let _ = note(CursorReply::parse(doc, "a:27017"));
     }
 }
 
@@ -130,25 +166,25 @@ pub fn write_replies(bytes: &[u8]) {
         op.ordered = first == 0;
         while op.remaining() > 0 {
             let Some(reply) = replies.next() else { break };
-            if op.build(&hello).is_err() {
+            if note(op.build(&hello)).is_err() {
                 break;
             }
             let _ = reply_of(&mut op, reply);
             op.finish_batch();
         }
         if kind == WriteKind::Update {
-            let _ = update_result(&op.result);
+            let _ = note(update_result(&op.result));
         }
         total.add(kind, op.result);
     }
-    let _ = total.finish(&inserted, true);
+    let _ = note(total.finish(&inserted, true));
 }
 
 /// findAndModify's reply.
 pub fn find_and_modify(bytes: &[u8]) {
     if let Ok(doc) = RawDocument::from_bytes(bytes) {
-        if check_ok(doc).is_ok() {
-            let _ = find_and_modify_value(doc);
+        if note(check_ok(doc)).is_ok() {
+            let _ = note(find_and_modify_value(doc));
         }
     }
 }
@@ -156,9 +192,9 @@ pub fn find_and_modify(bytes: &[u8]) {
 /// count's and distinct's replies.
 pub fn count_distinct(bytes: &[u8]) {
     if let Ok(doc) = RawDocument::from_bytes(bytes) {
-        if check_ok(doc).is_ok() {
-            let _ = crate::collection::number(doc, "n");
-            let _ = crate::collection::distinct_values(doc);
+        if note(check_ok(doc)).is_ok() {
+            let _ = note(crate::collection::number(doc, "n"));
+            let _ = note(crate::collection::distinct_values(doc));
         }
     }
 }
@@ -177,7 +213,7 @@ pub fn error_reply(bytes: &[u8]) {
     let Ok(doc) = RawDocument::from_bytes(bytes) else {
         return;
     };
-    if let Err(e) = check_ok(doc) {
+    if let Err(e) = note(check_ok(doc)) {
         let _ = e.to_string();
         let _ = crate::retryable::is_retryable_read_error(&e);
         let _ = crate::change_stream::is_resumable(&e);
@@ -185,7 +221,7 @@ pub fn error_reply(bytes: &[u8]) {
             let _ = crate::sdam::state_change_error(code);
         }
     }
-    let _ = crate::operation::check_write_errors(doc);
+    let _ = note(crate::operation::check_write_errors(doc));
     if let Ok(ct) = doc.get_document("$clusterTime") {
         let mut current = None;
         crate::session::cluster_time::advance(&mut current, ct.to_owned());
@@ -198,17 +234,22 @@ pub fn uri(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return;
     };
-    let Ok(cs) = crate::uri::parse(text) else {
+    let Ok(cs) = note(crate::uri::parse(text)) else {
         return;
     };
     let _ = format!("{cs:?}");
     if cs.srv {
-        let _ = seedlist::srv_query(&cs);
+        let _ = note(seedlist::srv_query(&cs));
         let srv = [SrvTarget {
             host: "host1.test.build.10gen.cc".into(),
             port: 27017,
         }];
-        let _ = seedlist::apply(&cs, &srv, &[b"replicaSet=rs0".to_vec()], &mut |_: usize| 0);
+        let _ = note(seedlist::apply(
+            &cs,
+            &srv,
+            &[b"replicaSet=rs0".to_vec()],
+            &mut |_: usize| 0,
+        ));
     }
 }
 
@@ -219,7 +260,7 @@ pub fn scram_server_first(bytes: &[u8]) {
     };
     for hash in [Hash::Sha1, Hash::Sha256] {
         if let Ok(scram) = Scram::new(hash, "user", "pencil", SCRAM_NONCE.into()) {
-            let _ = scram.parse_server_first(text);
+            let _ = note(scram.parse_server_first(text));
         }
     }
 }
@@ -233,8 +274,8 @@ pub fn scram_server_final(bytes: &[u8]) {
         return;
     };
     let first = CACHE.with(|cache| scram.client_final(SCRAM_SERVER_FIRST.as_bytes(), cache));
-    if first.is_ok() {
-        let _ = scram.verify_server_final(bytes);
+    if note(first).is_ok() {
+        let _ = note(scram.verify_server_final(bytes));
     }
 }
 
@@ -242,7 +283,7 @@ pub fn scram_server_final(bytes: &[u8]) {
 /// seedlist built from its records.
 pub fn dns_reply(bytes: &[u8]) {
     let cs = crate::uri::parse("mongodb+srv://test1.test.build.10gen.cc/").ok();
-    if let Ok(reply) = dns::parse_reply(bytes, DNS_ID, DNS_NAME, RecordType::Srv) {
+    if let Ok(reply) = note(dns::parse_reply(bytes, DNS_ID, DNS_NAME, RecordType::Srv)) {
         let srv: Vec<SrvTarget> = reply
             .answers
             .iter()
@@ -255,10 +296,10 @@ pub fn dns_reply(bytes: &[u8]) {
             })
             .collect();
         if let Some(cs) = &cs {
-            let _ = seedlist::apply(cs, &srv, &[], &mut |_: usize| 0);
+            let _ = note(seedlist::apply(cs, &srv, &[], &mut |_: usize| 0));
         }
     }
-    if let Ok(reply) = dns::parse_reply(bytes, DNS_ID, DNS_NAME, RecordType::Txt) {
+    if let Ok(reply) = note(dns::parse_reply(bytes, DNS_ID, DNS_NAME, RecordType::Txt)) {
         let txt: Vec<Vec<u8>> = reply
             .answers
             .into_iter()
@@ -272,7 +313,7 @@ pub fn dns_reply(bytes: &[u8]) {
             port: 27017,
         }];
         if let Some(cs) = &cs {
-            let _ = seedlist::apply(cs, &srv, &txt, &mut |_: usize| 0);
+            let _ = note(seedlist::apply(cs, &srv, &txt, &mut |_: usize| 0));
         }
     }
 }

@@ -24,8 +24,10 @@ pub struct Config {
     pub max_execs: Option<u64>,
     pub seed: u64,
     pub findings: PathBuf,
-    /// Memory one input may make the fuzzing thread hold: this, plus 256 bytes per input byte.
+    /// Memory one input may make the fuzzing thread hold: this, plus
+    /// `mem_per_byte` bytes per input byte.
     pub mem_cap: usize,
+    pub mem_per_byte: usize,
     /// An input slower than this (twice) is a finding.
     pub slow: Duration,
     /// An input still running after this stops the run (saved first).
@@ -40,6 +42,7 @@ impl Default for Config {
             seed: 1,
             findings: PathBuf::from("target/fuzz-findings"),
             mem_cap: 16 << 20,
+            mem_per_byte: 256,
             slow: Duration::from_secs(2),
             hang: Duration::from_secs(20),
         }
@@ -94,21 +97,7 @@ pub fn install(config: &Config) {
     let _ = FINDINGS_DIR.set(config.findings.clone());
     HANG_NANOS.store(config.hang.as_nanos() as u64, Ordering::SeqCst);
     epoch();
-    std::panic::set_hook(Box::new(|info| {
-        let at = info
-            .location()
-            .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
-            .unwrap_or_default();
-        let payload = info.payload();
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        if let Ok(mut last) = LAST_PANIC.lock() {
-            *last = Some(format!("{at}: {msg}"));
-        }
-    }));
+    install_panic_hook();
     alloc::on_over_allocation(over_allocation);
     std::thread::spawn(|| loop {
         std::thread::sleep(Duration::from_millis(50));
@@ -116,6 +105,33 @@ pub fn install(config: &Config) {
         if since != 0 && now_nanos().saturating_sub(since) > HANG_NANOS.load(Ordering::SeqCst) {
             stop_with("hang", "still running after the time limit".into(), 4);
         }
+    });
+}
+
+/// Panics inside a target are recorded quietly (for the report); any other
+/// panic goes to the previous hook as usual.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if BUSY_SINCE.load(Ordering::SeqCst) == 0 {
+                return previous(info);
+            }
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
+                .unwrap_or_default();
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if let Ok(mut last) = LAST_PANIC.lock() {
+                *last = Some(format!("{at}: {msg}"));
+            }
+        }));
     });
 }
 
@@ -167,7 +183,12 @@ fn print_finding(target: &str, kind: &str, message: &str, path: &Path, len: usiz
 
 /// The outcome of one input.
 pub enum Outcome {
-    Ok { elapsed: Duration, peak: usize },
+    /// `trace`: what the driver's code answered (see `fuzzing::take_trace`).
+    Ok {
+        elapsed: Duration,
+        peak: usize,
+        trace: u64,
+    },
     Panic(String),
 }
 
@@ -181,7 +202,10 @@ pub fn execute(target: &Target, input: &[u8], config: &Config) -> Outcome {
     if let Ok(mut last) = LAST_PANIC.lock() {
         *last = None;
     }
-    let cap = config.mem_cap.saturating_add(input.len().saturating_mul(256));
+    install_panic_hook();
+    let cap = config
+        .mem_cap
+        .saturating_add(input.len().saturating_mul(config.mem_per_byte));
     let start = Instant::now();
     BUSY_SINCE.store(now_nanos(), Ordering::SeqCst);
     alloc::arm(cap);
@@ -190,7 +214,11 @@ pub fn execute(target: &Target, input: &[u8], config: &Config) -> Outcome {
     BUSY_SINCE.store(0, Ordering::SeqCst);
     let elapsed = start.elapsed();
     match result {
-        Ok(()) => Outcome::Ok { elapsed, peak },
+        Ok(()) => Outcome::Ok {
+            elapsed,
+            peak,
+            trace: mongo_wasi::fuzzing::take_trace(),
+        },
         Err(_) => Outcome::Panic(
             LAST_PANIC
                 .lock()
@@ -227,6 +255,8 @@ fn minimize(target: &Target, input: &[u8], site: &str, config: &Config) -> Vec<u
     best
 }
 
+const MAX_CORPUS: usize = 4096;
+
 /// Fuzzes one target for the configured time (or executions).
 pub fn fuzz(target: &'static Target, config: &Config) -> Report {
     let seeds = (target.seeds)();
@@ -245,6 +275,8 @@ pub fn fuzz(target: &'static Target, config: &Config) -> Report {
         findings: Vec::new(),
     };
     let mut sites: Vec<String> = Vec::new();
+    let mut traces = std::collections::HashSet::new();
+    let seeds_len = seeds.len();
     let start = Instant::now();
     let budget = Duration::from_secs_f64(config.seconds);
     let mut next_input = {
@@ -267,7 +299,7 @@ pub fn fuzz(target: &'static Target, config: &Config) -> Report {
         }
     };
     loop {
-        if report.execs % 64 == 0 && start.elapsed() >= budget {
+        if report.execs.is_multiple_of(64) && start.elapsed() >= budget {
             break;
         }
         if config.max_execs.is_some_and(|n| report.execs >= n) {
@@ -276,7 +308,11 @@ pub fn fuzz(target: &'static Target, config: &Config) -> Report {
         let input = next_input(&mut mutator, &corpus);
         report.execs += 1;
         match execute(target, &input, config) {
-            Outcome::Ok { elapsed, peak } => {
+            Outcome::Ok {
+                elapsed,
+                peak,
+                trace,
+            } => {
                 report.peak_bytes = report.peak_bytes.max(peak);
                 if elapsed > config.slow {
                     // Once more: a loaded machine can stall one run.
@@ -294,12 +330,12 @@ pub fn fuzz(target: &'static Target, config: &Config) -> Report {
                         }
                     }
                 }
-                // Keep a few mutants so that mutations can stack across runs.
-                if mutator.rng.chance(256) {
-                    if corpus.len() < 512 {
+                // Keep a mutant the driver answered in a new way.
+                if traces.insert(trace) {
+                    if corpus.len() < MAX_CORPUS {
                         corpus.push(input);
                     } else {
-                        let i = mutator.rng.below(corpus.len());
+                        let i = seeds_len + mutator.rng.below(corpus.len() - seeds_len);
                         corpus[i] = input;
                     }
                 }
@@ -329,11 +365,48 @@ pub fn fuzz(target: &'static Target, config: &Config) -> Report {
 /// Runs one saved input and says what happened.
 pub fn reproduce(target: &Target, input: &[u8], config: &Config) -> Result<(), String> {
     match execute(target, input, config) {
-        Outcome::Ok { elapsed, peak } if elapsed <= config.slow => {
-            println!("{}: no finding ({elapsed:?}, at most {peak} bytes held)", target.name);
+        Outcome::Ok { elapsed, peak, .. } if elapsed <= config.slow => {
+            println!(
+                "{}: no finding ({elapsed:?}, at most {peak} bytes held)",
+                target.name
+            );
             Ok(())
         }
         Outcome::Ok { elapsed, .. } => Err(format!("{}: slow: took {elapsed:?}", target.name)),
         Outcome::Panic(m) => Err(format!("{}: panic: {m}", target.name)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panics(_: &[u8]) {
+        let v: Vec<u8> = Vec::new();
+        let _ = v[3];
+    }
+
+    #[test]
+    fn a_panic_is_caught_with_its_site_and_minimized() {
+        let t = Target {
+            name: "test",
+            about: "",
+            run: |b: &[u8]| {
+                if b.contains(&b'!') {
+                    panics(b)
+                }
+            },
+            seeds: Vec::new,
+            dictionary: &[],
+            fixup: None,
+            max_len: 64,
+        };
+        let config = Config::default();
+        let Outcome::Panic(m) = execute(&t, b"abc!def", &config) else {
+            panic!("the panic was not seen");
+        };
+        assert!(m.contains("lib.rs"), "{m}");
+        assert_eq!(minimize(&t, b"abc!def", panic_site(&m), &config), b"!");
+        assert!(matches!(execute(&t, b"abc", &config), Outcome::Ok { .. }));
     }
 }

@@ -3,15 +3,19 @@
 
 use mongo_wasi_fuzz::{alloc::Counting, targets, Config};
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
 const USAGE: &str = "\
 usage: mongo-wasi-fuzz [--seconds N] [--target T]... [--seed S] [--execs N]
-                       [--findings DIR] [--mem-cap-mb M] [--repro FILE] [--list]
+                       [--findings DIR] [--mem-cap-mb M] [--mem-per-byte B]
+                       [--slow-ms MS] [--hang-ms MS] [--repro FILE] [--list]
   Fuzzes each target (or those named) for N seconds (default 60); exits 1 on a finding.
-  --repro FILE runs one saved input of --target T.";
+  An input may hold M MB (default 16) plus B bytes per input byte (default 256),
+  must finish within --slow-ms (default 2000, a finding) and is stopped after
+  --hang-ms (default 20000, a finding). --repro FILE runs one saved input of --target T.";
 
 fn main() -> ExitCode {
     let mut config = Config::default();
@@ -28,6 +32,15 @@ fn main() -> ExitCode {
             "--mem-cap-mb" => value()
                 .parse::<usize>()
                 .map(|v| config.mem_cap = v << 20)
+                .is_ok(),
+            "--mem-per-byte" => value().parse().map(|v| config.mem_per_byte = v).is_ok(),
+            "--slow-ms" => value()
+                .parse()
+                .map(|v| config.slow = Duration::from_millis(v))
+                .is_ok(),
+            "--hang-ms" => value()
+                .parse()
+                .map(|v| config.hang = Duration::from_millis(v))
                 .is_ok(),
             "--findings" => {
                 config.findings = value().into();

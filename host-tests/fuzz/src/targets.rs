@@ -216,8 +216,22 @@ const URI_WORDS: &[&[u8]] = &[
 ];
 
 const SCRAM_WORDS: &[&[u8]] = &[
-    b"r=", b"s=", b"i=", b"v=", b"e=", b"m=", b",", b"=", b"==", b"4096", b"10000001", b"-1",
-    b"0", b"rOprNGfwEbeRWgbNEkqO", b"\xff", b"\xc3\xa9",
+    b"r=",
+    b"s=",
+    b"i=",
+    b"v=",
+    b"e=",
+    b"m=",
+    b",",
+    b"=",
+    b"==",
+    b"4096",
+    b"10000001",
+    b"-1",
+    b"0",
+    b"rOprNGfwEbeRWgbNEkqO",
+    b"\xff",
+    b"\xc3\xa9",
 ];
 
 const DNS_WORDS: &[&[u8]] = &[
@@ -253,7 +267,11 @@ fn crc32c(bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -302,7 +320,7 @@ fn wire_seeds() -> Vec<Vec<u8>> {
     checksummed[16] |= CHECKSUM_PRESENT as u8;
     checksummed.extend_from_slice(&[0, 0, 0, 0]);
     fix_frame(&mut checksummed);
-    let mut compressed = op_reply(&[body.clone()], wire::OP_COMPRESSED);
+    let mut compressed = op_reply(std::slice::from_ref(&body), wire::OP_COMPRESSED);
     compressed.truncate(16);
     compressed.extend_from_slice(&2013i32.to_le_bytes());
     compressed.extend_from_slice(&100i32.to_le_bytes());
@@ -337,20 +355,32 @@ fn hello_seeds() -> Vec<Vec<u8>> {
             "saslSupportedMechs": ["SCRAM-SHA-1", "SCRAM-SHA-256"], "helloOk": true, "ok": 1,
         }),
         bytes(rawdoc! { "ismaster": true, "msg": "isdbgrid", "maxWireVersion": 17, "ok": 1 }),
-        bytes(rawdoc! { "secondary": true, "setName": "rs0", "hidden": true, "arbiterOnly": true,
-            "maxWriteBatchSize": 1, "maxMessageSizeBytes": 1, "maxBsonObjectSize": 1, "ok": 1 }),
+        bytes(
+            rawdoc! { "secondary": true, "setName": "rs0", "hidden": true, "arbiterOnly": true,
+            "maxWriteBatchSize": 1, "maxMessageSizeBytes": 1, "maxBsonObjectSize": 1, "ok": 1 },
+        ),
         bytes(rawdoc! { "ok": 0, "errmsg": "no such command: 'hello'", "code": 59 }),
     ]
 }
 
 fn cursor_seeds() -> Vec<Vec<u8>> {
     vec![
-        bytes(rawdoc! { "cursor": { "firstBatch": [{ "_id": 1, "x": 1 }, { "_id": 2 }], "id": 0i64, "ns": "db.c" }, "ok": 1 }),
-        bytes(rawdoc! { "cursor": { "nextBatch": [{ "_id": 3 }], "id": 123456789i64, "ns": "db.c" }, "ok": 1.0 }),
-        bytes(rawdoc! { "cursor": { "firstBatch": [{ "name": "c", "type": "collection", "options": {}, "info": { "readOnly": false } }], "id": 0i64, "ns": "db.$cmd.listCollections" }, "ok": 1 }),
-        bytes(rawdoc! { "cursor": { "firstBatch": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_" }], "id": 0i64, "ns": "db.c" }, "ok": 1 }),
-        bytes(rawdoc! { "cursor": { "firstBatch": [], "id": 5, "ns": "db.c", "postBatchResumeToken": { "_data": "8263" } }, "ok": 1,
-            "$clusterTime": { "clusterTime": Timestamp { time: 1, increment: 2 } } }),
+        bytes(
+            rawdoc! { "cursor": { "firstBatch": [{ "_id": 1, "x": 1 }, { "_id": 2 }], "id": 0i64, "ns": "db.c" }, "ok": 1 },
+        ),
+        bytes(
+            rawdoc! { "cursor": { "nextBatch": [{ "_id": 3 }], "id": 123456789i64, "ns": "db.c" }, "ok": 1.0 },
+        ),
+        bytes(
+            rawdoc! { "cursor": { "firstBatch": [{ "name": "c", "type": "collection", "options": {}, "info": { "readOnly": false } }], "id": 0i64, "ns": "db.$cmd.listCollections" }, "ok": 1 },
+        ),
+        bytes(
+            rawdoc! { "cursor": { "firstBatch": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_" }], "id": 0i64, "ns": "db.c" }, "ok": 1 },
+        ),
+        bytes(
+            rawdoc! { "cursor": { "firstBatch": [], "id": 5, "ns": "db.c", "postBatchResumeToken": { "_data": "8263" } }, "ok": 1,
+            "$clusterTime": { "clusterTime": Timestamp { time: 1, increment: 2 } } },
+        ),
     ]
 }
 
@@ -358,12 +388,21 @@ fn write_seeds() -> Vec<Vec<u8>> {
     let ok = |d: RawDocumentBuf| d.into_bytes();
     let cat = |docs: &[Vec<u8>]| docs.concat();
     let insert = ok(rawdoc! { "n": 3, "ok": 1 });
-    let update = ok(rawdoc! { "n": 2, "nModified": 1, "upserted": [{ "index": 1, "_id": 9 }], "ok": 1 });
+    let update =
+        ok(rawdoc! { "n": 2, "nModified": 1, "upserted": [{ "index": 1, "_id": 9 }], "ok": 1 });
     let delete = ok(rawdoc! { "n": 1, "ok": 1.0 });
-    let write_errors = ok(rawdoc! { "n": 1, "writeErrors": [{ "index": 1, "code": 11000, "errmsg": "E11000 duplicate key" }], "ok": 1 });
-    let wce = ok(rawdoc! { "n": 1, "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out", "errInfo": { "wtimeout": true } }, "ok": 1 });
-    let labelled = ok(rawdoc! { "n": 1, "writeConcernError": { "code": 91, "errmsg": "shutting down" }, "errorLabels": ["RetryableWriteError"], "ok": 1 });
-    let failed = ok(rawdoc! { "ok": 0, "code": 10107, "codeName": "NotWritablePrimary", "errmsg": "not primary", "errorLabels": ["RetryableWriteError"] });
+    let write_errors = ok(
+        rawdoc! { "n": 1, "writeErrors": [{ "index": 1, "code": 11000, "errmsg": "E11000 duplicate key" }], "ok": 1 },
+    );
+    let wce = ok(
+        rawdoc! { "n": 1, "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out", "errInfo": { "wtimeout": true } }, "ok": 1 },
+    );
+    let labelled = ok(
+        rawdoc! { "n": 1, "writeConcernError": { "code": 91, "errmsg": "shutting down" }, "errorLabels": ["RetryableWriteError"], "ok": 1 },
+    );
+    let failed = ok(
+        rawdoc! { "ok": 0, "code": 10107, "codeName": "NotWritablePrimary", "errmsg": "not primary", "errorLabels": ["RetryableWriteError"] },
+    );
     vec![
         cat(&[insert.clone(), update.clone(), delete.clone()]),
         cat(&[write_errors.clone(), update.clone(), delete.clone()]),
@@ -375,9 +414,15 @@ fn write_seeds() -> Vec<Vec<u8>> {
 
 fn find_and_modify_seeds() -> Vec<Vec<u8>> {
     vec![
-        bytes(rawdoc! { "lastErrorObject": { "n": 1, "updatedExisting": true }, "value": { "_id": 1, "x": 2 }, "ok": 1 }),
-        bytes(rawdoc! { "lastErrorObject": { "n": 0, "updatedExisting": false }, "value": null, "ok": 1 }),
-        bytes(rawdoc! { "lastErrorObject": { "n": 1, "upserted": 5 }, "value": { "_id": 5 }, "writeConcernError": { "code": 64, "errmsg": "wc" }, "ok": 1 }),
+        bytes(
+            rawdoc! { "lastErrorObject": { "n": 1, "updatedExisting": true }, "value": { "_id": 1, "x": 2 }, "ok": 1 },
+        ),
+        bytes(
+            rawdoc! { "lastErrorObject": { "n": 0, "updatedExisting": false }, "value": null, "ok": 1 },
+        ),
+        bytes(
+            rawdoc! { "lastErrorObject": { "n": 1, "upserted": 5 }, "value": { "_id": 5 }, "writeConcernError": { "code": 64, "errmsg": "wc" }, "ok": 1 },
+        ),
     ]
 }
 
@@ -393,8 +438,12 @@ fn count_distinct_seeds() -> Vec<Vec<u8>> {
 fn end_transaction_seeds() -> Vec<Vec<u8>> {
     vec![
         bytes(rawdoc! { "ok": 1 }),
-        bytes(rawdoc! { "ok": 1, "writeConcernError": { "code": 79, "codeName": "UnknownReplWriteConcern", "errmsg": "no such tag" }, "errorLabels": ["UnknownTransactionCommitResult"] }),
-        bytes(rawdoc! { "ok": 0, "code": 251, "codeName": "NoSuchTransaction", "errmsg": "txn", "errorLabels": ["TransientTransactionError"] }),
+        bytes(
+            rawdoc! { "ok": 1, "writeConcernError": { "code": 79, "codeName": "UnknownReplWriteConcern", "errmsg": "no such tag" }, "errorLabels": ["UnknownTransactionCommitResult"] },
+        ),
+        bytes(
+            rawdoc! { "ok": 0, "code": 251, "codeName": "NoSuchTransaction", "errmsg": "txn", "errorLabels": ["TransientTransactionError"] },
+        ),
     ]
 }
 
@@ -404,11 +453,21 @@ fn error_seeds() -> Vec<Vec<u8>> {
         "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 7i64 },
     };
     vec![
-        bytes(rawdoc! { "ok": 0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary", "errorLabels": ["RetryableWriteError", "SystemOverloadedError"], "$clusterTime": cluster_time.clone(), "operationTime": Timestamp { time: 1, increment: 1 } }),
-        bytes(rawdoc! { "ok": 0.0, "errmsg": "operation exceeded time limit", "code": 50, "codeName": "MaxTimeMSExpired" }),
-        bytes(rawdoc! { "ok": 1, "n": 0, "writeErrors": [{ "index": 0, "code": 121, "errmsg": "failed validation", "errInfo": {} }], "$clusterTime": cluster_time }),
-        bytes(rawdoc! { "ok": 1, "writeConcernError": { "code": 91, "errmsg": "shutdown", "errorLabels": ["RetryableWriteError"] } }),
-        bytes(rawdoc! { "ok": 0, "code": 136, "errmsg": "CappedPositionLost", "errorLabels": ["ResumableChangeStreamError"] }),
+        bytes(
+            rawdoc! { "ok": 0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary", "errorLabels": ["RetryableWriteError", "SystemOverloadedError"], "$clusterTime": cluster_time.clone(), "operationTime": Timestamp { time: 1, increment: 1 } },
+        ),
+        bytes(
+            rawdoc! { "ok": 0.0, "errmsg": "operation exceeded time limit", "code": 50, "codeName": "MaxTimeMSExpired" },
+        ),
+        bytes(
+            rawdoc! { "ok": 1, "n": 0, "writeErrors": [{ "index": 0, "code": 121, "errmsg": "failed validation", "errInfo": {} }], "$clusterTime": cluster_time },
+        ),
+        bytes(
+            rawdoc! { "ok": 1, "writeConcernError": { "code": 91, "errmsg": "shutdown", "errorLabels": ["RetryableWriteError"] } },
+        ),
+        bytes(
+            rawdoc! { "ok": 0, "code": 136, "errmsg": "CappedPositionLost", "errorLabels": ["ResumableChangeStreamError"] },
+        ),
     ]
 }
 
@@ -494,7 +553,9 @@ fn dns_seeds() -> Vec<Vec<u8>> {
     let mut compressed = srv(27017, "");
     // A target that points back into the question (a compression pointer).
     compressed.1.truncate(6);
-    compressed.1.extend_from_slice(&[4, b'h', b'o', b's', b't', 0xC0, 12 + 23]);
+    compressed
+        .1
+        .extend_from_slice(&[4, b'h', b'o', b's', b't', 0xC0, 12 + 23]);
     let txt = |parts: &[&str]| {
         let mut r = Vec::new();
         for p in parts {
@@ -514,7 +575,11 @@ fn dns_seeds() -> Vec<Vec<u8>> {
             ],
         ),
         dns_reply(0x8180, 33, &[compressed]),
-        dns_reply(0x8180, 16, &[txt(&["replicaSet=repl0&", "authSource=thisDB"])]),
+        dns_reply(
+            0x8180,
+            16,
+            &[txt(&["replicaSet=repl0&", "authSource=thisDB"])],
+        ),
         dns_reply(0x8180, 16, &[txt(&["loadBalanced=true"]), txt(&["x=y"])]),
         dns_reply(0x8380, 33, &[]),
         dns_reply(0x8183, 33, &[]),
