@@ -273,7 +273,7 @@ pub(crate) fn update_result(r: &WriteResult) -> Result<UpdateResult> {
         .first()
         .map(|(_, id)| rawdoc! { "v": id.clone() });
     Ok(UpdateResult {
-        matched: r.n - r.upserted.len() as i64,
+        matched: r.n.saturating_sub(r.upserted.len() as i64),
         modified: r.n_modified,
         upserted_id,
     })
@@ -317,13 +317,15 @@ pub(crate) struct Totals {
 
 impl Totals {
     pub(crate) fn add(&mut self, kind: WriteKind, r: WriteResult) {
+        // Saturating: counts come from the server and must not overflow.
         match kind {
-            WriteKind::Insert => self.inserted += r.n,
+            WriteKind::Insert => self.inserted = self.inserted.saturating_add(r.n),
             WriteKind::Update => {
-                self.matched += r.n - r.upserted.len() as i64;
-                self.modified += r.n_modified;
+                let matched = r.n.saturating_sub(r.upserted.len() as i64);
+                self.matched = self.matched.saturating_add(matched);
+                self.modified = self.modified.saturating_add(r.n_modified);
             }
-            WriteKind::Delete => self.deleted += r.n,
+            WriteKind::Delete => self.deleted = self.deleted.saturating_add(r.n),
         }
         self.upserted.extend(r.upserted);
         self.write_errors.extend(r.write_errors);
@@ -558,5 +560,32 @@ mod tests {
         assert_eq!(r.get_i64("deletedCount").unwrap(), 5);
         assert_eq!(r.get_i64("upsertedCount").unwrap(), 1);
         assert_eq!(r.get_document("upsertedIds").unwrap(), &*rawdoc! { "4": 9 });
+    }
+
+    #[test]
+    fn lying_counts_saturate_in_totals_and_update_results() {
+        // Found by `cargo xtask fuzz --target write`: `n - upserted` and the
+        // running totals overflowed on counts near i64::MIN/MAX.
+        let lying = WriteResult {
+            n: i64::MIN,
+            n_modified: i64::MAX,
+            upserted: vec![(0, RawBson::Int32(1))],
+            ..Default::default()
+        };
+        assert_eq!(update_result(&lying).unwrap().matched, i64::MIN);
+        let mut t = Totals::default();
+        for kind in [WriteKind::Insert, WriteKind::Update, WriteKind::Delete] {
+            t.add(kind, lying.clone());
+            t.add(
+                kind,
+                WriteResult {
+                    n: i64::MAX,
+                    n_modified: i64::MAX,
+                    ..Default::default()
+                },
+            );
+        }
+        let r = t.finish(&[], true).unwrap();
+        assert_eq!(r.get_i64("modifiedCount").unwrap(), i64::MAX);
     }
 }
