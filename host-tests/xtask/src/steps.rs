@@ -74,9 +74,13 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
         || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
     );
-    let _ = run.step("test: fuzz every parser briefly (host-tests/fuzz)", || {
-        fuzz(ctx, &["--seconds", "3"])
-    });
+    let _ = run.step(
+        "test: the fuzzer's oracles and saved findings, then every target for 3 s",
+        || {
+            exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi-fuzz"]))?;
+            fuzz(ctx, &["--seconds", "3"])
+        },
+    );
     build_steps(run, ctx)?; // the host tests need the component
     let _ = run.step("test: host tests and proxy tests against nx-27017", || {
         host_tests(ctx)
