@@ -22,7 +22,7 @@ commands:
   build               setup, then build the component, the notes example and the
                       host tests, and check the component exports the driver
   demo                setup, build, then run examples/notes against a local nx-27017
-  test                setup, then unit/spec tests, a brief fuzz of every target, build, host tests against nx-27017,
+  test                setup, then unit/spec tests, build, host tests against nx-27017,
                       proxy tests, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass)
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
