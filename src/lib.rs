@@ -29,6 +29,10 @@ mod cursor;
 mod database;
 mod discovery;
 mod executor;
+// Entry points for host-tests/fuzz; not an API, and not in the component.
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gridfs;
 pub(crate) mod operation;
 pub mod retryable;

@@ -267,7 +267,7 @@ impl Scram {
         matches!(self.state, State::Verified)
     }
 
-    fn parse_server_first<'a>(&self, text: &'a str) -> Result<ServerFirst<'a>> {
+    pub(crate) fn parse_server_first<'a>(&self, text: &'a str) -> Result<ServerFirst<'a>> {
         let mut parts = text.split(',');
         let mut next = |attr: &str| -> Result<&'a str> {
             let part = parts.next().unwrap_or_default();
@@ -328,7 +328,7 @@ impl Scram {
     }
 }
 
-struct ServerFirst<'a> {
+pub(crate) struct ServerFirst<'a> {
     nonce: &'a str,
     salt: Vec<u8>,
     iterations: NonZeroU32,

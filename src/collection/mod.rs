@@ -2,7 +2,7 @@
 
 mod indexes;
 mod map_reduce;
-mod writes;
+pub(crate) mod writes;
 
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
@@ -395,10 +395,7 @@ impl Collection {
     ) -> Result<RawDocumentBuf> {
         let body = rawdoc! { "distinct": self.name.as_str(), "key": field, "query": filter };
         let reply = self.command(body, options, Retryability::Read)?;
-        let values = reply
-            .get_array("values")
-            .map_err(|_| Error::protocol("distinct reply has no values"))?;
-        Ok(rawdoc! { "values": values.to_owned() })
+        distinct_values(&reply)
     }
 
     pub fn drop(&self, options: &OpOptions) -> Result<()> {
@@ -465,7 +462,15 @@ fn array(docs: &[RawDocumentBuf]) -> RawArrayBuf {
     arr
 }
 
-fn number(doc: &RawDocument, key: &str) -> Result<i64> {
+/// The distinct values of a reply, as `{values: [...]}`.
+pub(crate) fn distinct_values(reply: &RawDocument) -> Result<RawDocumentBuf> {
+    let values = reply
+        .get_array("values")
+        .map_err(|_| Error::protocol("distinct reply has no values"))?;
+    Ok(rawdoc! { "values": values.to_owned() })
+}
+
+pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {
     crate::operation::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("reply has no numeric {key}")))
 }

@@ -100,16 +100,7 @@ impl Collection {
         // Only single-document writes are retryable (Retryable Writes spec).
         op.retryable = !multi;
         let r = self.write(op, &strip(options, STATEMENT_OPTIONS)?)?;
-        raise(&r)?;
-        let upserted_id = r
-            .upserted
-            .first()
-            .map(|(_, id)| rawdoc! { "v": id.clone() });
-        Ok(UpdateResult {
-            matched: r.n - r.upserted.len() as i64,
-            modified: r.n_modified,
-            upserted_id,
-        })
+        update_result(&r)
     }
 
     fn delete(&self, filter: RawDocumentBuf, many: bool, options: &OpOptions) -> Result<i64> {
@@ -186,11 +177,7 @@ impl Collection {
             ..options.clone()
         };
         let reply = self.command(body, &opts, Retryability::Write)?;
-        check_write_errors(&reply)?;
-        match reply.get("value")? {
-            Some(bson::RawBsonRef::Document(d)) => Ok(Some(d.to_owned())),
-            _ => Ok(None),
-        }
+        find_and_modify_value(&reply)
     }
 
     pub fn find_one_and_delete(
@@ -278,8 +265,31 @@ fn ordered(options: &OpOptions) -> bool {
         .unwrap_or(true)
 }
 
+/// An update's result from what the server reported.
+pub(crate) fn update_result(r: &WriteResult) -> Result<UpdateResult> {
+    raise(r)?;
+    let upserted_id = r
+        .upserted
+        .first()
+        .map(|(_, id)| rawdoc! { "v": id.clone() });
+    Ok(UpdateResult {
+        matched: r.n.saturating_sub(r.upserted.len() as i64),
+        modified: r.n_modified,
+        upserted_id,
+    })
+}
+
+/// findAndModify's document from its reply (none when `value` is null).
+pub(crate) fn find_and_modify_value(reply: &RawDocument) -> Result<Option<RawDocumentBuf>> {
+    check_write_errors(reply)?;
+    match reply.get("value")? {
+        Some(bson::RawBsonRef::Document(d)) => Ok(Some(d.to_owned())),
+        _ => Ok(None),
+    }
+}
+
 /// The first write error, else the first write concern error, as the error.
-fn raise(r: &WriteResult) -> Result<()> {
+pub(crate) fn raise(r: &WriteResult) -> Result<()> {
     if let Some((_, e)) = r.write_errors.first() {
         let mut e = e.clone();
         e.message = format!("write error: {}", e.message);
@@ -295,7 +305,7 @@ fn raise(r: &WriteResult) -> Result<()> {
 
 /// A bulk write's running totals.
 #[derive(Default)]
-struct Totals {
+pub(crate) struct Totals {
     inserted: i64,
     matched: i64,
     modified: i64,
@@ -306,21 +316,27 @@ struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, kind: WriteKind, r: WriteResult) {
+    pub(crate) fn add(&mut self, kind: WriteKind, r: WriteResult) {
+        // Saturating: counts come from the server and must not overflow.
         match kind {
-            WriteKind::Insert => self.inserted += r.n,
+            WriteKind::Insert => self.inserted = self.inserted.saturating_add(r.n),
             WriteKind::Update => {
-                self.matched += r.n - r.upserted.len() as i64;
-                self.modified += r.n_modified;
+                let matched = r.n.saturating_sub(r.upserted.len() as i64);
+                self.matched = self.matched.saturating_add(matched);
+                self.modified = self.modified.saturating_add(r.n_modified);
             }
-            WriteKind::Delete => self.deleted += r.n,
+            WriteKind::Delete => self.deleted = self.deleted.saturating_add(r.n),
         }
         self.upserted.extend(r.upserted);
         self.write_errors.extend(r.write_errors);
         self.write_concern_errors.extend(r.write_concern_errors);
     }
 
-    fn finish(self, inserted: &[(usize, RawBson)], ordered: bool) -> Result<RawDocumentBuf> {
+    pub(crate) fn finish(
+        self,
+        inserted: &[(usize, RawBson)],
+        ordered: bool,
+    ) -> Result<RawDocumentBuf> {
         let failed = |i: usize| self.write_errors.iter().any(|(at, _)| *at == i);
         let first_failure = self.write_errors.iter().map(|(at, _)| *at).min();
         let mut inserted_ids = RawDocumentBuf::new();
@@ -544,5 +560,32 @@ mod tests {
         assert_eq!(r.get_i64("deletedCount").unwrap(), 5);
         assert_eq!(r.get_i64("upsertedCount").unwrap(), 1);
         assert_eq!(r.get_document("upsertedIds").unwrap(), &*rawdoc! { "4": 9 });
+    }
+
+    #[test]
+    fn lying_counts_saturate_in_totals_and_update_results() {
+        // Found by `cargo xtask fuzz --target write`: `n - upserted` and the
+        // running totals overflowed on counts near i64::MIN/MAX.
+        let lying = WriteResult {
+            n: i64::MIN,
+            n_modified: i64::MAX,
+            upserted: vec![(0, RawBson::Int32(1))],
+            ..Default::default()
+        };
+        assert_eq!(update_result(&lying).unwrap().matched, i64::MIN);
+        let mut t = Totals::default();
+        for kind in [WriteKind::Insert, WriteKind::Update, WriteKind::Delete] {
+            t.add(kind, lying.clone());
+            t.add(
+                kind,
+                WriteResult {
+                    n: i64::MAX,
+                    n_modified: i64::MAX,
+                    ..Default::default()
+                },
+            );
+        }
+        let r = t.finish(&[], true).unwrap();
+        assert_eq!(r.get_i64("modifiedCount").unwrap(), i64::MAX);
     }
 }

@@ -136,18 +136,19 @@ impl WriteCommand {
     }
 
     fn fold(&mut self, reply: &RawDocument) -> Result<()> {
+        let (start, batch) = (self.batch_start, self.in_flight.len());
         let r = &mut self.result;
-        r.n += number(reply, "n");
-        r.n_modified += number(reply, "nModified");
+        // Saturating: a lying server's counts must not overflow (a panic in debug builds).
+        r.n = r.n.saturating_add(number(reply, "n"));
+        r.n_modified = r.n_modified.saturating_add(number(reply, "nModified"));
         if let Ok(upserted) = reply.get_array("upserted") {
             for item in upserted {
                 let item = item?
                     .as_document()
                     .ok_or_else(|| Error::protocol("bad upserted entry"))?;
-                let index = number(item, "index") as usize;
+                let index = statement_index(item, start, batch)?;
                 if let Some(id) = item.get("_id")? {
-                    r.upserted
-                        .push((self.batch_start + index, RawBson::from(id)));
+                    r.upserted.push((index, RawBson::from(id)));
                 }
             }
         }
@@ -156,10 +157,9 @@ impl WriteCommand {
                 let item = item?
                     .as_document()
                     .ok_or_else(|| Error::protocol("bad writeErrors entry"))?;
-                let index = number(item, "index") as usize;
+                let index = statement_index(item, start, batch)?;
                 let msg = item.get_str("errmsg").unwrap_or("write error");
-                r.write_errors
-                    .push((self.batch_start + index, server_error(item, msg, None)));
+                r.write_errors.push((index, server_error(item, msg, None)));
             }
         }
         if let Ok(wce) = reply.get_document("writeConcernError") {
@@ -206,6 +206,22 @@ impl Operation for WriteCommand {
             Retryability::None
         }
     }
+}
+
+/// The whole write's index of a statement the server names by its index in
+/// the batch (`start` is the batch's first, `batch` its size); an index
+/// outside the batch is a protocol error, not an overflow (found by fuzzing).
+fn statement_index(item: &RawDocument, start: usize, batch: usize) -> Result<usize> {
+    let index = number(item, "index");
+    usize::try_from(index)
+        .ok()
+        .filter(|i| *i < batch)
+        .map(|i| start + i)
+        .ok_or_else(|| {
+            Error::protocol(format!(
+                "the server reported statement index {index} in a batch of {batch}"
+            ))
+        })
 }
 
 fn number(doc: &RawDocument, key: &str) -> i64 {
@@ -347,6 +363,45 @@ mod tests {
             rawdoc! { "ok": 1, "n": 1, "writeConcernError": { "code": 64, "errmsg": "wc" } };
         op.handle_reply(reply, "a").unwrap();
         assert_eq!(op.result.write_concern_errors[0].code, Some(64));
+    }
+
+    #[test]
+    fn statement_indexes_outside_the_batch_are_protocol_errors() {
+        // Found by `cargo xtask fuzz --target write`: a negative index
+        // overflowed `batch_start + index`.
+        for (field, index) in [
+            ("upserted", -1i64),
+            ("writeErrors", i64::MIN),
+            ("upserted", 2),
+        ] {
+            let mut op = WriteCommand::new("d", "c", WriteKind::Update, docs(4), 3);
+            op.build(&hello(2, 1 << 20)).unwrap();
+            let entry = rawdoc! { "index": index, "_id": 1, "code": 11000 };
+            let reply = if field == "upserted" {
+                rawdoc! { "ok": 1, "n": 1, "upserted": [entry] }
+            } else {
+                rawdoc! { "ok": 1, "n": 1, "writeErrors": [entry] }
+            };
+            let e = op.handle_reply(reply, "a").unwrap_err();
+            assert_eq!(e.kind, crate::error::ErrorKind::Protocol, "{field} {index}");
+            assert!(e.message.contains("statement index"), "{e}");
+        }
+    }
+
+    #[test]
+    fn lying_counts_saturate() {
+        let mut op = WriteCommand::new("d", "c", WriteKind::Update, docs(4), 0);
+        let h = hello(2, 1 << 20);
+        for _ in 0..2 {
+            op.build(&h).unwrap();
+            op.handle_reply(
+                rawdoc! { "ok": 1, "n": i64::MAX, "nModified": i64::MAX },
+                "a",
+            )
+            .unwrap();
+            op.finish_batch();
+        }
+        assert_eq!((op.result.n, op.result.n_modified), (i64::MAX, i64::MAX));
     }
 
     #[test]

@@ -29,6 +29,11 @@ commands:
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
                       proxy tests, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass)
+  fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
+                      the in-repo fuzzer of the driver's parsers (wire frames, hello,
+                      command replies, URI, SCRAM, DNS): N seconds per target
+                      (default 60); fails on a finding (saved under
+                      target/fuzz-findings with a command that reproduces it)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
             Err(_) => Err(format!("not a port: {port}")),
         },
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
+        ["fuzz", rest @ ..] => steps::fuzz(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -91,6 +91,13 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
         || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
     );
+    let _ = run.step(
+        "test: the fuzzer's oracles and saved findings, then every target for 3 s",
+        || {
+            exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi-fuzz"]))?;
+            fuzz(ctx, &["--seconds", "3"])
+        },
+    );
     build_steps(run, ctx)?; // the host tests need the component
     let _ = run.step("test: host tests and proxy tests against nx-27017", || {
         host_tests(ctx)
@@ -121,6 +128,16 @@ fn demo_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         let result = exec(&mut cmd);
         result.and(server.stop())
     })
+}
+
+/// `cargo xtask fuzz [--seconds N] [--target T] [--seed S] [--repro FILE]`: the
+/// in-repo fuzzer (stable Rust). Findings are saved under target/fuzz-findings.
+pub fn fuzz(ctx: &Ctx, args: &[&str]) -> Result<()> {
+    let findings = ctx.target_dir()?.join("fuzz-findings");
+    let findings = findings.to_string_lossy();
+    let mut cmd = ctx.cargo(&["run", "--quiet", "-p", "mongo-wasi-fuzz", "--"]);
+    cmd.args(["--findings", &findings]).args(args);
+    exec(&mut cmd)
 }
 
 /// The component's integration tests and the failpoint proxy's tests (whose
