@@ -218,6 +218,8 @@ pub fn json(r: &Results) -> Value {
         "run": {
             "quick": r.quick,
             "pinned": r.pinned,
+            // The wasmtime host's own build: debug inflates every mongo-wasi figure.
+            "harness_profile": if cfg!(debug_assertions) { "debug" } else { "release" },
             "errors": r.errors,
         },
     })
@@ -227,9 +229,11 @@ pub fn print(r: &Results) {
     let st = stats(&r.work, r, false);
     let cols: Vec<&str> = std::iter::once(WASI).chain(OTHERS).collect();
     let mut out = String::new();
-    let _ = writeln!(
+    let _ =
+        writeln!(
         out,
-        "\nmedian per iteration (ms) [MB/s]; per-op p50/p99 us where timed per op{}",
+        "\nmedian per iteration (ms) [MB/s]; per-op p50/p99 us where timed per op; harness {}{}",
+        if cfg!(debug_assertions) { "debug build (not for figures)" } else { "release build" },
         match &r.pinned {
             Some(p) => format!("; pinned: {p}"),
             None => "; not pinned".into(),
@@ -333,7 +337,7 @@ pub fn svg(j: &Value) -> String {
             groups.push(w);
         }
     }
-    let height = top + rows.len() as f64 * (bar + gap) + groups.len() as f64 * 8.0 + 40.0;
+    let height = top + rows.len() as f64 * (bar + gap) + groups.len() as f64 * 8.0 + 56.0;
     // log10 scale from 1/16 to 16.
     let span = 16f64.log10();
     let x_of =
@@ -348,6 +352,23 @@ pub fn svg(j: &Value) -> String {
     let _ = writeln!(
         s,
         r#"<text x="10" y="18" font-size="13" font-weight="bold">mongo-wasi's cost over each contender's (log scale; left of 1.0: mongo-wasi ahead)</text>"#
+    );
+    let run = &j["run"];
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="{}" fill="gray">{}; {}; churn {} new connections in {} ops (mongo-wasi)</text>"#,
+        height - 8.0,
+        if run["quick"].as_bool() == Some(true) {
+            "--quick"
+        } else {
+            "full run"
+        },
+        run["pinned"]
+            .as_str()
+            .map(|p| format!("pinned: {p}"))
+            .unwrap_or_else(|| "not pinned".into()),
+        j["churn"]["new_connections"],
+        j["churn"]["ops"],
     );
     let mut lx = left;
     for (name, col) in colours {
