@@ -100,7 +100,6 @@ pub struct Wasi<'d> {
     bucket: ResourceAny,
     data: &'d Data,
     addr: SocketAddr,
-    uri: String,
     gridfs_id: Option<Vec<u8>>,
 }
 
@@ -142,7 +141,6 @@ impl<'d> Wasi<'d> {
             bucket,
             data,
             addr,
-            uri,
             gridfs_id: None,
         })
     }
@@ -319,7 +317,6 @@ impl Contender for Wasi<'_> {
                 })?
             }
             Cmd::Cold => {
-                let _ = (&self.addr, &self.uri);
                 Sample {
                     total_s: wasi_cold(self.addr)?,
                     per_op_us: Vec::new(),
