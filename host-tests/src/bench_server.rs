@@ -616,12 +616,7 @@ fn get_more(s: &Shared, id: i64, batch: Option<usize>) -> Vec<u8> {
     )
 }
 
-fn cursor_reply<'a>(
-    ns: &str,
-    id: i64,
-    docs: &mut dyn Iterator<Item = &'a [u8]>,
-    key: &str,
-) -> Vec<u8> {
+fn cursor_reply(ns: &str, id: i64, docs: &mut dyn Iterator<Item = &[u8]>, key: &str) -> Vec<u8> {
     let cursor = Doc::new()
         .array(key, docs)
         .i64("id", id)

@@ -316,12 +316,10 @@ impl Contender for Wasi<'_> {
                     Ok(())
                 })?
             }
-            Cmd::Cold => {
-                Sample {
-                    total_s: wasi_cold(self.addr)?,
-                    per_op_us: Vec::new(),
-                }
-            }
+            Cmd::Cold => Sample {
+                total_s: wasi_cold(self.addr)?,
+                per_op_us: Vec::new(),
+            },
             Cmd::Bson(what, ops) => bson_codec(data, what, ops)?,
             Cmd::Deadline(ops, t) | Cmd::Churn(ops, t) => {
                 let coll = if matches!(cmd, Cmd::Deadline(..)) {
