@@ -7,6 +7,7 @@ pub mod bindings {
     wasmtime::component::bindgen!({ path: "../wit", world: "driver" });
 }
 
+pub mod bench_server;
 pub mod dns_responder;
 pub mod guest;
 pub mod listeners;

@@ -2,6 +2,7 @@
 //!
 //! std only, so that it compiles in seconds on a fresh machine.
 
+mod bench;
 mod run;
 mod server;
 mod setup;
@@ -36,6 +37,11 @@ commands:
                       target/fuzz-findings with a command that reproduces it)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
+  bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx]
+                      setup, build, then the driver benchmark (host-tests/src/bin/bench):
+                      mongo-wasi vs the mongodb crate, PyMongo and a raw OP_MSG floor on
+                      a fast in-memory server, pinned to one core; a table on stdout,
+                      JSON (default target/bench/bench.json) and an SVG chart
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
                       spec-runner against a fresh nx-27017";
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
             Ok(port) => server::stop_port(&ctx, port),
             Err(_) => Err(format!("not a port: {port}")),
         },
+        ["bench", rest @ ..] => bench::bench(&ctx, rest),
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
         ["fuzz", rest @ ..] => steps::fuzz(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {

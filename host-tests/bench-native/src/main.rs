@@ -1,0 +1,247 @@
+//! The official `mongodb` crate on tokio (current-thread runtime), as a contender
+//! of `cargo xtask bench` (host-tests/src/bin/bench).
+//!
+//! Usage: bench-native URI DATA_DIR. Prints `ready`, then answers each request
+//! line `<workload> <ops> [arg]` with one JSON line: `{"total_s": t,
+//! "per_op_us": [...]}`, `{"unsupported": true}` or `{"error": "..."}`.
+//! Reads use `Collection<RawDocumentBuf>`: like mongo-wasi's API, the
+//! document comes back as validated BSON bytes, not decoded.
+
+use futures_util::io::{AsyncReadExt, AsyncWriteExt};
+use futures_util::TryStreamExt;
+use mongodb::bson::{self, doc, Document, RawDocumentBuf};
+use mongodb::{Client, Collection, Database};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+struct Data {
+    small: Document,
+    large: Document,
+    gridfs: Vec<u8>,
+    sets: Vec<(&'static str, Document)>,
+}
+
+fn json_doc(path: &Path) -> Result<Document> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    match bson::Bson::try_from(v)? {
+        bson::Bson::Document(d) => Ok(d),
+        _ => Err(format!("{} is not a document", path.display()).into()),
+    }
+}
+
+struct Sample {
+    total_s: f64,
+    per_op_us: Vec<f64>,
+}
+
+fn whole_since(t: Instant) -> Sample {
+    Sample {
+        total_s: t.elapsed().as_secs_f64(),
+        per_op_us: Vec::new(),
+    }
+}
+
+struct Bench {
+    uri: String,
+    client: Client,
+    db: Database,
+    corpus: Collection<RawDocumentBuf>,
+    scratch: Collection<Document>,
+    data: Data,
+    gridfs_id: Option<bson::Bson>,
+}
+
+impl Bench {
+    async fn upload(&self) -> Result<bson::Bson> {
+        let bucket = self.db.gridfs_bucket(None);
+        let mut up = bucket.open_upload_stream("gridfs_large").await?;
+        up.write_all(&self.data.gridfs).await?;
+        up.close().await?;
+        Ok(up.id().clone())
+    }
+
+    async fn run(&mut self, name: &str, ops: usize, arg: Option<&str>) -> Result<Option<Sample>> {
+        macro_rules! timed {
+            ($i:ident, $body:expr) => {{
+                let mut per_op_us = Vec::with_capacity(ops);
+                let all = Instant::now();
+                for $i in 0..ops {
+                    let t = Instant::now();
+                    $body;
+                    per_op_us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                Sample {
+                    total_s: all.elapsed().as_secs_f64(),
+                    per_op_us,
+                }
+            }};
+        }
+        let s = match name {
+            "run_command" => {
+                let admin = self.client.database("admin");
+                timed!(_i, admin.run_command(doc! { "hello": true }).await?)
+            }
+            "find_one" => timed!(i, {
+                let d = self
+                    .corpus
+                    .find_one(doc! { "_id": (i % 10_000 + 1) as i32 })
+                    .await?;
+                if d.is_none() {
+                    return Err("findOne found nothing".into());
+                }
+            }),
+            "insert_one_small" | "insert_one_large" => {
+                let doc = if name.ends_with("small") {
+                    &self.data.small
+                } else {
+                    &self.data.large
+                };
+                timed!(_i, self.scratch.insert_one(doc.clone()).await?)
+            }
+            "find_many" => {
+                let t = Instant::now();
+                let docs: Vec<RawDocumentBuf> =
+                    self.corpus.find(doc! {}).await?.try_collect().await?;
+                let s = whole_since(t);
+                if docs.len() != ops {
+                    return Err(format!("find many: {} documents", docs.len()).into());
+                }
+                s
+            }
+            "insert_many_small" | "insert_many_large" => {
+                let doc = if name.ends_with("small") {
+                    &self.data.small
+                } else {
+                    &self.data.large
+                };
+                let docs = vec![doc.clone(); ops];
+                let t = Instant::now();
+                self.scratch.insert_many(docs).await?;
+                whole_since(t)
+            }
+            "gridfs_upload" => {
+                let t = Instant::now();
+                let id = self.upload().await?;
+                let s = whole_since(t);
+                self.gridfs_id = Some(id);
+                s
+            }
+            "gridfs_download" => {
+                let id = match self.gridfs_id.clone() {
+                    Some(id) => id,
+                    None => self.upload().await?,
+                };
+                self.gridfs_id = Some(id.clone());
+                let bucket = self.db.gridfs_bucket(None);
+                let t = Instant::now();
+                let mut down = bucket.open_download_stream(id).await?;
+                let mut out = Vec::new();
+                down.read_to_end(&mut out).await?;
+                let s = whole_since(t);
+                if out.len() != self.data.gridfs.len() {
+                    return Err(format!("downloaded {} bytes", out.len()).into());
+                }
+                s
+            }
+            "cold" => {
+                let t = Instant::now();
+                let c = Client::with_uri_str(&self.uri).await?;
+                let d = c
+                    .database("perftest")
+                    .collection::<RawDocumentBuf>("corpus")
+                    .find_one(doc! { "_id": 1 })
+                    .await?;
+                let s = whole_since(t);
+                c.shutdown().await;
+                if d.is_none() {
+                    return Err("cold findOne found nothing".into());
+                }
+                s
+            }
+            n if n.starts_with("bson_") => {
+                let (op, set) = n[5..].split_once('_').unwrap_or(("", ""));
+                let Some((_, doc)) = self.data.sets.iter().find(|(s, _)| *s == set) else {
+                    return Ok(None);
+                };
+                let bytes = bson::to_vec(doc)?;
+                let t = Instant::now();
+                for _ in 0..ops {
+                    if op == "encode" {
+                        std::hint::black_box(bson::to_vec(doc)?);
+                    } else {
+                        std::hint::black_box(bson::from_slice::<Document>(&bytes)?);
+                    }
+                }
+                whole_since(t)
+            }
+            // No client-side operation timeout (CSOT) in this driver.
+            _ => {
+                let _ = arg;
+                return Ok(None);
+            }
+        };
+        Ok(Some(s))
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (uri, dir) = match args.as_slice() {
+        [_, uri, dir] => (uri.clone(), PathBuf::from(dir)),
+        _ => return Err("usage: bench-native URI DATA_DIR".into()),
+    };
+    let single = dir.join("single_and_multi_document");
+    let ext = dir.join("extended_bson");
+    let mut sets = Vec::new();
+    for n in ["flat", "deep", "full"] {
+        sets.push((n, json_doc(&ext.join(format!("{n}_bson.json")))?));
+    }
+    let data = Data {
+        small: json_doc(&single.join("small_doc.json"))?,
+        large: json_doc(&single.join("large_doc.json"))?,
+        gridfs: std::fs::read(single.join("gridfs_large.bin"))?,
+        sets,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = Client::with_uri_str(&uri).await?;
+        let db = client.database("perftest");
+        db.run_command(doc! { "ping": 1 }).await?;
+        let mut b = Bench {
+            uri,
+            corpus: db.collection("corpus"),
+            scratch: db.collection("scratch"),
+            db,
+            client,
+            data,
+            gridfs_id: None,
+        };
+        println!("ready");
+        let stdin = std::io::stdin();
+        // Reading stdin blocks the (only) runtime thread between requests: fine,
+        // nothing is timed then (the driver's monitor waits too).
+        for line in stdin.lock().lines() {
+            let line = line?;
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let (name, ops, arg) = match parts.as_slice() {
+                ["quit", ..] | [] => break,
+                [n, ops, rest @ ..] => {
+                    (*n, ops.parse::<usize>().unwrap_or(1), rest.first().copied())
+                }
+                [n] => (*n, 1, None),
+            };
+            let reply = match b.run(name, ops, arg).await {
+                Ok(Some(s)) => serde_json::json!({"total_s": s.total_s, "per_op_us": s.per_op_us}),
+                Ok(None) => serde_json::json!({"unsupported": true}),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            };
+            println!("{reply}");
+        }
+        Ok(())
+    })
+}

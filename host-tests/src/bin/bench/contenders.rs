@@ -1,0 +1,608 @@
+//! The contenders: mongo-wasi through its WIT exports (in this process, under
+//! wasmtime), the floor (raw OP_MSG on a plain socket, in this process), and
+//! child processes (the `mongodb` crate, PyMongo) that speak the line protocol
+//! of `workload.rs`.
+
+use crate::workload::{Data, Sample, Workload};
+use bson::{rawdoc, RawDocument, RawDocumentBuf};
+use host_tests::bindings::exports::mongo_wasi::driver::gridfs::{
+    BucketOptions, GridfsOptions, UploadOptions,
+};
+use host_tests::bindings::exports::mongo_wasi::driver::types::Error;
+use host_tests::guest::{find_options, no_options, Collection, Database, Guest};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+use wasmtime::component::ResourceAny;
+
+/// One request to a contender.
+#[derive(Clone, Copy, Debug)]
+pub enum Cmd {
+    Work(Workload, usize),
+    /// A new client: construction, connect, first findOne.
+    Cold,
+    /// `ops` finds on `perftest.slow` under timeoutMS = the second field.
+    Deadline(usize, u64),
+    /// `ops` finds on `perftest.honour` under timeoutMS = the second field.
+    Churn(usize, u64),
+    /// `ops` BSON encodes or decodes: `encode_flat`, `decode_deep`, ...
+    Bson(&'static str, usize),
+}
+
+impl Cmd {
+    pub fn line(self) -> String {
+        match self {
+            Cmd::Work(w, ops) => format!("{} {ops}", w.name()),
+            Cmd::Cold => "cold 1".into(),
+            Cmd::Deadline(ops, t) => format!("deadline {ops} {t}"),
+            Cmd::Churn(ops, t) => format!("churn {ops} {t}"),
+            Cmd::Bson(what, ops) => format!("bson_{what} {ops}"),
+        }
+    }
+}
+
+pub trait Contender {
+    fn name(&self) -> &'static str;
+    /// `Ok(None)`: this contender does not run that command.
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>>;
+}
+
+/// Times `ops` calls of `f`, each on its own.
+fn timed(ops: usize, mut f: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::Result<Sample> {
+    let mut per_op_us = Vec::with_capacity(ops);
+    let all = Instant::now();
+    for i in 0..ops {
+        let t = Instant::now();
+        f(i)?;
+        per_op_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(Sample {
+        total_s: all.elapsed().as_secs_f64(),
+        per_op_us,
+    })
+}
+
+/// Times `f` once, as a whole iteration.
+fn whole(f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<Sample> {
+    let t = Instant::now();
+    f()?;
+    Ok(Sample {
+        total_s: t.elapsed().as_secs_f64(),
+        per_op_us: Vec::new(),
+    })
+}
+
+/// Like `timed`, but a failed operation is expected (a timeout) and timed too.
+fn timed_failing(ops: usize, mut f: impl FnMut() -> bool) -> anyhow::Result<Sample> {
+    let mut failures = 0;
+    let s = timed(ops, |_| {
+        if !f() {
+            failures += 1;
+        }
+        Ok(())
+    })?;
+    if failures != ops {
+        anyhow::bail!("{} of {ops} operations did not time out", ops - failures);
+    }
+    Ok(s)
+}
+
+// ---------------------------------------------------------------- mongo-wasi
+
+pub struct Wasi<'d> {
+    pub guest: Guest,
+    db: Database,
+    corpus: Collection,
+    scratch: Collection,
+    slow: Collection,
+    honour: Collection,
+    bucket: ResourceAny,
+    data: &'d Data,
+    addr: SocketAddr,
+    gridfs_id: Option<Vec<u8>>,
+}
+
+fn wit<T>(r: Result<T, Error>) -> anyhow::Result<T> {
+    r.map_err(|e| anyhow::anyhow!("{:?}: {}", e.kind, e.message))
+}
+
+impl<'d> Wasi<'d> {
+    pub fn new(addr: SocketAddr, data: &'d Data) -> anyhow::Result<Wasi<'d>> {
+        let uri = format!("mongodb://{addr}/");
+        let mut guest = Guest::new(&[addr])?;
+        let client = wit(guest.connect(&uri, None, false)?)?;
+        let db = guest.database(client, "perftest", None)?;
+        let corpus = guest.collection(db, "corpus", None)?;
+        let scratch = guest.collection(db, "scratch", None)?;
+        let slow = guest.collection(db, "slow", None)?;
+        let honour = guest.collection(db, "honour", None)?;
+        let opts = BucketOptions {
+            bucket_name: None,
+            chunk_size_bytes: None,
+            write_concern: None,
+            read_concern: None,
+            read_preference: None,
+            timeout_ms: None,
+        };
+        let bucket = guest
+            .driver
+            .mongo_wasi_driver_database()
+            .database()
+            .call_gridfs_bucket(&mut guest.store, db.0, &opts)?;
+        wit(guest.run_command(db, &rawdoc! { "ping": 1 }, None)?)?;
+        Ok(Wasi {
+            guest,
+            db,
+            corpus,
+            scratch,
+            slow,
+            honour,
+            bucket,
+            data,
+            addr,
+            gridfs_id: None,
+        })
+    }
+
+    fn find_one(
+        &mut self,
+        coll: Collection,
+        filter: &RawDocument,
+        timeout_ms: Option<u64>,
+    ) -> anyhow::Result<Result<Option<Vec<u8>>, Error>> {
+        let mut opts = find_options();
+        opts.timeout_ms = timeout_ms;
+        Ok(self
+            .guest
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_find_one(
+                &mut self.guest.store,
+                coll.0,
+                &filter.as_bytes().to_vec(),
+                &opts,
+            )?)
+    }
+
+    fn upload(&mut self) -> anyhow::Result<Vec<u8>> {
+        let opts = UploadOptions {
+            id: None,
+            chunk_size_bytes: None,
+            metadata: None,
+            timeout_ms: None,
+            session: None,
+        };
+        let id = wit(self
+            .guest
+            .driver
+            .mongo_wasi_driver_gridfs()
+            .bucket()
+            .call_upload_from_bytes(
+                &mut self.guest.store,
+                self.bucket,
+                "gridfs_large",
+                &self.data.gridfs,
+                &opts,
+            )?)?;
+        Ok(id)
+    }
+}
+
+/// Cold start of mongo-wasi: instantiate the pre-compiled component, connect, first findOne.
+pub fn wasi_cold(addr: SocketAddr) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let mut guest = Guest::new(&[addr])?;
+    let client = wit(guest.connect(&format!("mongodb://{addr}/"), None, false)?)?;
+    let db = guest.database(client, "perftest", None)?;
+    let coll = guest.collection(db, "corpus", None)?;
+    let doc = wit(guest
+        .driver
+        .mongo_wasi_driver_collection()
+        .collection()
+        .call_find_one(
+            &mut guest.store,
+            coll.0,
+            &rawdoc! { "_id": 1 }.into_bytes(),
+            &find_options(),
+        )?)?;
+    let took = t.elapsed().as_secs_f64();
+    anyhow::ensure!(doc.is_some(), "cold findOne found nothing");
+    Ok(took)
+}
+
+impl Contender for Wasi<'_> {
+    fn name(&self) -> &'static str {
+        "mongo-wasi"
+    }
+
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
+        use Workload::*;
+        let data = self.data;
+        let s = match cmd {
+            Cmd::Work(RunCommand, ops) => {
+                let hello = rawdoc! { "hello": true };
+                let db = self.db;
+                timed(ops, |_| {
+                    wit(self.guest.run_command(db, &hello, None)?)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindOne, ops) => {
+                let corpus = self.corpus;
+                timed(ops, |i| {
+                    let filter = rawdoc! { "_id": (i % 10_000 + 1) as i32 };
+                    let d = wit(self.find_one(corpus, &filter, None)?)?;
+                    anyhow::ensure!(d.is_some(), "findOne found nothing");
+                    Ok(())
+                })?
+            }
+            Cmd::Work(w @ (InsertOneSmall | InsertOneLarge), ops) => {
+                let doc = if w == InsertOneSmall {
+                    &data.small
+                } else {
+                    &data.large
+                };
+                let coll = self.scratch;
+                timed(ops, |_| {
+                    wit(self.guest.insert_one(coll, doc, &no_options())?)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindMany, ops) => {
+                let corpus = self.corpus;
+                let g = &mut self.guest;
+                whole(|| {
+                    let cursor = wit(g.find(corpus, &rawdoc! {}, &find_options())?)?;
+                    let mut n = 0;
+                    loop {
+                        let b = wit(g.next_batch(cursor)?)?;
+                        n += b.documents.len();
+                        if b.exhausted {
+                            break;
+                        }
+                    }
+                    g.drop_resource(cursor.0)?;
+                    anyhow::ensure!(n == ops, "find many: {n} documents, not {ops}");
+                    Ok(())
+                })?
+            }
+            Cmd::Work(w @ (InsertManySmall | InsertManyLarge), ops) => {
+                let doc = if w == InsertManySmall {
+                    &data.small
+                } else {
+                    &data.large
+                };
+                let docs: Vec<RawDocumentBuf> = vec![doc.clone(); ops];
+                let coll = self.scratch;
+                whole(|| {
+                    wit(self.guest.insert_many(coll, &docs, &no_options())?)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(GridfsUpload, _) => {
+                let mut id = None;
+                let s = whole(|| {
+                    id = Some(self.upload()?);
+                    Ok(())
+                })?;
+                self.gridfs_id = id;
+                s
+            }
+            Cmd::Work(GridfsDownload, _) => {
+                let id = match self.gridfs_id.clone() {
+                    Some(id) => id,
+                    None => self.upload()?,
+                };
+                self.gridfs_id = Some(id.clone());
+                let (bucket, want) = (self.bucket, data.gridfs.len());
+                let g = &mut self.guest;
+                whole(|| {
+                    let bytes = wit(g
+                        .driver
+                        .mongo_wasi_driver_gridfs()
+                        .bucket()
+                        .call_download_to_bytes(
+                            &mut g.store,
+                            bucket,
+                            &id,
+                            GridfsOptions {
+                                timeout_ms: None,
+                                session: None,
+                            },
+                        )?)?;
+                    anyhow::ensure!(bytes.len() == want, "downloaded {} bytes", bytes.len());
+                    Ok(())
+                })?
+            }
+            Cmd::Cold => Sample {
+                total_s: wasi_cold(self.addr)?,
+                per_op_us: Vec::new(),
+            },
+            Cmd::Bson(what, ops) => bson_codec(data, what, ops)?,
+            Cmd::Deadline(ops, t) | Cmd::Churn(ops, t) => {
+                let coll = if matches!(cmd, Cmd::Deadline(..)) {
+                    self.slow
+                } else {
+                    self.honour
+                };
+                let filter = rawdoc! {};
+                let mut err = None;
+                let s = timed_failing(ops, || match self.find_one(coll, &filter, Some(t)) {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(_)) => false,
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                })?;
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                s
+            }
+        };
+        Ok(Some(s))
+    }
+}
+
+/// BSON encode/decode with the bson crate the driver is built on, natively:
+/// mongo-wasi's API takes and returns BSON bytes, so the caller's own codec
+/// does this work (here a Rust host's).
+pub fn bson_codec(data: &Data, what: &str, ops: usize) -> anyhow::Result<Sample> {
+    let (op, set) = what.split_once('_').unwrap_or((what, ""));
+    let Some((_, doc, _)) = data.bson_sets.iter().find(|(n, _, _)| *n == set) else {
+        anyhow::bail!("no BSON set {set}");
+    };
+    let bytes = doc.to_vec()?;
+    whole(|| {
+        for _ in 0..ops {
+            if op == "encode" {
+                std::hint::black_box(doc.to_vec()?);
+            } else {
+                std::hint::black_box(bson::Document::from_reader(&mut &bytes[..])?);
+            }
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- the floor
+
+/// A raw OP_MSG round trip on a plain blocking socket: no driver at all.
+pub struct Floor<'d> {
+    stream: TcpStream,
+    addr: SocketAddr,
+    next_id: i32,
+    buf: Vec<u8>,
+    data: &'d Data,
+}
+
+fn op_msg(out: &mut Vec<u8>, id: i32, body: &[u8], seq: Option<(&str, &[&[u8]])>) {
+    out.clear();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&0i32.to_le_bytes());
+    out.extend_from_slice(&2013i32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.push(0);
+    out.extend_from_slice(body);
+    if let Some((name, docs)) = seq {
+        out.push(1);
+        let start = out.len();
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        for d in docs {
+            out.extend_from_slice(d);
+        }
+        let len = (out.len() - start) as i32;
+        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    }
+    let len = out.len() as i32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
+}
+
+impl<'d> Floor<'d> {
+    pub fn new(addr: SocketAddr, data: &'d Data) -> anyhow::Result<Floor<'d>> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Ok(Floor {
+            stream,
+            addr,
+            next_id: 1,
+            buf: Vec::new(),
+            data,
+        })
+    }
+
+    /// Drops `perftest.corpus` and inserts `tweet` `n` times with `_id` 1..=n
+    /// (for a real server; the in-memory one has it preloaded).
+    pub fn preload(&mut self, tweet: &RawDocument, n: usize) -> anyhow::Result<()> {
+        let drop = rawdoc! { "drop": "corpus", "$db": "perftest" };
+        self.round_trip(drop.as_bytes(), None)?;
+        let docs = host_tests::bench_server::corpus(tweet, n);
+        let body = rawdoc! { "insert": "corpus", "$db": "perftest" };
+        for chunk in docs.chunks(1_000) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|d| d.as_bytes()).collect();
+            let r = self.round_trip(body.as_bytes(), Some(("documents", &refs)))?;
+            anyhow::ensure!(
+                r.get_i32("n").ok() == Some(chunk.len() as i32),
+                "preload: {r:?}"
+            );
+        }
+        Ok(())
+    }
+
+    /// One round trip; the reply body stays in `self.buf[21..]`.
+    fn round_trip(
+        &mut self,
+        body: &[u8],
+        seq: Option<(&str, &[&[u8]])>,
+    ) -> anyhow::Result<&RawDocument> {
+        let mut out = std::mem::take(&mut self.buf);
+        op_msg(&mut out, self.next_id, body, seq);
+        self.next_id += 1;
+        self.stream.write_all(&out)?;
+        let mut head = [0u8; 4];
+        self.stream.read_exact(&mut head)?;
+        let len = i32::from_le_bytes(head) as usize;
+        out.resize(len, 0);
+        self.stream.read_exact(&mut out[4..])?;
+        self.buf = out;
+        Ok(RawDocument::from_bytes(&self.buf[21..])?)
+    }
+}
+
+pub fn floor_cold(addr: SocketAddr) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let mut f = Floor {
+        stream,
+        addr,
+        next_id: 1,
+        buf: Vec::new(),
+        data: &EMPTY_DATA,
+    };
+    let q = rawdoc! { "find": "corpus", "filter": { "_id": 1 }, "limit": 1, "singleBatch": true, "$db": "perftest" };
+    f.round_trip(q.as_bytes(), None)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// The floor's cold start needs no data; `Data` has no cheap constructor, so hold an empty one.
+static EMPTY_DATA: std::sync::LazyLock<Data> = std::sync::LazyLock::new(|| Data {
+    tweet: RawDocumentBuf::new(),
+    small: RawDocumentBuf::new(),
+    large: RawDocumentBuf::new(),
+    gridfs: Vec::new(),
+    bson_sets: Vec::new(),
+});
+
+impl Contender for Floor<'_> {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
+        use Workload::*;
+        let data = self.data;
+        let s = match cmd {
+            Cmd::Work(RunCommand, ops) => {
+                let hello = rawdoc! { "hello": true, "$db": "admin" };
+                timed(ops, |_| {
+                    self.round_trip(hello.as_bytes(), None)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindOne, ops) => timed(ops, |i| {
+                let q = rawdoc! {
+                    "find": "corpus", "filter": { "_id": (i % 10_000 + 1) as i32 },
+                    "limit": 1, "singleBatch": true, "$db": "perftest",
+                };
+                self.round_trip(q.as_bytes(), None)?;
+                Ok(())
+            })?,
+            Cmd::Work(w @ (InsertOneSmall | InsertOneLarge), ops) => {
+                let doc = if w == InsertOneSmall {
+                    &data.small
+                } else {
+                    &data.large
+                };
+                let body = rawdoc! { "insert": "scratch", "$db": "perftest" };
+                timed(ops, |i| {
+                    // A fresh _id, as a driver adds one.
+                    let mut d = rawdoc! { "_id": i as i64 };
+                    for (k, v) in doc.iter().flatten() {
+                        d.append(k, v);
+                    }
+                    self.round_trip(body.as_bytes(), Some(("documents", &[d.as_bytes()])))?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindMany, ops) => whole(|| {
+                let q = rawdoc! { "find": "corpus", "filter": {}, "$db": "perftest" };
+                let mut n = 0;
+                let mut id = {
+                    let r = self.round_trip(q.as_bytes(), None)?;
+                    let c = r.get_document("cursor")?;
+                    n += c.get_array("firstBatch")?.into_iter().count();
+                    c.get_i64("id")?
+                };
+                while id != 0 {
+                    let gm = rawdoc! { "getMore": id, "collection": "corpus", "$db": "perftest" };
+                    let r = self.round_trip(gm.as_bytes(), None)?;
+                    let c = r.get_document("cursor")?;
+                    n += c.get_array("nextBatch")?.into_iter().count();
+                    id = c.get_i64("id")?;
+                }
+                anyhow::ensure!(n == ops, "floor find many: {n} documents");
+                Ok(())
+            })?,
+            Cmd::Cold => Sample {
+                total_s: floor_cold(self.addr)?,
+                per_op_us: Vec::new(),
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(s))
+    }
+}
+
+// ---------------------------------------------------------------- child processes
+
+/// A contender in another process (the `mongodb` crate, PyMongo).
+pub struct External {
+    name: &'static str,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl External {
+    /// Starts `cmd` (given the server URI and the data directory as its last arguments)
+    /// and waits for its `ready` line.
+    pub fn start(name: &'static str, mut cmd: Command) -> anyhow::Result<External> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        anyhow::ensure!(line.trim() == "ready", "{name} did not start: {line:?}");
+        Ok(External {
+            name,
+            child,
+            stdin,
+            stdout,
+        })
+    }
+}
+
+impl Contender for External {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
+        writeln!(self.stdin, "{}", cmd.line())?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        anyhow::ensure!(!line.is_empty(), "{} exited", self.name);
+        crate::workload::parse_reply(&line)
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit 0");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}

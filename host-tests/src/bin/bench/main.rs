@@ -1,0 +1,375 @@
+//! The benchmark harness behind `cargo xtask bench`: mongo-wasi (through its
+//! WIT exports under wasmtime), the `mongodb` crate on tokio, PyMongo and the
+//! floor (a raw OP_MSG round trip) interleaved against one fast in-memory
+//! server (`host_tests::bench_server`), plus cold start, deadline accuracy,
+//! connection churn and footprint. Prints a table; writes JSON and an SVG chart.
+//!
+//! Timing belongs here, not in a test: nothing here asserts a threshold.
+
+mod contenders;
+mod report;
+mod workload;
+
+use contenders::{Cmd, Contender, External, Floor, Wasi};
+use host_tests::bench_server::{self, BenchServer};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workload::{Data, Sample, Workload};
+
+const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
+[--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT]";
+
+#[derive(Default)]
+struct Args {
+    quick: bool,
+    data: PathBuf,
+    json: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    native: Option<PathBuf>,
+    python: Option<(PathBuf, PathBuf)>,
+    nx: Option<String>,
+    pinned: Option<String>,
+    /// Only run the in-memory server (for debugging a contender against it).
+    serve: bool,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut a = Args::default();
+    let mut python = None;
+    let mut pyscript = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{arg} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--serve" => a.serve = true,
+            "--data" => a.data = val()?.into(),
+            "--json" => a.json = Some(val()?.into()),
+            "--svg" => a.svg = Some(val()?.into()),
+            "--native" => a.native = Some(val()?.into()),
+            "--python" => python = Some(PathBuf::from(val()?)),
+            "--pyscript" => pyscript = Some(PathBuf::from(val()?)),
+            "--nx" => a.nx = Some(val()?),
+            "--pinned" => a.pinned = Some(val()?),
+            _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
+        }
+    }
+    if let (Some(p), Some(s)) = (python, pyscript) {
+        a.python = Some((p, s));
+    }
+    anyhow::ensure!(
+        !a.data.as_os_str().is_empty(),
+        "--data is required\n{USAGE}"
+    );
+    Ok(a)
+}
+
+/// Everything measured, keyed for the report.
+#[derive(Default)]
+pub struct Results {
+    pub quick: bool,
+    pub pinned: Option<String>,
+    /// workload -> contender -> samples (one per iteration).
+    pub work: BTreeMap<String, BTreeMap<String, Vec<Sample>>>,
+    /// The same, against nx-27017.
+    pub nx: BTreeMap<String, BTreeMap<String, Vec<Sample>>>,
+    pub bytes_per_iter: BTreeMap<String, f64>,
+    /// contender -> cold start seconds, one per try.
+    pub cold: BTreeMap<String, Vec<f64>>,
+    /// contender -> handshake round trips before the first command, per new connection.
+    pub round_trips: BTreeMap<String, Vec<u32>>,
+    /// contender -> timeoutMS -> elapsed ms per operation.
+    pub deadline: BTreeMap<String, BTreeMap<u64, Vec<f64>>>,
+    /// contender -> (ops, new connections, seconds).
+    pub churn: BTreeMap<String, (usize, u64, f64)>,
+    pub component_bytes: u64,
+    /// instances -> host RSS growth per instance, bytes.
+    pub memory_per_instance: BTreeMap<usize, f64>,
+    pub errors: Vec<String>,
+}
+
+fn externals(a: &Args, uri: &str) -> Vec<Box<dyn Contender>> {
+    let mut out: Vec<Box<dyn Contender>> = Vec::new();
+    if let Some(bin) = &a.native {
+        let mut c = Command::new(bin);
+        c.arg(uri).arg(&a.data);
+        match External::start("mongodb-rust", c) {
+            Ok(c) => out.push(Box::new(c)),
+            Err(e) => eprintln!("bench: skipping the mongodb crate: {e}"),
+        }
+    }
+    if let Some((py, script)) = &a.python {
+        let mut c = Command::new(py);
+        c.arg(script).arg(uri).arg(&a.data);
+        match External::start("pymongo", c) {
+            Ok(c) => out.push(Box::new(c)),
+            Err(e) => eprintln!("bench: skipping PyMongo: {e}"),
+        }
+    }
+    out
+}
+
+/// Runs `cmds` on every contender, `rounds` times, rotating the order each round
+/// so no contender always goes first (interleaved: a noisy second hits all alike).
+fn interleave(
+    contenders: &mut [Box<dyn Contender + '_>],
+    cmds: &[(String, Cmd)],
+    rounds: usize,
+    into: &mut BTreeMap<String, BTreeMap<String, Vec<Sample>>>,
+    errors: &mut Vec<String>,
+) {
+    let n = contenders.len();
+    for round in 0..rounds {
+        for (key, cmd) in cmds {
+            for k in 0..n {
+                let c = &mut contenders[(k + round) % n];
+                match c.run(*cmd) {
+                    Ok(Some(s)) => into
+                        .entry(key.clone())
+                        .or_default()
+                        .entry(c.name().to_string())
+                        .or_default()
+                        .push(s),
+                    Ok(None) => {}
+                    Err(e) => {
+                        let msg = format!("{} {key}: {e:#}", c.name());
+                        eprintln!("bench: {msg}");
+                        errors.push(msg);
+                    }
+                }
+            }
+        }
+        eprintln!("bench: round {}/{rounds} done", round + 1);
+    }
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = args()?;
+    let data = Data::load(&a.data)?;
+    let mut r = Results {
+        quick: a.quick,
+        pinned: a.pinned.clone(),
+        ..Results::default()
+    };
+    let started = Instant::now();
+    let corpus = bench_server::corpus(&data.tweet, 10_000);
+    let server = BenchServer::start(bench_server::Config {
+        corpus: Arc::new(corpus),
+        slow: Duration::from_millis(1_000),
+        late: Duration::from_millis(5),
+    })?;
+    let uri = format!("mongodb://{}/", server.addr);
+    eprintln!("bench: in-memory server at {uri}");
+    if a.serve {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
+    // Load (and compile, if not cached) the component before anything is timed.
+    let _ = host_tests::driver_pre();
+    let rounds = if a.quick { 3 } else { 10 };
+
+    // ---- the workloads, interleaved
+    {
+        let mut cs: Vec<Box<dyn Contender + '_>> = vec![
+            Box::new(Wasi::new(server.addr, &data)?),
+            Box::new(Floor::new(server.addr, &data)?),
+        ];
+        cs.extend(externals(&a, &uri));
+        let mut cmds: Vec<(String, Cmd)> = Vec::new();
+        for w in workload::ALL {
+            let ops = w.ops(a.quick);
+            if a.quick && matches!(w, Workload::GridfsUpload | Workload::GridfsDownload) {
+                // 50 MB each way: a single round in --quick.
+            }
+            cmds.push((w.name().to_string(), Cmd::Work(w, ops)));
+            r.bytes_per_iter
+                .insert(w.name().to_string(), w.unit_bytes() * ops as f64);
+        }
+        for set in ["flat", "deep", "full"] {
+            let size = data
+                .bson_sets
+                .iter()
+                .find(|(n, _, _)| *n == set)
+                .map(|x| x.2)
+                .unwrap_or(0);
+            for op in ["encode", "decode"] {
+                let ops = if a.quick { 1_000 } else { 10_000 };
+                let what: &'static str = Box::leak(format!("{op}_{set}").into_boxed_str());
+                let key = format!("bson_{what}");
+                r.bytes_per_iter.insert(key.clone(), (size * ops) as f64);
+                cmds.push((key, Cmd::Bson(what, ops)));
+            }
+        }
+        // Warm up once (connections, caches, the Python imports), untimed.
+        let mut warm = BTreeMap::new();
+        let warm_cmds: Vec<(String, Cmd)> = cmds
+            .iter()
+            .filter(|(_, c)| matches!(c, Cmd::Work(w, _) if w.per_op()))
+            .map(|(k, c)| match c {
+                Cmd::Work(w, ops) => (k.clone(), Cmd::Work(*w, (*ops / 10).max(1))),
+                c => (k.clone(), *c),
+            })
+            .collect();
+        interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
+        interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
+
+        // ---- cold start
+        let tries = if a.quick { 5 } else { 20 };
+        for _ in 0..tries {
+            for c in cs.iter_mut() {
+                server.take_round_trips_before_first();
+                match c.run(Cmd::Cold) {
+                    Ok(Some(s)) => {
+                        r.cold.entry(c.name().into()).or_default().push(s.total_s);
+                        r.round_trips
+                            .entry(c.name().into())
+                            .or_default()
+                            .extend(server.take_round_trips_before_first());
+                    }
+                    Ok(None) => {}
+                    Err(e) => r.errors.push(format!("{} cold: {e:#}", c.name())),
+                }
+            }
+        }
+
+        // ---- deadline accuracy: a server that ignores maxTimeMS
+        let ops = if a.quick { 20 } else { 200 };
+        for t in [20u64, 50, 100, 250] {
+            for c in cs.iter_mut() {
+                match c.run(Cmd::Deadline(ops, t)) {
+                    Ok(Some(s)) => {
+                        let ms = s.per_op_us.iter().map(|us| us / 1000.0).collect();
+                        r.deadline.entry(c.name().into()).or_default().insert(t, ms);
+                    }
+                    Ok(None) => {}
+                    Err(e) => r.errors.push(format!("{} deadline {t}: {e:#}", c.name())),
+                }
+            }
+            eprintln!("bench: deadline accuracy at timeoutMS={t} done");
+        }
+
+        // ---- churn: a server that honours maxTimeMS, its reply 5 ms after it
+        let ops = if a.quick { 100 } else { 1_000 };
+        for c in cs.iter_mut() {
+            let before = server.accepted();
+            match c.run(Cmd::Churn(ops, 20)) {
+                Ok(Some(s)) => {
+                    let opened = server.accepted() - before;
+                    r.churn.insert(c.name().into(), (ops, opened, s.total_s));
+                }
+                Ok(None) => {}
+                Err(e) => r.errors.push(format!("{} churn: {e:#}", c.name())),
+            }
+        }
+        eprintln!("bench: churn done");
+    }
+
+    // ---- the latency set against nx-27017, for reference
+    if let Some(nx) = &a.nx {
+        match nx_reference(nx, &a, &data, rounds.min(3), &mut r) {
+            Ok(()) => {}
+            Err(e) => r.errors.push(format!("nx-27017 reference: {e:#}")),
+        }
+    }
+
+    // ---- footprint
+    r.component_bytes = std::fs::metadata(host_tests::component_path())
+        .map(|m| m.len())
+        .unwrap_or(0);
+    for n in [1usize, 50] {
+        match footprint(server.addr, n) {
+            Ok(per) => {
+                r.memory_per_instance.insert(n, per);
+            }
+            Err(e) => r.errors.push(format!("footprint {n}: {e:#}")),
+        }
+    }
+
+    report::print(&r);
+    let json = report::json(&r);
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    if let Some(path) = &a.svg {
+        std::fs::write(path, report::svg(&json))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    eprintln!(
+        "bench: finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    drop(server);
+    Ok(())
+}
+
+fn nx_reference(
+    uri: &str,
+    a: &Args,
+    data: &Data,
+    rounds: usize,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    let addr: std::net::SocketAddr = uri
+        .trim_start_matches("mongodb://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .parse()?;
+    // nx-27017 needs the corpus: the floor inserts it (10,000 tweets, _id 1..).
+    let mut floor = Floor::new(addr, data)?;
+    floor.preload(&data.tweet, 10_000)?;
+    let mut cs: Vec<Box<dyn Contender + '_>> =
+        vec![Box::new(Wasi::new(addr, data)?), Box::new(floor)];
+    cs.extend(externals(a, uri));
+    let cmds: Vec<(String, Cmd)> = workload::LATENCY
+        .iter()
+        .map(|w| {
+            (
+                w.name().to_string(),
+                Cmd::Work(*w, if a.quick { 200 } else { 1_000 }),
+            )
+        })
+        .collect();
+    interleave(&mut cs, &cmds, rounds, &mut r.nx, &mut r.errors);
+    Ok(())
+}
+
+/// Host RSS growth per instance with a connected client (one ping done).
+fn footprint(addr: std::net::SocketAddr, n: usize) -> anyhow::Result<f64> {
+    let before = rss_bytes();
+    let mut keep = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut g = host_tests::guest::Guest::new(&[addr])?;
+        let client = g
+            .connect(&format!("mongodb://{addr}/"), None, false)?
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let db = g.database(client, "admin", None)?;
+        g.run_command(db, &bson::rawdoc! { "ping": 1 }, None)?
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        keep.push(g);
+    }
+    let after = rss_bytes();
+    drop(keep);
+    Ok(after.saturating_sub(before) as f64 / n as f64)
+}

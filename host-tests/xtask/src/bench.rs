@@ -1,0 +1,174 @@
+//! `cargo xtask bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx]`:
+//! builds the component, the harness (host-tests/src/bin/bench) and the
+//! `mongodb` crate contender (host-tests/bench-native, its own workspace and
+//! Cargo.lock, built only here), then runs them all pinned to one core.
+//!
+//! `--quick` (the CI smoke test) builds the harness in the dev profile, which
+//! the tests already built; a full run builds it optimised (wasmtime's host
+//! side at opt-level 0 would be measured, not mongo-wasi).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use crate::run::{exec, on_path, Ctx, Result, Run};
+use crate::server::Server;
+use crate::setup;
+
+#[derive(Default)]
+struct Args {
+    quick: bool,
+    json: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    native: bool,
+    nx: bool,
+}
+
+fn parse(args: &[&str]) -> Result<Args> {
+    let mut a = Args {
+        native: true,
+        nx: true,
+        ..Args::default()
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match *arg {
+            "--quick" => a.quick = true,
+            "--no-native" => a.native = false,
+            "--no-nx" => a.nx = false,
+            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?.into()),
+            "--svg" => a.svg = Some(it.next().ok_or("--svg needs a path")?.into()),
+            other => return Err(format!("unknown bench argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+pub fn bench(ctx: &Ctx, args: &[&str]) -> Result<()> {
+    let a = parse(args)?;
+    let mut run = Run::new("bench");
+    let _ = steps(&mut run, ctx, &a);
+    run.finish()
+}
+
+/// The release profile of the workspace is the component's (fat LTO, one
+/// codegen unit): far too slow to build wasmtime with, so the harness gets
+/// an optimised build without them.
+const FAST_RELEASE: [&str; 5] = [
+    "--release",
+    "--config",
+    "profile.release.lto=false",
+    "--config",
+    "profile.release.codegen-units=16",
+];
+
+fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
+    setup::steps(run, ctx)?;
+    let target = ctx.target_dir()?.to_path_buf();
+    run.step("bench: build the component (mongo_wasi.wasm)", || {
+        exec(&mut ctx.cargo(&["build", "--target", "wasm32-wasip2", "--release"]))
+    })?;
+    let profile = if a.quick { "debug" } else { "release" };
+    run.step(&format!("bench: build the harness ({profile})"), || {
+        let mut args = vec!["build", "-p", "host-tests", "--bin", "bench"];
+        if !a.quick {
+            args.extend(FAST_RELEASE);
+        }
+        exec(&mut ctx.cargo(&args))
+    })?;
+    let native_target = target.join("bench-native");
+    let native_bin = native_target.join("release/bench-native");
+    if a.native {
+        let _ = run.step(
+            "bench: build the mongodb crate contender (own Cargo.lock)",
+            || {
+                let t = Instant::now();
+                let manifest = ctx.root.join("host-tests/bench-native/Cargo.toml");
+                let mut cmd = ctx.cargo(&["build", "--release", "--locked", "--manifest-path"]);
+                cmd.arg(&manifest).arg("--target-dir").arg(&native_target);
+                let r = exec(&mut cmd);
+                println!("  bench-native build: {:.0} s", t.elapsed().as_secs_f64());
+                r
+            },
+        );
+    }
+    let data = target.join("bench-data");
+    run.step("bench: unpack the benchmark data", || unpack(ctx, &data))?;
+    let out = target.join("bench");
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    run.step("bench: run", || {
+        let nx = if a.nx {
+            Some(Server::start(ctx)?)
+        } else {
+            None
+        };
+        let harness = target.join(profile).join("bench");
+        // One core for client, server and contenders: on these VMs a cross-core
+        // loopback wake-up costs ~30 us each way.
+        let pinned = on_path("taskset");
+        let mut cmd = if pinned {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(&harness);
+            c
+        } else {
+            println!("  taskset not found: not pinned");
+            Command::new(&harness)
+        };
+        let json = a.json.clone().unwrap_or_else(|| out.join("bench.json"));
+        let svg = a.svg.clone().unwrap_or_else(|| out.join("ratios.svg"));
+        cmd.arg("--data")
+            .arg(&data)
+            .arg("--json")
+            .arg(&json)
+            .arg("--svg")
+            .arg(&svg)
+            .arg("--python")
+            .arg(ctx.venv_bin("python"))
+            .arg("--pyscript")
+            .arg(ctx.root.join("host-tests/bench/pymongo_bench.py"))
+            .env(
+                "MONGO_WASI_COMPONENT",
+                target.join("wasm32-wasip2/release/mongo_wasi.wasm"),
+            );
+        if pinned {
+            cmd.args(["--pinned", "taskset -c 0 (harness, server, all contenders)"]);
+        }
+        if a.quick {
+            cmd.arg("--quick");
+        }
+        if a.native && native_bin.exists() {
+            cmd.arg("--native").arg(&native_bin);
+        }
+        if let Some(s) = &nx {
+            cmd.arg("--nx").arg(s.uri());
+        }
+        let r = exec(&mut cmd);
+        match nx {
+            Some(s) => r.and(s.stop()),
+            None => r,
+        }
+    })
+}
+
+/// The spec's data sets from ../shared/bench-data (or MONGO_WASI_BENCH_DATA), once.
+fn unpack(ctx: &Ctx, into: &Path) -> Result<()> {
+    let src = std::env::var_os("MONGO_WASI_BENCH_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("../shared/bench-data"));
+    std::fs::create_dir_all(into).map_err(|e| format!("{}: {e}", into.display()))?;
+    for (archive, marker) in [
+        (
+            "single_and_multi_document.tgz",
+            "single_and_multi_document/tweet.json",
+        ),
+        ("extended_bson.tgz", "extended_bson/full_bson.json"),
+    ] {
+        if into.join(marker).exists() {
+            continue;
+        }
+        let mut cmd = Command::new("tar");
+        cmd.arg("xzf").arg(src.join(archive)).arg("-C").arg(into);
+        exec(&mut cmd)?;
+    }
+    Ok(())
+}
