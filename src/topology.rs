@@ -213,7 +213,9 @@ impl Topology {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
         let id = self.next_id();
-        match self.establish(address, id, connect.min(deadline), handshake.min(deadline)) {
+        // The check's hello only: its connection authenticates at its first checkout.
+        let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
+        match self.establish(address, id, connect, handshake, false) {
             Ok(conn) => {
                 // It joins the pool unannounced: no checkout asked for it yet.
                 self.state(address).unannounced.push(conn.id);
@@ -290,10 +292,10 @@ impl Topology {
                 continue;
             }
             match self.drain(&mut conn, timeout) {
-                Ok(true) => {
-                    self.announce(&conn);
-                    return Ok(conn);
+                Ok(true) if self.unannounced(&conn) => {
+                    return self.announce(conn, timeout, selection);
                 }
+                Ok(true) => return Ok(conn),
                 Ok(false) => {
                     self.closed(&conn, CloseReason::Error);
                     continue;
@@ -309,7 +311,50 @@ impl Topology {
         let created = runtime::now();
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
-        match self.establish(address, id, connect, handshake) {
+        let result = self.establish(address, id, connect, handshake, true);
+        self.handshake_done(address, id, created, result)
+    }
+
+    /// Whether `conn` is a server check's connection no checkout took yet
+    /// (it is then no longer counted as such).
+    fn unannounced(&mut self, conn: &Connection) -> bool {
+        let state = self.state(&conn.address);
+        let Some(at) = state.unannounced.iter().position(|&id| id == conn.id) else {
+            return false;
+        };
+        state.unannounced.swap_remove(at);
+        true
+    }
+
+    /// A check's connection at its first checkout: CMAP sees it created now,
+    /// and it authenticates (the rest of its handshake) before it is ready,
+    /// so a failure there is the checkout's, as the specs expect.
+    fn announce(
+        &mut self,
+        mut conn: Connection,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
+        let (address, id, created) = (conn.address.clone(), conn.id, runtime::now());
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
+        let (_, handshake) = timeout.establish_deadlines(selection, created);
+        let result = conn
+            .finish_handshake(&self.settings.connect, handshake)
+            .map(|()| conn);
+        self.handshake_done(&address, id, created, result)
+    }
+
+    /// The end of a checkout's handshake: the connection is ready, or it is
+    /// closed (after the pool is cleared, unless it timed out).
+    fn handshake_done(
+        &mut self,
+        address: &str,
+        id: u64,
+        created: crate::deadline::Instant,
+        result: Result<Connection>,
+    ) -> Result<Connection> {
+        match result {
             Ok(conn) => {
                 let took = runtime::now().since(created);
                 self.events.emit(|| {
@@ -328,20 +373,6 @@ impl Topology {
                 Err(e)
             }
         }
-    }
-
-    /// A check's connection taken by its first checkout: CMAP sees it
-    /// created and ready now (its handshake already ran).
-    fn announce(&mut self, conn: &Connection) {
-        let state = self.state(&conn.address);
-        let Some(at) = state.unannounced.iter().position(|&id| id == conn.id) else {
-            return;
-        };
-        state.unannounced.swap_remove(at);
-        let event = |kind| PoolEvent::new(kind, &conn.address, conn.id);
-        self.events.emit(|| event(PoolEventKind::ConnectionCreated));
-        self.events
-            .emit(|| event(PoolEventKind::ConnectionReady).took(Duration::ZERO));
     }
 
     /// A pooled connection is dropped: announced ones get their closed event.
@@ -428,6 +459,7 @@ impl Topology {
         id: u64,
         connect: Deadline,
         handshake: Deadline,
+        authenticate: bool,
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         let generation = self.state(address).generation;
@@ -439,6 +471,7 @@ impl Topology {
             id,
             generation,
             (connect, handshake),
+            authenticate,
         )?;
         let state = self.state(address);
         state.rtt.add(rtt);

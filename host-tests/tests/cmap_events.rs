@@ -8,6 +8,7 @@ use host_tests::bindings::exports::mongo_wasi::driver::types::{
 };
 use host_tests::guest::{Client, Guest};
 use host_tests::listeners::{Behaviour, Listener};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use PoolEventKind::*;
 
 fn ping(guest: &mut Guest, client: Client, timeout_ms: u64) -> Result<(), ErrorKind> {
@@ -119,6 +120,69 @@ fn a_network_error_clears_the_pool_and_closes_the_connection() {
             (PoolCleared, None),
             (ConnectionCheckedIn, None),
             (ConnectionClosed, Some("error")),
+        ]
+    );
+}
+
+/// A failed handshake (a refused password: authentication runs at the
+/// connection's first checkout) clears the pool, closes the connection with
+/// reason `error` and fails the checkout with `connectionError`; a right
+/// password gives the usual sequence through the same proxy.
+#[test]
+fn a_handshake_failure_closes_the_connection_and_fails_the_checkout() {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig {
+        auth: AuthConfig {
+            enabled: true,
+            users: vec![User::new("u", "admin", "right-pw")],
+            ..AuthConfig::default()
+        },
+        ..ProxyConfig::new(backend)
+    })
+    .unwrap();
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+
+    let uri = format!("mongodb://u:wrong-pw@{addr}/");
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    assert_eq!(
+        ping(&mut guest, client, 5_000),
+        Err(ErrorKind::Authentication)
+    );
+    let events = guest.take_pool_events(client).unwrap();
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| (e.kind, e.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (PoolCreated, None),
+            (PoolReady, None),
+            (ConnectionCheckOutStarted, None),
+            (ConnectionCreated, None),
+            (PoolCleared, None),
+            (ConnectionClosed, Some("error")),
+            (ConnectionCheckOutFailed, Some("connectionError")),
+        ]
+    );
+    assert_eq!(events[3].connection_id, events[5].connection_id);
+    assert!(events[6].duration_micros.is_some());
+
+    let uri = format!("mongodb://u:right-pw@{addr}/");
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    assert_eq!(ping(&mut guest, client, 5_000), Ok(()));
+    let events = guest.take_pool_events(client).unwrap();
+    assert_eq!(
+        kinds(&events),
+        [
+            PoolCreated,
+            PoolReady,
+            ConnectionCheckOutStarted,
+            ConnectionCreated,
+            ConnectionReady,
+            ConnectionCheckedOut,
+            ConnectionCheckedIn
         ]
     );
 }
