@@ -338,11 +338,21 @@ impl Topology {
         let (address, id, created) = (conn.address.clone(), conn.id, runtime::now());
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
+        // Bounded by selection, as when the check ran the whole handshake.
         let (_, handshake) = timeout.establish_deadlines(selection, created);
         let result = conn
-            .finish_handshake(&self.settings.connect, handshake)
+            .finish_handshake(&self.settings.connect, handshake.min(selection))
             .map(|()| conn);
-        self.handshake_done(&address, id, created, result)
+        let result = self.handshake_done(&address, id, created, result);
+        let now = runtime::now();
+        result.map_err(|e| match timeout.csot {
+            // Out of computedServerSelectionTimeout (CSOT spec): selection's
+            // timeout, not a retryable network one; the operation's own
+            // deadline's expiry stays the section's.
+            _ if !e.is_timeout() || !selection.is_expired(now) => e,
+            Some(op) if op.is_expired(now) => e,
+            _ => timeout.selection_error(now, format!("{address}: {e}")),
+        })
     }
 
     /// The end of a checkout's handshake: the connection is ready, or it is
