@@ -189,16 +189,43 @@ impl Connection {
                 a.speculative.as_deref(),
             );
         }
+        self.exchange_hello(&cmd, legacy, deadline)
+    }
+
+    /// A server check on this established connection (an SDAM heartbeat):
+    /// a hello without the handshake's metadata. Returns the round trip; the
+    /// connection's `hello` becomes the new reply.
+    pub fn heartbeat(
+        &mut self,
+        settings: &ConnectSettings,
+        deadline: Deadline,
+    ) -> Result<Duration> {
+        let cmd = handshake::heartbeat_command(settings.server_api.as_ref());
+        let started = runtime::now();
+        let reply = self.exchange_hello(&cmd, false, deadline)?;
+        let rtt = runtime::now().since(started);
+        let hello = HelloReply::parse(&reply)?;
+        hello.check_wire_version(&self.address)?;
+        self.hello = hello;
+        Ok(rtt)
+    }
+
+    fn exchange_hello(
+        &mut self,
+        cmd: &RawDocument,
+        legacy: bool,
+        deadline: Deadline,
+    ) -> Result<RawDocumentBuf> {
         let request_id = next_request_id();
         self.buf.clear();
         if legacy {
-            wire::encode_op_query(&mut self.buf, request_id, "admin", &cmd);
+            wire::encode_op_query(&mut self.buf, request_id, "admin", cmd);
         } else {
             wire::encode_op_msg(
                 &mut self.buf,
                 request_id,
                 0,
-                &cmd,
+                cmd,
                 &[],
                 wire::DEFAULT_MAX_MESSAGE_SIZE,
             )?;

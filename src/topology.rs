@@ -1,7 +1,8 @@
 //! The live topology: SDAM descriptions, RTT per server and a connection
 //! pool per server. Single-threaded (the SDAM spec's single-threaded mode):
-//! servers are checked when selection finds nothing suitable, and the
-//! handshake's connection goes straight into the pool.
+//! servers are checked when selection finds nothing suitable (or a
+//! heartbeat is due): on an idle pooled connection when there is one, else
+//! on a new connection, which then goes straight into the pool.
 
 use crate::cmap::{
     self, AfterDrain, CheckOutFailedReason, CloseReason, DrainStep, PoolEvent, PoolEventKind,
@@ -201,8 +202,10 @@ impl Topology {
             .is_some_and(|t| now.since(t) >= heartbeat)
     }
 
-    /// One server check: a new connection's handshake (an RTT sample, and
-    /// the server's description); the connection then joins the pool.
+    /// One server check (an RTT sample, and the server's description): a
+    /// hello on an idle pooled connection, else a new connection's handshake
+    /// (the hello; authentication waits for its first checkout), which then
+    /// joins the pool.
     fn check(
         &mut self,
         address: &str,
@@ -212,6 +215,9 @@ impl Topology {
     ) -> Result<()> {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
+        if self.heartbeat(address, handshake.min(deadline)) {
+            return Ok(());
+        }
         let id = self.next_id();
         // The check's hello only: its connection authenticates at its first checkout.
         let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
@@ -242,6 +248,42 @@ impl Topology {
             Err(e) => self.description.update(address, Err(e.to_string())),
         }
         Ok(())
+    }
+
+    /// A check on an idle pooled connection, when there is one (no new
+    /// connection per heartbeat). Returns whether it answered; a connection
+    /// that failed is closed, and the caller checks on a new one (so a
+    /// known server's failed check is retried once, as SDAM asks).
+    fn heartbeat(&mut self, address: &str, deadline: Deadline) -> bool {
+        let state = self.state(address);
+        let generation = state.generation;
+        // Not a check's connection still to authenticate: its conversation is open.
+        let usable = |c: &Connection| {
+            c.generation == generation
+                && !c.is_broken()
+                && c.pending().is_none()
+                && !state.unannounced.contains(&c.id)
+        };
+        let Some(at) = state.idle.iter().rposition(usable) else {
+            return false;
+        };
+        let mut conn = state.idle.remove(at);
+        match conn.heartbeat(&self.settings.connect, deadline) {
+            Ok(rtt) => {
+                let hello = conn.hello.clone();
+                let state = self.state(address);
+                state.rtt.add(rtt);
+                let average = state.rtt.average();
+                state.idle.insert(at, conn);
+                self.description.update(address, Ok((hello, average)));
+                true
+            }
+            Err(_) => {
+                conn.abandon_pending();
+                self.closed(&conn, CloseReason::Error);
+                false
+            }
+        }
     }
 
     /// A connection to `address`: an idle one, or a new one. An idle one

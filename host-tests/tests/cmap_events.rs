@@ -186,3 +186,35 @@ fn a_handshake_failure_closes_the_connection_and_fails_the_checkout() {
         ]
     );
 }
+
+/// A due heartbeat checks the server on an idle pooled connection: no new
+/// connection per check (the proxy counts them), and so no CMAP connection
+/// events besides the operations' checkouts.
+#[test]
+fn a_heartbeat_checks_on_a_pooled_connection_without_opening_one() {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::new(backend)).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    let uri = format!("mongodb://{addr}/?heartbeatFrequencyMS=500");
+    let client = guest.connect(&uri, None, true).unwrap().unwrap();
+    assert_eq!(ping(&mut guest, client, 5_000), Ok(()));
+    guest.take_pool_events(client).unwrap();
+    proxy.reset_stats();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert_eq!(ping(&mut guest, client, 5_000), Ok(()));
+    }
+    let stats = proxy.stats();
+    assert_eq!(stats.connections_opened, 0, "{stats:?}");
+    let hellos = stats.commands.get("hello").copied().unwrap_or(0);
+    assert_eq!(hellos, 3, "one heartbeat before each ping: {stats:?}");
+    let events = guest.take_pool_events(client).unwrap();
+    let expected = [
+        ConnectionCheckOutStarted,
+        ConnectionCheckedOut,
+        ConnectionCheckedIn,
+    ]
+    .repeat(3);
+    assert_eq!(kinds(&events), expected);
+}
