@@ -256,8 +256,8 @@ impl Client {
             .unwrap_or_default()
     }
 
-    /// Drains the recorded pool events (pending-response drains; empty
-    /// unless monitoring is on).
+    /// Drains the recorded pool events (CMAP, and pending-response drains;
+    /// empty unless monitoring is on).
     pub fn take_pool_events(&self) -> Vec<crate::cmap::PoolEvent> {
         self.inner.topology.borrow_mut().take_pool_events()
     }

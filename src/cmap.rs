@@ -115,27 +115,188 @@ pub fn keeps_pending(sent_max_time: bool) -> bool {
     sent_max_time
 }
 
-/// The pool events of the pending-response proposal.
+/// A pool event: the CMAP spec's monitoring events, and the pending-response
+/// proposal's three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolEventKind {
     PendingResponseStarted,
     PendingResponseSucceeded,
     PendingResponseFailed,
+    /// A server's pool was created (the first time the server is used).
+    PoolCreated,
+    /// A check found the server usable: the pool (new, or paused by a clear) is ready.
+    PoolReady,
+    /// The pool was cleared (a network error or a state-change error): its
+    /// generation went up and its idle connections are closed as stale.
+    PoolCleared,
+    /// The client was closed.
+    PoolClosed,
+    ConnectionCreated,
+    /// The handshake (and authentication) finished; `duration` since created.
+    ConnectionReady,
+    /// `reason`: one of [`CloseReason`].
+    ConnectionClosed,
+    ConnectionCheckOutStarted,
+    /// `reason`: one of [`CheckOutFailedReason`]; `duration` since started.
+    ConnectionCheckOutFailed,
+    /// `duration` since the checkout started.
+    ConnectionCheckedOut,
+    ConnectionCheckedIn,
+}
+
+/// Why a connection was closed (ConnectionClosedEvent.reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its pool was cleared since it was created.
+    Stale,
+    /// Not needed: the pool already holds maxPoolSize idle connections.
+    Idle,
+    /// An I/O failure broke it, or its handshake failed.
+    Error,
+    PoolClosed,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Stale => "stale",
+            CloseReason::Idle => "idle",
+            CloseReason::Error => "error",
+            CloseReason::PoolClosed => "poolClosed",
+        }
+    }
+}
+
+/// Why a checkout failed (ConnectionCheckOutFailedEvent.reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckOutFailedReason {
+    PoolClosed,
+    Timeout,
+    ConnectionError,
+}
+
+impl CheckOutFailedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckOutFailedReason::PoolClosed => "poolClosed",
+            CheckOutFailedReason::Timeout => "timeout",
+            CheckOutFailedReason::ConnectionError => "connectionError",
+        }
+    }
+
+    /// A checkout that failed with `err`: a timeout, or a connection that
+    /// could not be established (or drained).
+    pub fn of(err: &Error) -> CheckOutFailedReason {
+        if err.kind == ErrorKind::Closed {
+            CheckOutFailedReason::PoolClosed
+        } else if err.is_timeout() {
+            CheckOutFailedReason::Timeout
+        } else {
+            CheckOutFailedReason::ConnectionError
+        }
+    }
+}
+
+/// What a checkin does with a connection: keep it idle, or close it.
+pub fn checkin_outcome(
+    broken: bool,
+    current_generation: bool,
+    idle: usize,
+    max_pool_size: usize,
+) -> Option<CloseReason> {
+    if broken {
+        Some(CloseReason::Error)
+    } else if !current_generation {
+        Some(CloseReason::Stale)
+    } else if max_pool_size != 0 && idle >= max_pool_size {
+        Some(CloseReason::Idle)
+    } else {
+        None
+    }
 }
 
 /// One pool event (recorded when the client monitors commands).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PoolEvent {
     pub kind: PoolEventKind,
+    /// The connection's id; 0 on pool-level events and checkout started/failed.
     pub connection_id: u64,
     pub server_address: String,
-    /// The request whose reply was drained.
+    /// On pending-response events: the request whose reply was drained; else 0.
     pub request_id: i32,
-    /// On succeeded and failed events: how long the drain took.
+    /// Pending-response succeeded/failed: how long the drain took. Connection
+    /// ready: since created. Checked out / checkout failed: since started.
     pub duration: Option<Duration>,
-    /// On failed events: why, and whether the connection was closed.
+    /// Pending-response failed: why. Connection closed: a [`CloseReason`];
+    /// checkout failed: a [`CheckOutFailedReason`].
     pub reason: Option<String>,
+    /// Pending-response failed: whether the connection was closed.
     pub closed: bool,
+}
+
+impl PoolEvent {
+    pub fn new(kind: PoolEventKind, address: &str, connection_id: u64) -> PoolEvent {
+        PoolEvent {
+            kind,
+            connection_id,
+            server_address: address.to_string(),
+            request_id: 0,
+            duration: None,
+            reason: None,
+            closed: false,
+        }
+    }
+
+    pub fn took(self, duration: Duration) -> PoolEvent {
+        PoolEvent {
+            duration: Some(duration),
+            ..self
+        }
+    }
+
+    pub fn because(self, reason: &str) -> PoolEvent {
+        PoolEvent {
+            reason: Some(reason.to_string()),
+            ..self
+        }
+    }
+}
+
+/// At most this many pool events wait to be taken; past it the oldest are
+/// dropped (a client that monitors but never takes them stays bounded).
+pub const MAX_POOL_EVENTS: usize = 10_000;
+
+/// The recorded pool events: the one place they are emitted, and only when
+/// the client monitors.
+#[derive(Debug, Default)]
+pub struct PoolEvents {
+    /// `None` unless monitoring is on.
+    events: Option<std::collections::VecDeque<PoolEvent>>,
+}
+
+impl PoolEvents {
+    pub fn new(enabled: bool) -> PoolEvents {
+        PoolEvents {
+            events: enabled.then(std::collections::VecDeque::new),
+        }
+    }
+
+    /// Records the event `make` builds (not even built when monitoring is off).
+    pub fn emit(&mut self, make: impl FnOnce() -> PoolEvent) {
+        if let Some(events) = self.events.as_mut() {
+            if events.len() >= MAX_POOL_EVENTS {
+                events.pop_front();
+            }
+            events.push_back(make());
+        }
+    }
+
+    pub fn take(&mut self) -> Vec<PoolEvent> {
+        self.events
+            .as_mut()
+            .map(|e| e.drain(..).collect())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +370,59 @@ mod tests {
         assert_eq!(p.after_failure(&protocol, inside), AfterDrain::Close);
         let network = Error::network("connection closed by the server");
         assert_eq!(p.after_failure(&network, inside), AfterDrain::Close);
+    }
+
+    #[test]
+    fn checkin_keeps_a_healthy_connection_and_closes_the_rest_with_their_reason() {
+        assert_eq!(checkin_outcome(false, true, 0, 100), None);
+        assert_eq!(checkin_outcome(false, true, 5, 0), None, "0: no limit");
+        assert_eq!(
+            checkin_outcome(true, true, 0, 100),
+            Some(CloseReason::Error)
+        );
+        assert_eq!(
+            checkin_outcome(true, false, 0, 100),
+            Some(CloseReason::Error)
+        );
+        assert_eq!(
+            checkin_outcome(false, false, 0, 100),
+            Some(CloseReason::Stale)
+        );
+        assert_eq!(checkin_outcome(false, true, 2, 2), Some(CloseReason::Idle));
+    }
+
+    #[test]
+    fn checkout_failure_reasons() {
+        let reason = |e: &Error| CheckOutFailedReason::of(e).as_str();
+        assert_eq!(reason(&Error::timeout("connect")), "timeout");
+        assert_eq!(reason(&Error::network("refused")), "connectionError");
+        assert_eq!(reason(&Error::protocol("bad hello")), "connectionError");
+        let auth = Error::new(ErrorKind::Authentication, "bad password");
+        assert_eq!(reason(&auth), "connectionError");
+        assert_eq!(
+            reason(&Error::new(ErrorKind::Closed, "closed")),
+            "poolClosed"
+        );
+    }
+
+    #[test]
+    fn pool_events_are_recorded_only_when_monitoring_and_bounded() {
+        let mut off = PoolEvents::new(false);
+        off.emit(|| unreachable!("not built when monitoring is off"));
+        assert!(off.take().is_empty());
+        let mut on = PoolEvents::new(true);
+        for id in 0..MAX_POOL_EVENTS as u64 + 2 {
+            on.emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, "h:1", id));
+        }
+        let got = on.take();
+        assert_eq!(got.len(), MAX_POOL_EVENTS);
+        assert_eq!(got[0].connection_id, 2, "the oldest are dropped");
+        assert!(on.take().is_empty(), "taking drains");
+        let e = PoolEvent::new(PoolEventKind::ConnectionClosed, "h:1", 3)
+            .because(CloseReason::Stale.as_str())
+            .took(Duration::from_millis(2));
+        assert_eq!(e.reason.as_deref(), Some("stale"));
+        assert_eq!(e.duration, Some(Duration::from_millis(2)));
     }
 
     #[test]

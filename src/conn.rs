@@ -42,6 +42,10 @@ pub struct Connection {
     broken: bool,
     /// A reply still due (cmap.rs): drained before the next request.
     pending: Option<PendingResponse>,
+    /// The handshake's reply and the conversation its hello began, while
+    /// authentication is still to run: a server check's connection
+    /// authenticates at its first checkout.
+    unauthenticated: Option<(RawDocumentBuf, Option<auth::Suspended>)>,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -70,7 +74,11 @@ pub struct Established {
 
 impl Connection {
     /// Connects (TCP, and TLS if the settings say so) within `connect`, then
-    /// runs the handshake and authenticates within `handshake`.
+    /// runs the handshake and authenticates within `handshake`. Without
+    /// `authenticate` (a server check) authentication stops after the hello
+    /// (and its speculative start), and `finish_handshake` must run before
+    /// any command.
+    #[allow(clippy::too_many_arguments)]
     pub fn establish(
         address: &str,
         host: &str,
@@ -79,6 +87,7 @@ impl Connection {
         id: u64,
         generation: u64,
         (connect, handshake): (Deadline, Deadline),
+        authenticate: bool,
     ) -> Result<Established> {
         let stream = Stream::connect(
             address,
@@ -102,6 +111,7 @@ impl Connection {
             },
             broken: false,
             pending: None,
+            unauthenticated: None,
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
@@ -119,13 +129,30 @@ impl Connection {
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
         conn.hello.check_wire_version(address)?;
-        if let (Some(a), Some(h)) = (auth, hello_auth) {
+        match (auth, hello_auth) {
             // An arbiter holds no users: nothing to authenticate (auth spec).
-            if !conn.hello.arbiter_only {
-                conn.authenticate(a, h, &reply, deadline)?;
-            }
+            _ if conn.hello.arbiter_only => {}
+            (Some(a), Some(h)) if authenticate => conn.authenticate(a, h, &reply, deadline)?,
+            (Some(_), Some(h)) => conn.unauthenticated = Some((reply, h.suspend())),
+            _ => {}
         }
         Ok(Established { conn, rtt })
+    }
+
+    /// Runs the authentication a server check's connection left for later
+    /// (nothing when it is done), within `deadline`. A failure breaks the connection.
+    pub fn finish_handshake(
+        &mut self,
+        settings: &ConnectSettings,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let (Some((reply, suspended)), Some(auth)) =
+            (self.unauthenticated.take(), settings.auth.as_deref())
+        else {
+            return Ok(());
+        };
+        let r = self.authenticate(auth, auth.resume(suspended), &reply, deadline);
+        self.fail_on_err(r)
     }
 
     /// The auth conversation, continued from the hello's speculative answer
@@ -166,17 +193,44 @@ impl Connection {
                 a.speculative.as_deref(),
             );
         }
+        self.exchange_hello(&cmd, legacy, deadline)
+    }
+
+    /// A server check on this established connection (an SDAM heartbeat):
+    /// a hello without the handshake's metadata. Returns the round trip; the
+    /// connection's `hello` becomes the new reply.
+    pub fn heartbeat(
+        &mut self,
+        settings: &ConnectSettings,
+        deadline: Deadline,
+    ) -> Result<Duration> {
+        let cmd = handshake::heartbeat_command(settings.server_api.as_ref());
+        let started = runtime::now();
+        let reply = self.exchange_hello(&cmd, false, deadline)?;
+        let rtt = runtime::now().since(started);
+        let hello = HelloReply::parse(&reply)?;
+        hello.check_wire_version(&self.address)?;
+        self.hello = hello;
+        Ok(rtt)
+    }
+
+    fn exchange_hello(
+        &mut self,
+        cmd: &RawDocument,
+        legacy: bool,
+        deadline: Deadline,
+    ) -> Result<RawDocumentBuf> {
         let request_id = next_request_id();
         self.buf.clear();
         let op_code = if legacy { wire::OP_QUERY } else { wire::OP_MSG };
         if legacy {
-            wire::encode_op_query(&mut self.buf, request_id, "admin", &cmd);
+            wire::encode_op_query(&mut self.buf, request_id, "admin", cmd);
         } else {
             wire::encode_op_msg(
                 &mut self.buf,
                 request_id,
                 0,
-                &cmd,
+                cmd,
                 &[],
                 wire::DEFAULT_MAX_MESSAGE_SIZE,
             )?;

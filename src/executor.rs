@@ -233,7 +233,13 @@ fn attempt<O: Operation>(
     // Pools are not shared with anything else while the round trip runs.
     drop(topology);
 
-    let cmd = op.build(&conn.hello)?;
+    let cmd = match op.build(&conn.hello) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            client.topology.borrow_mut().checkin(conn);
+            return Err(e);
+        }
+    };
     let mut body = cmd.body;
     body.append(cstr!("$db"), cmd.db.as_str());
     // The Stable API goes on every command, getMore and transactions included.
@@ -241,7 +247,7 @@ fn attempt<O: Operation>(
     if let Some(mode) = read_preference {
         body.append(cstr!("$readPreference"), bson::rawdoc! { "mode": mode });
     }
-    attach_session(
+    if let Err(e) = attach_session(
         client,
         &conn,
         ctx.session,
@@ -249,7 +255,10 @@ fn attempt<O: Operation>(
         op.ends_transaction(),
         state,
         &mut body,
-    )?;
+    ) {
+        client.topology.borrow_mut().checkin(conn);
+        return Err(e);
+    }
     // Every command is checked before it is sent (csot.rs). A refused one was
     // never sent: its connection goes back to the pool, and the error is final.
     let mut sent_max_time = false;
@@ -372,13 +381,11 @@ fn attempt<O: Operation>(
             // A read that timed out after a command with maxTimeMS left the
             // connection pending: it returns to the pool and its reply is
             // drained at the next checkout (cmap.rs). Any other failed
-            // socket is closed here.
-            if conn.pending().is_some() && crate::cmap::keeps_pending(sent_max_time) {
-                client.topology.borrow_mut().checkin(conn);
-            } else {
+            // socket is closed when checked in.
+            if !(conn.pending().is_some() && crate::cmap::keeps_pending(sent_max_time)) {
                 conn.abandon_pending();
-                drop(conn);
             }
+            client.topology.borrow_mut().checkin(conn);
             failed(&e, None);
             Err(e)
         }

@@ -58,6 +58,20 @@ pub fn hello_command(
     legacy: bool,
     server_api: Option<&ServerApi>,
 ) -> RawDocumentBuf {
+    command(Some(metadata), legacy, server_api)
+}
+
+/// A server check's hello on an established connection: the handshake's,
+/// without `client` (the server refuses metadata after a connection's first hello).
+pub fn heartbeat_command(server_api: Option<&ServerApi>) -> RawDocumentBuf {
+    command(None, false, server_api)
+}
+
+fn command(
+    metadata: Option<&RawDocument>,
+    legacy: bool,
+    server_api: Option<&ServerApi>,
+) -> RawDocumentBuf {
     let mut cmd = RawDocumentBuf::new();
     cmd.append(
         if legacy {
@@ -70,7 +84,9 @@ pub fn hello_command(
     cmd.append(cstr!("helloOk"), true);
     // Client Backpressure: this driver retries overload errors with backoff.
     cmd.append(cstr!("backpressure"), true);
-    cmd.append(cstr!("client"), metadata.to_owned());
+    if let Some(metadata) = metadata {
+        cmd.append(cstr!("client"), metadata.to_owned());
+    }
     if !legacy {
         cmd.append(cstr!("$db"), "admin");
     }
@@ -246,6 +262,16 @@ mod tests {
         assert_eq!(legacy.iter().next().unwrap().unwrap().0, "isMaster");
         assert!(legacy.get("$db").unwrap().is_none());
         assert!(hello.get("apiVersion").unwrap().is_none());
+        assert!(hello.get("client").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_heartbeat_hello_carries_no_client_metadata() {
+        let beat = heartbeat_command(None);
+        assert_eq!(beat.iter().next().unwrap().unwrap().0, "hello");
+        assert!(beat.get("client").unwrap().is_none());
+        assert_eq!(beat.get_str("$db").unwrap(), "admin");
+        assert!(beat.get_bool("helloOk").unwrap());
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The live topology: SDAM descriptions, RTT per server and a connection
 //! pool per server. Single-threaded (the SDAM spec's single-threaded mode):
-//! servers are checked when selection finds nothing suitable, and the
-//! handshake's connection goes straight into the pool.
+//! servers are checked when selection finds nothing suitable (or a
+//! heartbeat is due): on an idle pooled connection when there is one, else
+//! on a new connection, which then goes straight into the pool.
 
-use crate::cmap::{AfterDrain, DrainStep, PoolEvent, PoolEventKind};
+use crate::cmap::{
+    self, AfterDrain, CheckOutFailedReason, CloseReason, DrainStep, PoolEvent, PoolEventKind,
+    PoolEvents,
+};
 use crate::conn::{ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
@@ -32,7 +36,7 @@ pub struct TopologySettings {
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
-    /// Record pool events (pending-response drains) for `take_pool_events`.
+    /// Record pool events (CMAP and pending-response drains) for `take_pool_events`.
     pub monitor_pool: bool,
 }
 
@@ -44,6 +48,11 @@ struct ServerState {
     last_check: Option<crate::deadline::Instant>,
     /// The host's refusal of the last check (`ErrorKind::AccessDenied`).
     denied: Option<Error>,
+    /// CMAP: the pool is ready after a successful check, paused by a clear.
+    ready: bool,
+    /// Idle connections a server check opened that no checkout has taken
+    /// yet: CMAP events announce them (created, ready) at their first checkout.
+    unannounced: Vec<u64>,
 }
 
 pub struct Topology {
@@ -52,8 +61,7 @@ pub struct Topology {
     servers: HashMap<String, ServerState>,
     next_conn_id: u64,
     rng: u64,
-    /// `Some` when pool events are recorded.
-    pool_events: Option<Vec<PoolEvent>>,
+    events: PoolEvents,
 }
 
 impl Topology {
@@ -64,9 +72,8 @@ impl Topology {
             settings.replica_set.clone(),
         );
         let rng = runtime::now().0 | 1;
-        let pool_events = settings.monitor_pool.then(Vec::new);
         Topology {
-            pool_events,
+            events: PoolEvents::new(settings.monitor_pool),
             settings,
             description,
             servers: HashMap::new(),
@@ -212,8 +219,10 @@ impl Topology {
             .is_some_and(|t| now.since(t) >= heartbeat)
     }
 
-    /// One server check: a new connection's handshake (an RTT sample, and
-    /// the server's description); the connection then joins the pool.
+    /// One server check (an RTT sample, and the server's description): a
+    /// hello on an idle pooled connection, else a new connection's handshake
+    /// (the hello; authentication waits for its first checkout), which then
+    /// joins the pool.
     fn check(
         &mut self,
         address: &str,
@@ -223,13 +232,24 @@ impl Topology {
     ) -> Result<()> {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
-        let result = self.establish(address, connect.min(deadline), handshake.min(deadline));
+        if self.heartbeat(address, handshake.min(deadline)) {
+            self.state(address).denied = None;
+            return Ok(());
+        }
+        let id = self.next_id();
+        // The check's hello only: its connection authenticates at its first checkout.
+        let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
+        let result = self.establish(address, id, connect, handshake, false);
         self.state(address).denied = match &result {
             Err(e) if e.kind == ErrorKind::AccessDenied => Some(e.clone()),
             _ => None,
         };
         match result {
-            Ok(conn) => self.checkin(conn),
+            Ok(conn) => {
+                // It joins the pool unannounced: no checkout asked for it yet.
+                self.state(address).unannounced.push(conn.id);
+                self.keep_or_close(conn);
+            }
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
                 // The selection budget ran out mid-check. Under CSOT the
                 // operation's own deadline expired: report the section
@@ -253,6 +273,42 @@ impl Topology {
         Ok(())
     }
 
+    /// A check on an idle pooled connection, when there is one (no new
+    /// connection per heartbeat). Returns whether it answered; a connection
+    /// that failed is closed, and the caller checks on a new one (so a
+    /// known server's failed check is retried once, as SDAM asks).
+    fn heartbeat(&mut self, address: &str, deadline: Deadline) -> bool {
+        let state = self.state(address);
+        let generation = state.generation;
+        // Not a check's connection still to authenticate: its conversation is open.
+        let usable = |c: &Connection| {
+            c.generation == generation
+                && !c.is_broken()
+                && c.pending().is_none()
+                && !state.unannounced.contains(&c.id)
+        };
+        let Some(at) = state.idle.iter().rposition(usable) else {
+            return false;
+        };
+        let mut conn = state.idle.remove(at);
+        match conn.heartbeat(&self.settings.connect, deadline) {
+            Ok(rtt) => {
+                let hello = conn.hello.clone();
+                let state = self.state(address);
+                state.rtt.add(rtt);
+                let average = state.rtt.average();
+                state.idle.insert(at, conn);
+                self.description.update(address, Ok((hello, average)));
+                true
+            }
+            Err(_) => {
+                conn.abandon_pending();
+                self.closed(&conn, CloseReason::Error);
+                false
+            }
+        }
+    }
+
     /// A connection to `address`: an idle one, or a new one. An idle one
     /// still pending a reply is drained first (cmap.rs); one whose drain
     /// fails is closed and the next is tried, while one whose operation ran
@@ -265,14 +321,50 @@ impl Topology {
         timeout: &OpTimeout,
         selection: Deadline,
     ) -> Result<Connection> {
+        let started = runtime::now();
+        let event = |kind, id| PoolEvent::new(kind, address, id);
+        self.events
+            .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
+        let result = self.check_out(address, timeout, selection);
+        let took = runtime::now().since(started);
+        match &result {
+            Ok(conn) => self
+                .events
+                .emit(|| event(PoolEventKind::ConnectionCheckedOut, conn.id).took(took)),
+            Err(e) => self.events.emit(|| {
+                event(PoolEventKind::ConnectionCheckOutFailed, 0)
+                    .took(took)
+                    .because(CheckOutFailedReason::of(e).as_str())
+            }),
+        }
+        result
+    }
+
+    fn check_out(
+        &mut self,
+        address: &str,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
         let generation = self.state(address).generation;
         while let Some(mut conn) = self.state(address).idle.pop() {
             if conn.generation != generation || conn.is_broken() {
+                let reason = match conn.is_broken() {
+                    true => CloseReason::Error,
+                    false => CloseReason::Stale,
+                };
+                self.closed(&conn, reason);
                 continue;
             }
             match self.drain(&mut conn, timeout) {
+                Ok(true) if self.unannounced(&conn) => {
+                    return self.announce(conn, timeout, selection);
+                }
                 Ok(true) => return Ok(conn),
-                Ok(false) => continue,
+                Ok(false) => {
+                    self.closed(&conn, CloseReason::Error);
+                    continue;
+                }
                 Err(e) => {
                     self.state(address).idle.push(conn);
                     return Err(e);
@@ -280,12 +372,95 @@ impl Topology {
             }
         }
         let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
-        self.establish(address, connect, handshake)
-            .inspect_err(|e| {
+        let id = self.next_id();
+        let created = runtime::now();
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
+        let result = self.establish(address, id, connect, handshake, true);
+        self.handshake_done(address, id, created, result)
+    }
+
+    /// Whether `conn` is a server check's connection no checkout took yet
+    /// (it is then no longer counted as such).
+    fn unannounced(&mut self, conn: &Connection) -> bool {
+        let state = self.state(&conn.address);
+        let Some(at) = state.unannounced.iter().position(|&id| id == conn.id) else {
+            return false;
+        };
+        state.unannounced.swap_remove(at);
+        true
+    }
+
+    /// A check's connection at its first checkout: CMAP sees it created now,
+    /// and it authenticates (the rest of its handshake) before it is ready,
+    /// so a failure there is the checkout's, as the specs expect.
+    fn announce(
+        &mut self,
+        mut conn: Connection,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
+        let (address, id, created) = (conn.address.clone(), conn.id, runtime::now());
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
+        // Bounded by selection, as when the check ran the whole handshake.
+        let (_, handshake) = timeout.establish_deadlines(selection, created);
+        let result = conn
+            .finish_handshake(&self.settings.connect, handshake.min(selection))
+            .map(|()| conn);
+        let result = self.handshake_done(&address, id, created, result);
+        let now = runtime::now();
+        result.map_err(|e| match timeout.csot {
+            // Out of computedServerSelectionTimeout (CSOT spec): selection's
+            // timeout, not a retryable network one; the operation's own
+            // deadline's expiry stays the section's.
+            _ if !e.is_timeout() || !selection.is_expired(now) => e,
+            Some(op) if op.is_expired(now) => e,
+            _ => timeout.selection_error(now, format!("{address}: {e}")),
+        })
+    }
+
+    /// The end of a checkout's handshake: the connection is ready, or it is
+    /// closed (after the pool is cleared, unless it timed out).
+    fn handshake_done(
+        &mut self,
+        address: &str,
+        id: u64,
+        created: crate::deadline::Instant,
+        result: Result<Connection>,
+    ) -> Result<Connection> {
+        match result {
+            Ok(conn) => {
+                let took = runtime::now().since(created);
+                self.events.emit(|| {
+                    PoolEvent::new(PoolEventKind::ConnectionReady, address, id).took(took)
+                });
+                Ok(conn)
+            }
+            Err(e) => {
                 if !e.is_timeout() {
-                    self.mark_unknown(address, e);
+                    self.mark_unknown(address, &e);
                 }
-            })
+                self.events.emit(|| {
+                    PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                        .because(CloseReason::Error.as_str())
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// A pooled connection is dropped: announced ones get their closed event.
+    fn closed(&mut self, conn: &Connection, reason: CloseReason) {
+        let state = self.state(&conn.address);
+        if let Some(at) = state.unannounced.iter().position(|&id| id == conn.id) {
+            state.unannounced.swap_remove(at);
+            return;
+        }
+        self.events.emit(|| {
+            PoolEvent::new(PoolEventKind::ConnectionClosed, &conn.address, conn.id)
+                .because(reason.as_str())
+        });
     }
 
     /// The drain step of a checkout. `Ok(true)`: the connection is ready;
@@ -298,15 +473,14 @@ impl Topology {
         let started = runtime::now();
         let (connection_id, address) = (conn.id, conn.address.clone());
         let event = |kind, duration, reason, closed| PoolEvent {
-            kind,
-            connection_id,
-            server_address: address.clone(),
             request_id: pending.request_id,
             duration,
             reason,
             closed,
+            ..PoolEvent::new(kind, &address, connection_id)
         };
-        self.pool_event(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
+        self.events
+            .emit(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
         let deadline = match pending.step(started, timeout) {
             DrainStep::Drain(deadline) => Ok(deadline),
             DrainStep::AlivenessCheck => match conn.probe_pending() {
@@ -326,14 +500,15 @@ impl Topology {
         let took = Some(now.since(started));
         let Err(e) = result else {
             let kind = PoolEventKind::PendingResponseSucceeded;
-            self.pool_event(|| event(kind, took, None, false));
+            self.events.emit(|| event(kind, took, None, false));
             return Ok(true);
         };
         let keep = conn
             .pending()
             .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
         let kind = PoolEventKind::PendingResponseFailed;
-        self.pool_event(|| event(kind, took, Some(e.to_string()), !keep));
+        self.events
+            .emit(|| event(kind, took, Some(e.to_string()), !keep));
         if keep {
             Err(Error::timeout("pending response drain").with_cause(e.to_string()))
         } else {
@@ -342,29 +517,26 @@ impl Topology {
         }
     }
 
-    fn pool_event(&mut self, event: impl FnOnce() -> PoolEvent) {
-        if let Some(events) = self.pool_events.as_mut() {
-            events.push(event());
-        }
-    }
-
     /// Drains the recorded pool events.
     pub fn take_pool_events(&mut self) -> Vec<PoolEvent> {
-        self.pool_events
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.events.take()
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_conn_id;
+        self.next_conn_id += 1;
+        id
     }
 
     fn establish(
         &mut self,
         address: &str,
+        id: u64,
         connect: Deadline,
         handshake: Deadline,
+        authenticate: bool,
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
-        let id = self.next_conn_id;
-        self.next_conn_id += 1;
         let generation = self.state(address).generation;
         let Established { conn, rtt } = Connection::establish(
             address,
@@ -374,32 +546,43 @@ impl Topology {
             id,
             generation,
             (connect, handshake),
+            authenticate,
         )?;
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();
         self.description
             .update(address, Ok((conn.hello.clone(), average)));
+        let state = self.state(address);
+        if !std::mem::replace(&mut state.ready, true) {
+            self.events
+                .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
+        }
         Ok(conn)
     }
 
+    /// A checked-out connection comes back: it stays idle, or is closed
+    /// (broken, stale, or the pool is full). A pending one is kept too: its
+    /// reply is drained at checkout.
     pub fn checkin(&mut self, conn: Connection) {
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, &conn.address, conn.id));
+        self.keep_or_close(conn);
+    }
+
+    fn keep_or_close(&mut self, conn: Connection) {
         let max = self.settings.max_pool_size;
         let state = self.state(&conn.address);
-        // A pending connection is kept too: its reply is drained at checkout.
-        if !conn.is_broken()
-            && conn.generation == state.generation
-            && (max == 0 || state.idle.len() < max)
-        {
-            state.idle.push(conn);
+        let current = conn.generation == state.generation;
+        match cmap::checkin_outcome(conn.is_broken(), current, state.idle.len(), max) {
+            None => state.idle.push(conn),
+            Some(reason) => self.closed(&conn, reason),
         }
     }
 
     /// A network error (not a timeout) marks the server unknown and clears its pool.
     pub fn mark_unknown(&mut self, address: &str, err: &Error) {
-        let state = self.state(address);
-        state.generation += 1;
-        state.idle.clear();
+        self.clear(address);
         self.description.update(address, Err(err.to_string()));
     }
 
@@ -409,11 +592,25 @@ impl Topology {
             return;
         };
         if clear {
-            let state = self.state(address);
-            state.generation += 1;
-            state.idle.clear();
+            self.clear(address);
         }
         self.description.update(address, Err(err.to_string()));
+    }
+
+    /// Clears the pool of `address`: a new generation, the pool paused until
+    /// a check succeeds, its idle connections closed as stale.
+    fn clear(&mut self, address: &str) {
+        let state = self.state(address);
+        state.generation += 1;
+        let was_ready = std::mem::replace(&mut state.ready, false);
+        let idle = std::mem::take(&mut state.idle);
+        if was_ready {
+            self.events
+                .emit(|| PoolEvent::new(PoolEventKind::PoolCleared, address, 0));
+        }
+        for conn in &idle {
+            self.closed(conn, CloseReason::Stale);
+        }
     }
 
     pub fn min_rtt(&mut self, address: &str) -> Duration {
@@ -421,14 +618,27 @@ impl Topology {
     }
 
     pub fn close(&mut self) {
-        for state in self.servers.values_mut() {
+        let addresses: Vec<String> = self.servers.keys().cloned().collect();
+        for address in addresses {
+            let state = self.state(&address);
             state.generation += 1;
-            state.idle.clear();
+            state.ready = false;
+            let idle = std::mem::take(&mut state.idle);
+            for conn in &idle {
+                self.closed(conn, CloseReason::PoolClosed);
+            }
+            self.events
+                .emit(|| PoolEvent::new(PoolEventKind::PoolClosed, &address, 0));
         }
     }
 
+    /// The pool of `address`, created (and announced) at its first use.
     fn state(&mut self, address: &str) -> &mut ServerState {
-        self.servers.entry(address.to_string()).or_default()
+        let events = &mut self.events;
+        self.servers.entry(address.to_string()).or_insert_with(|| {
+            events.emit(|| PoolEvent::new(PoolEventKind::PoolCreated, address, 0));
+            ServerState::default()
+        })
     }
 
     /// The host's refusal when it denied the last check of every server

@@ -315,6 +315,14 @@ impl Guest {
             .call_take_pool_events(&mut self.store, client.0)
     }
 
+    /// `client.close`: ends its sessions and closes its pooled connections.
+    pub fn close(&mut self, client: Client) -> Result<()> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_close(&mut self.store, client.0)
+    }
+
     /// Drops a guest resource (runs its destructor in the guest).
     pub fn drop_resource(&mut self, r: ResourceAny) -> Result<()> {
         r.resource_drop(&mut self.store)

@@ -64,7 +64,38 @@ pub struct HelloAuth<'a> {
     conversation: Option<Conversation<'a>>,
 }
 
+/// A conversation the handshake's `hello` began, kept with its connection
+/// until authentication resumes (a server check's connection authenticates
+/// at its first checkout).
+pub struct Suspended {
+    mechanism: AuthMechanism,
+    kind: Kind,
+}
+
+impl HelloAuth<'_> {
+    /// Keeps the speculative conversation (the hello's fields are sent).
+    pub fn suspend(self) -> Option<Suspended> {
+        self.conversation.map(|c| Suspended {
+            mechanism: c.mechanism,
+            kind: c.kind,
+        })
+    }
+}
+
 impl Authenticator {
+    /// The hello's conversation back, for `after_hello`.
+    pub fn resume(&self, suspended: Option<Suspended>) -> HelloAuth<'_> {
+        HelloAuth {
+            sasl_supported_mechs: None,
+            speculative: None,
+            conversation: suspended.map(|s| Conversation {
+                auth: self,
+                mechanism: s.mechanism,
+                kind: s.kind,
+            }),
+        }
+    }
+
     /// Refuses the mechanisms this driver does not implement.
     pub fn new(credential: Credential) -> Result<Authenticator> {
         use AuthMechanism::*;

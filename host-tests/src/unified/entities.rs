@@ -265,7 +265,7 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
             // One address per topology here: there is never more than one mongos to use.
             "useMultipleMongoses" => {}
             // minPoolSize still goes to the driver in the URI; the runner does not wait
-            // for the pool to fill (the driver reports no CMAP events to wait on).
+            // for the pool to fill (the driver does not fill pools in the background).
             "awaitMinPoolSizeMS" => {}
             other => return Err(Fail(format!("unsupported client entity option {other}"))),
         }

@@ -1,10 +1,12 @@
-//! Command monitoring events as a client entity observes them, and `expectEvents`.
+//! Command monitoring and CMAP events as a client entity observes them, and `expectEvents`.
 //!
-//! The driver exposes command events only (`take-command-events`); CMAP, SDAM and
-//! log-message expectations fail with that reason.
+//! The driver exposes command events (`take-command-events`) and pool events
+//! (`take-pool-events`); SDAM and log-message expectations fail with that reason.
 
 use super::matching::{self, Lookup};
-use crate::bindings::exports::mongo_wasi::driver::types::{CommandEvent, CommandEventKind};
+use crate::bindings::exports::mongo_wasi::driver::types::{
+    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind,
+};
 use bson::{Bson, Document};
 
 /// Commands whose events are hidden unless `observeSensitiveCommands` (Command
@@ -71,10 +73,78 @@ impl Observed {
     }
 }
 
+/// The unified format's name of a CMAP event; `None` for the pending-response
+/// events, which no spec test observes.
+pub fn cmap_name(kind: PoolEventKind) -> Option<&'static str> {
+    use PoolEventKind as K;
+    Some(match kind {
+        K::PendingResponseStarted | K::PendingResponseSucceeded | K::PendingResponseFailed => {
+            return None
+        }
+        K::PoolCreated => "poolCreatedEvent",
+        K::PoolReady => "poolReadyEvent",
+        K::PoolCleared => "poolClearedEvent",
+        K::PoolClosed => "poolClosedEvent",
+        K::ConnectionCreated => "connectionCreatedEvent",
+        K::ConnectionReady => "connectionReadyEvent",
+        K::ConnectionClosed => "connectionClosedEvent",
+        K::ConnectionCheckOutStarted => "connectionCheckOutStartedEvent",
+        K::ConnectionCheckOutFailed => "connectionCheckOutFailedEvent",
+        K::ConnectionCheckedOut => "connectionCheckedOutEvent",
+        K::ConnectionCheckedIn => "connectionCheckedInEvent",
+    })
+}
+
+/// Every CMAP event name of the unified format.
+const CMAP_EVENTS: &[&str] = &[
+    "poolCreatedEvent",
+    "poolReadyEvent",
+    "poolClearedEvent",
+    "poolClosedEvent",
+    "connectionCreatedEvent",
+    "connectionReadyEvent",
+    "connectionClosedEvent",
+    "connectionCheckOutStartedEvent",
+    "connectionCheckOutFailedEvent",
+    "connectionCheckedOutEvent",
+    "connectionCheckedInEvent",
+];
+
+/// SDAM events a client may observe; the driver exposes none, so a test that
+/// expects them fails in `check`.
+const SDAM_EVENTS: &[&str] = &[
+    "serverDescriptionChangedEvent",
+    "topologyDescriptionChangedEvent",
+    "topologyOpeningEvent",
+    "topologyClosedEvent",
+    "serverHeartbeatStartedEvent",
+    "serverHeartbeatSucceededEvent",
+    "serverHeartbeatFailedEvent",
+];
+
+pub fn is_cmap_event(name: &str) -> bool {
+    CMAP_EVENTS.contains(&name)
+}
+
+/// One observed CMAP event.
+#[derive(Clone, Debug)]
+pub struct CmapObserved {
+    pub name: &'static str,
+    pub reason: Option<String>,
+    pub connection_id: u64,
+}
+
 /// What one client entity records, per its `observeEvents` and friends.
 #[derive(Clone, Debug, Default)]
 pub struct EventLog {
     observe: Vec<&'static str>,
+    /// The CMAP events observed, by name.
+    observe_cmap: Vec<&'static str>,
+    /// CMAP events in the order the driver emitted them.
+    pub cmap: Vec<CmapObserved>,
+    /// Connections checked out and not checked in yet (all pool events
+    /// count, observed or not): `assertNumberConnectionsCheckedOut`.
+    pub checked_out: i64,
     ignore: Vec<String>,
     sensitive: bool,
     /// Request ids of sensitive started events: their replies are hidden too.
@@ -91,9 +161,14 @@ impl EventLog {
                     "commandStartedEvent" => log.observe.push("commandStartedEvent"),
                     "commandSucceededEvent" => log.observe.push("commandSucceededEvent"),
                     "commandFailedEvent" => log.observe.push("commandFailedEvent"),
-                    // CMAP and SDAM events: the driver has none to record; tests that
+                    k if is_cmap_event(k) => {
+                        let name = CMAP_EVENTS.iter().find(|n| **n == k).copied();
+                        log.observe_cmap.extend(name);
+                    }
+                    // SDAM events: the driver has none to record; tests that
                     // expect them fail in `check`.
-                    _ => {}
+                    k if SDAM_EVENTS.contains(&k) => {}
+                    other => return Err(format!("observeEvents: unknown event {other:?}")),
                 }
             }
         }
@@ -132,6 +207,27 @@ impl EventLog {
         }
     }
 
+    /// Keeps the CMAP events this client observes, in order.
+    pub fn record_pool(&mut self, events: &[PoolEvent]) {
+        for e in events {
+            match e.kind {
+                PoolEventKind::ConnectionCheckedOut => self.checked_out += 1,
+                PoolEventKind::ConnectionCheckedIn => self.checked_out -= 1,
+                _ => {}
+            }
+            let Some(name) = cmap_name(e.kind) else {
+                continue;
+            };
+            if self.observe_cmap.contains(&name) {
+                self.cmap.push(CmapObserved {
+                    name,
+                    reason: e.reason.clone(),
+                    connection_id: e.connection_id,
+                });
+            }
+        }
+    }
+
     /// The command documents of the started events, newest last.
     pub fn started_commands(&self) -> Vec<&Document> {
         self.events
@@ -148,13 +244,17 @@ pub fn check(expected: &Document, log: &EventLog, lookup: &dyn Lookup) -> Result
     let want = expected
         .get_array("events")
         .map_err(|_| "expectEvents entry without an events array".to_string())?;
+    let ignore_extra = expected.get_bool("ignoreExtraEvents").unwrap_or(false);
     match kind {
         "command" => {}
-        "cmap" => return Err("expects CMAP events: the driver exposes command events only".into()),
-        "sdam" => return Err("expects SDAM events: the driver exposes command events only".into()),
+        "cmap" => return check_cmap(want, ignore_extra, &log.cmap),
+        "sdam" => {
+            return Err(
+                "expects SDAM events: the driver exposes command and CMAP events only".into(),
+            )
+        }
         other => return Err(format!("unknown eventType {other:?}")),
     }
-    let ignore_extra = expected.get_bool("ignoreExtraEvents").unwrap_or(false);
     let got = &log.events;
     for (i, e) in want.iter().enumerate() {
         let e = e
@@ -180,6 +280,87 @@ pub fn check(expected: &Document, log: &EventLog, lookup: &dyn Lookup) -> Result
         ));
     }
     Ok(())
+}
+
+/// `expectEvents` of `eventType: cmap`: the same order, no extra events
+/// unless `ignoreExtraEvents`.
+fn check_cmap(want: &[Bson], ignore_extra: bool, got: &[CmapObserved]) -> Result<(), String> {
+    let seen = || cmap_summary(got);
+    for (i, e) in want.iter().enumerate() {
+        let e = e
+            .as_document()
+            .ok_or("an expected event is not a document")?;
+        let Some(actual) = got.get(i) else {
+            return Err(format!(
+                "expected {} CMAP events, observed {}: {}",
+                want.len(),
+                got.len(),
+                seen()
+            ));
+        };
+        cmap_matches(e, actual).map_err(|m| format!("event {i}: {m} (observed: {})", seen()))?;
+    }
+    if !ignore_extra && got.len() > want.len() {
+        return Err(format!(
+            "expected {} CMAP events, observed {}: {}",
+            want.len(),
+            got.len(),
+            seen()
+        ));
+    }
+    Ok(())
+}
+
+/// One `expectedCmapEvent` (`{connectionClosedEvent: {reason: "error"}}` and the like).
+pub fn cmap_matches(expected: &Document, actual: &CmapObserved) -> Result<(), String> {
+    let (key, fields) = expected.iter().next().ok_or("an expected event is empty")?;
+    if expected.len() != 1 {
+        return Err("an expected event needs exactly one key".into());
+    }
+    if !is_cmap_event(key) {
+        return Err(format!("unknown CMAP event {key}"));
+    }
+    if key != actual.name {
+        return Err(format!("expected {key}, observed {}", actual.name));
+    }
+    let fields = fields
+        .as_document()
+        .ok_or("expected event fields are not a document")?;
+    for (field, want) in fields {
+        let result = match (key.as_str(), field.as_str()) {
+            ("connectionClosedEvent" | "connectionCheckOutFailedEvent", "reason") => {
+                same_str(want, actual.reason.as_deref().unwrap_or(""), "reason")
+            }
+            // The driver has no load-balanced mode (no service ids) and never
+            // interrupts in-use connections when it clears a pool.
+            ("poolClearedEvent", "hasServiceId" | "interruptInUseConnections") => {
+                match want.as_bool() {
+                    Some(false) => Ok(()),
+                    Some(true) => Err(format!(
+                        "{field}: the driver's pool-cleared is always false"
+                    )),
+                    None => Err(format!("{field} needs a bool")),
+                }
+            }
+            (_, other) => Err(format!("unknown field {other:?} in {key}")),
+        };
+        result.map_err(|m| format!("{key}: {m}"))?;
+    }
+    Ok(())
+}
+
+fn cmap_summary(events: &[CmapObserved]) -> String {
+    if events.is_empty() {
+        return "none".into();
+    }
+    let parts: Vec<String> = events
+        .iter()
+        .map(|e| match &e.reason {
+            Some(r) => format!("{}({r})", e.name),
+            None => e.name.to_string(),
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// One `expectedCommandEvent` (`{commandStartedEvent: {...}}` and the like).
@@ -376,9 +557,109 @@ mod tests {
         assert!(check(&wrong, &log, &NoEntities)
             .unwrap_err()
             .contains("expected commandFailedEvent"));
-        let cmap = doc! { "eventType": "cmap", "events": [] };
-        assert!(check(&cmap, &log, &NoEntities)
+        let sdam = doc! { "eventType": "sdam", "events": [] };
+        assert!(check(&sdam, &log, &NoEntities)
             .unwrap_err()
-            .contains("CMAP"));
+            .contains("SDAM"));
+    }
+
+    fn pool(kind: PoolEventKind, reason: Option<&str>) -> PoolEvent {
+        PoolEvent {
+            kind,
+            connection_id: 1,
+            server_address: "127.0.0.1:1".into(),
+            request_id: 0,
+            duration_micros: None,
+            reason: reason.map(String::from),
+            closed: false,
+        }
+    }
+
+    #[test]
+    fn cmap_events_are_observed_by_name_and_matched_in_order() {
+        use PoolEventKind as K;
+        let spec = doc! { "observeEvents": [
+            "connectionCheckOutStartedEvent", "connectionClosedEvent",
+            "connectionCheckOutFailedEvent", "poolClearedEvent",
+        ] };
+        let mut log = EventLog::from_spec(&spec).unwrap();
+        log.record_pool(&[
+            pool(K::PoolCreated, None),
+            pool(K::ConnectionCheckOutStarted, None),
+            pool(K::ConnectionCreated, None),
+            pool(K::PoolCleared, None),
+            pool(K::ConnectionClosed, Some("error")),
+            pool(K::ConnectionCheckOutFailed, Some("connectionError")),
+            pool(K::PendingResponseStarted, None),
+        ]);
+        let names: Vec<&str> = log.cmap.iter().map(|e| e.name).collect();
+        assert_eq!(
+            names,
+            [
+                "connectionCheckOutStartedEvent",
+                "poolClearedEvent",
+                "connectionClosedEvent",
+                "connectionCheckOutFailedEvent"
+            ]
+        );
+        let exact = doc! { "eventType": "cmap", "events": [
+            { "connectionCheckOutStartedEvent": {} },
+            { "poolClearedEvent": { "hasServiceId": false } },
+            { "connectionClosedEvent": { "reason": "error" } },
+            { "connectionCheckOutFailedEvent": { "reason": "connectionError" } },
+        ] };
+        check(&exact, &log, &NoEntities).unwrap();
+        let wrong_reason = doc! { "eventType": "cmap", "ignoreExtraEvents": true, "events": [
+            { "connectionCheckOutStartedEvent": {} },
+            { "poolClearedEvent": {} },
+            { "connectionClosedEvent": { "reason": "stale" } },
+        ] };
+        assert!(check(&wrong_reason, &log, &NoEntities)
+            .unwrap_err()
+            .contains("reason"));
+        let fewer =
+            doc! { "eventType": "cmap", "events": [ { "connectionCheckOutStartedEvent": {} } ] };
+        assert!(check(&fewer, &log, &NoEntities)
+            .unwrap_err()
+            .contains("expected 1 CMAP events, observed 4"));
+        let lenient = doc! { "eventType": "cmap", "ignoreExtraEvents": true,
+        "events": [ { "connectionCheckOutStartedEvent": {} } ] };
+        check(&lenient, &log, &NoEntities).unwrap();
+        let interrupt = doc! { "eventType": "cmap", "ignoreExtraEvents": true, "events": [
+            { "connectionCheckOutStartedEvent": {} },
+            { "poolClearedEvent": { "interruptInUseConnections": true } },
+        ] };
+        assert!(check(&interrupt, &log, &NoEntities).is_err());
+        let unknown = doc! { "eventType": "cmap", "ignoreExtraEvents": true,
+        "events": [ { "connectionCheckOutStartedEvnt": {} } ] };
+        assert!(check(&unknown, &log, &NoEntities)
+            .unwrap_err()
+            .contains("unknown CMAP event"));
+        let bad_field = doc! { "eventType": "cmap", "ignoreExtraEvents": true,
+        "events": [ { "connectionCheckOutStartedEvent": { "reason": "x" } } ] };
+        assert!(check(&bad_field, &log, &NoEntities).is_err());
+    }
+
+    #[test]
+    fn an_unknown_observed_event_name_fails() {
+        let spec = doc! { "observeEvents": ["connectionCheckedOutEvnt"] };
+        assert!(EventLog::from_spec(&spec)
+            .unwrap_err()
+            .contains("unknown event"));
+        let sdam = doc! { "observeEvents": ["topologyDescriptionChangedEvent"] };
+        assert!(EventLog::from_spec(&sdam).is_ok());
+    }
+
+    #[test]
+    fn checked_out_connections_are_counted_whether_observed_or_not() {
+        use PoolEventKind as K;
+        let mut log = EventLog::from_spec(&doc! {}).unwrap();
+        log.record_pool(&[
+            pool(K::ConnectionCheckedOut, None),
+            pool(K::ConnectionCheckedOut, None),
+            pool(K::ConnectionCheckedIn, None),
+        ]);
+        assert_eq!(log.checked_out, 1);
+        assert!(log.cmap.is_empty());
     }
 }

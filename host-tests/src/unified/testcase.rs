@@ -180,13 +180,15 @@ impl TestRun {
             .map_err(|m| Fail(format!("outcome {db}.{coll}: {m}")))
     }
 
-    /// Moves every client's recorded command events into its log.
+    /// Moves every client's recorded command and pool events into its log.
     pub fn drain_events(&mut self) -> Step<()> {
         let g = &mut self.guest;
         let api = g.driver.mongo_wasi_driver_client().client();
         for client in self.entities.clients_mut() {
             let events = api.call_take_command_events(&mut g.store, client.handle)?;
             client.log.record(&events);
+            let pool = api.call_take_pool_events(&mut g.store, client.handle)?;
+            client.log.record_pool(&pool);
         }
         Ok(())
     }

@@ -64,7 +64,9 @@ impl TestRun {
                     .call_in_transaction(&mut g.store, session)?;
                 let want_in = matches!(state, "starting" | "in_progress");
                 if in_txn != want_in {
-                    return Err(Fail(format!("expected state {state}, in-transaction() is {in_txn}")));
+                    return Err(Fail(format!(
+                        "expected state {state}, in-transaction() is {in_txn}"
+                    )));
                 }
                 Err(Fail(format!(
                     "assertSessionTransactionState {state}: the WIT session exposes in-transaction() only, not the state"
@@ -95,7 +97,9 @@ impl TestRun {
                 let exists = names.iter().any(|n| n == index);
                 match (exists, name == "assertIndexExists") {
                     (true, true) | (false, false) => Ok(()),
-                    (false, true) => Err(Fail(format!("no index {index} on {db}.{coll} (has {names:?})"))),
+                    (false, true) => Err(Fail(format!(
+                        "no index {index} on {db}.{coll} (has {names:?})"
+                    ))),
                     (true, false) => Err(Fail(format!("index {index} exists on {db}.{coll}"))),
                 }
             }
@@ -121,12 +125,27 @@ impl TestRun {
                 Ok(())
             }
             "waitForEvent" | "assertEventCount" => self.count_events(name, args),
-            "assertNumberConnectionsCheckedOut" => Err(Fail(
-                "assertNumberConnectionsCheckedOut: needs CMAP events, which the driver does not expose".into(),
-            )),
-            "recordTopologyDescription" | "assertTopologyType" | "waitForPrimaryChange" => Err(Fail(format!(
-                "{name}: the WIT exposes no topology description (SDAM)"
-            ))),
+            "assertNumberConnectionsCheckedOut" => {
+                let client = str_arg(args, "client")?.to_string();
+                let want = arg(args, "connections")?
+                    .as_i32()
+                    .map(i64::from)
+                    .ok_or_else(|| Fail("connections is not an integer".into()))?;
+                self.drain_events()?;
+                let seen = self.entities.client(&client)?.log.checked_out;
+                if seen == want {
+                    Ok(())
+                } else {
+                    Err(Fail(format!(
+                        "{name}: {seen} connections checked out, expected {want}"
+                    )))
+                }
+            }
+            "recordTopologyDescription" | "assertTopologyType" | "waitForPrimaryChange" => {
+                Err(Fail(format!(
+                    "{name}: the WIT exposes no topology description (SDAM)"
+                )))
+            }
             "runOnThread" | "waitForThread" => Err(Fail(format!(
                 "{name}: a component instance is single-threaded"
             ))),
@@ -162,19 +181,26 @@ impl TestRun {
             .or_else(|| arg(args, "count").ok().and_then(Bson::as_i64))
             .ok_or_else(|| Fail("count is not an integer".into()))?;
         let key = event.keys().next().map(String::as_str).unwrap_or_default();
-        if !key.starts_with("command") {
+        let cmap = events::is_cmap_event(key);
+        if !cmap && !key.starts_with("command") {
             return Err(Fail(format!(
-                "{name} {key}: the driver exposes command monitoring events only"
+                "{name} {key}: the driver exposes command and CMAP events only"
             )));
         }
         let deadline = Instant::now() + EVENT_WAIT;
         loop {
             let log = &self.entities.client(&client)?.log;
-            let seen = log
-                .events
-                .iter()
-                .filter(|e| events::event_matches(event, e, &self.entities).is_ok())
-                .count() as i64;
+            let seen = if cmap {
+                log.cmap
+                    .iter()
+                    .filter(|e| events::cmap_matches(event, e).is_ok())
+                    .count() as i64
+            } else {
+                log.events
+                    .iter()
+                    .filter(|e| events::event_matches(event, e, &self.entities).is_ok())
+                    .count() as i64
+            };
             if seen == want || (name == "waitForEvent" && seen > want) {
                 return Ok(());
             }
