@@ -119,7 +119,7 @@ impl Topology {
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
-            if !self.check_unknown_servers(criteria, timeout, deadline)? {
+            if !self.scan(criteria, timeout, deadline)? {
                 // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
                 runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
             }
@@ -160,27 +160,30 @@ impl Topology {
         Ok(())
     }
 
-    /// Checks each server not known yet (or whose last check failed) that
-    /// was not checked within minHeartbeatFrequencyMS. Returns whether it checked any.
-    fn check_unknown_servers(
+    /// The single-threaded scan (Server Selection: nothing suitable, so the
+    /// topology is stale): checks every server not checked within
+    /// minHeartbeatFrequencyMS, Unknown ones first. Known ones too: after a
+    /// step-down the new primary is still described as the secondary it was,
+    /// and only its own hello says otherwise. Returns whether it checked any.
+    fn scan(
         &mut self,
         criteria: Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
     ) -> Result<bool> {
         let now = runtime::now();
-        let due: Vec<String> = self
+        let mut due: Vec<(bool, String)> = self
             .description
             .servers
             .iter()
-            .filter(|s| s.kind == ServerType::Unknown)
             .filter(|s| {
                 let last = self.servers.get(&s.address).and_then(|st| st.last_check);
                 last.is_none_or(|t| now.since(t) >= MIN_HEARTBEAT)
             })
-            .map(|s| s.address.clone())
+            .map(|s| (s.kind != ServerType::Unknown, s.address.clone()))
             .collect();
-        for address in &due {
+        due.sort_by_key(|(known, _)| *known);
+        for (_, address) in &due {
             self.check(address, criteria, timeout, deadline)?;
         }
         Ok(!due.is_empty())
