@@ -5,6 +5,7 @@
 mod run;
 mod server;
 mod setup;
+mod soak;
 mod spec;
 mod steps;
 
@@ -23,13 +24,17 @@ commands:
                       host tests, and check the component exports the driver
   demo                setup, build, then run examples/notes against a local nx-27017
   test                setup, then unit/spec tests, build, host tests against nx-27017,
-                      proxy tests, the unified spec suites (fails if a test on
+                      proxy tests, a short soak, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
-                      spec-runner against a fresh nx-27017";
+                      spec-runner against a fresh nx-27017
+  soak [--ops N] [--seconds S] [--seed N] [--json PATH] [--tolerance-ms MS]
+                      setup, build, then the component through the failpoint proxy with
+                      random faults and timeoutMS; fails on a trap, a lost or duplicate
+                      write, or an overshoot beyond the tolerance";
 
 /// Set by SIGINT/SIGTERM: the running child gets the signal too and exits, then the
 /// remaining steps are skipped and servers are stopped on the way out.
@@ -76,6 +81,7 @@ fn main() -> ExitCode {
             Err(_) => Err(format!("not a port: {port}")),
         },
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
+        ["soak", rest @ ..] => soak::soak(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
