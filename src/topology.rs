@@ -210,7 +210,11 @@ impl Topology {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
         match self.establish(address, connect.min(deadline), handshake.min(deadline)) {
-            Ok(conn) => self.checkin(conn),
+            // Scans repeat every minHeartbeatFrequencyMS while nothing is suitable
+            // (no primary for a while), and heartbeats every heartbeatFrequencyMS:
+            // their connections must not pile up idle, so one joins an empty pool only.
+            Ok(conn) if self.state(address).idle.is_empty() => self.checkin(conn),
+            Ok(_) => {}
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
                 // The selection budget ran out mid-check. Under CSOT the
                 // operation's own deadline expired: report the section

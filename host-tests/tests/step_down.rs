@@ -2,7 +2,8 @@
 //! three in front of nx-27017: the single-threaded client must find the new primary.
 //! Every member is already known (the old primary is now a secondary, the new one is
 //! still described as the secondary it was), so selection's scan has to check known
-//! servers again, not only Unknown ones. Found by the soak (`cargo xtask soak`).
+//! servers again, not only Unknown ones; and those checks' connections must not pile up
+//! idle. Found by the soak (`cargo xtask soak`).
 
 use bson::rawdoc;
 use host_tests::bindings::exports::mongo_wasi::driver::collection::OpOptions;
@@ -41,7 +42,7 @@ fn writes_and_reads_find_the_new_primary_after_a_step_down() {
     // minHeartbeatFrequencyMS, 500 ms, after its last check).
     std::thread::sleep(Duration::from_millis(600));
 
-    for round in 1..=2 {
+    for round in 1..=5 {
         let old = proxy.primary().unwrap();
         let new = proxy.step_down(None).unwrap();
         assert_ne!(old, new);
@@ -65,4 +66,8 @@ fn writes_and_reads_find_the_new_primary_after_a_step_down() {
         guest.drop_resource(cursor.0).unwrap();
         std::thread::sleep(Duration::from_millis(600));
     }
+    // Each step-down's scan checked all three members with a new connection; a
+    // check's connection joins only an empty pool, so they do not pile up idle.
+    let live = proxy.stats().connections_current;
+    assert!(live <= 6, "{live} connections open after five scans");
 }
