@@ -548,6 +548,7 @@ fn one_op(
     step: &Step,
     op_id: i64,
 ) -> Result<(), String> {
+    let opened_before = proxy.stats().connections_opened;
     inject(proxy, &step.fault)?;
     let started = Instant::now();
     let result = execute(soak.inst(), ledger, rng, step, op_id);
@@ -644,6 +645,8 @@ fn one_op(
             soak.inst = Some(soak.connect()?);
         }
     }
+    let opened = proxy.stats().connections_opened - opened_before;
+    *f.opened_by_fault.entry(step.fault.kind()).or_default() += opened;
     let memory = soak.inst().memory();
     f.guest_peak_bytes = f.guest_peak_bytes.max(memory.bytes);
     // Per instance, and an instance refused memory traps soon after.

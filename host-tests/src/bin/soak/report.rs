@@ -80,6 +80,8 @@ pub struct Figures {
     pub verdict: Verdict,
     pub connections_opened: u64,
     pub connections_closed: u64,
+    /// Connections the proxy accepted during operations with each fault kind.
+    pub opened_by_fault: BTreeMap<&'static str, u64>,
     pub retries: u64,
     pub drained: u64,
     pub drain_failed: u64,
@@ -215,7 +217,7 @@ impl Figures {
             let max = t.last().copied().unwrap_or(0.0);
             println!("  {:<24}{row}{p50:>9.1}{max:>9.1}", op.name());
         }
-        println!("  {:<24}{header}", "fault");
+        println!("  {:<24}{header}{:>10}", "fault", "opened");
         for kind in Fault::KINDS {
             let Some(ends) = self.by_fault.get(kind) else {
                 continue;
@@ -224,7 +226,8 @@ impl Figures {
                 .iter()
                 .map(|e| format!("{:>10}", ends.get(e).copied().unwrap_or(0)))
                 .collect();
-            println!("  {kind:<24}{row}");
+            let opened = self.opened_by_fault.get(kind).copied().unwrap_or(0);
+            println!("  {kind:<24}{row}{opened:>10}");
         }
         let worst = self.worst.clone().unwrap_or_default();
         println!(
@@ -327,6 +330,7 @@ impl Figures {
             "wrong_results": self.wrong_results,
             "connections_opened": self.connections_opened,
             "connections_closed": self.connections_closed,
+            "connections_opened_by_fault": self.opened_by_fault,
             "retries": self.retries,
             "pending_responses_drained": self.drained,
             "pending_response_drains_failed": self.drain_failed,
