@@ -122,7 +122,7 @@ impl Topology {
                 let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
                 if only_avoided && !avoid.is_empty() && !looked_further {
                     looked_further = true;
-                    if self.check_unknown_servers(criteria, timeout, deadline)? {
+                    if self.scan(criteria, timeout, deadline)? {
                         continue;
                     }
                 }
@@ -138,7 +138,7 @@ impl Topology {
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
-            let checked = self.check_unknown_servers(criteria, timeout, deadline)?;
+            let checked = self.scan(criteria, timeout, deadline)?;
             if let Some(denied) = self.denied_everywhere() {
                 // The host's policy will not change while selection waits.
                 return Err(denied);
@@ -184,27 +184,30 @@ impl Topology {
         Ok(())
     }
 
-    /// Checks each server not known yet (or whose last check failed) that
-    /// was not checked within minHeartbeatFrequencyMS. Returns whether it checked any.
-    fn check_unknown_servers(
+    /// The single-threaded scan (Server Selection: nothing suitable, so the
+    /// topology is stale): checks every server not checked within
+    /// minHeartbeatFrequencyMS, Unknown ones first. Known ones too: after a
+    /// step-down the new primary is still described as the secondary it was,
+    /// and only its own hello says otherwise. Returns whether it checked any.
+    fn scan(
         &mut self,
         criteria: Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
     ) -> Result<bool> {
         let now = runtime::now();
-        let due: Vec<String> = self
+        let mut due: Vec<(bool, String)> = self
             .description
             .servers
             .iter()
-            .filter(|s| s.kind == ServerType::Unknown)
             .filter(|s| {
                 let last = self.servers.get(&s.address).and_then(|st| st.last_check);
                 last.is_none_or(|t| now.since(t) >= MIN_HEARTBEAT)
             })
-            .map(|s| s.address.clone())
+            .map(|s| (s.kind != ServerType::Unknown, s.address.clone()))
             .collect();
-        for address in &due {
+        due.sort_by_key(|(known, _)| *known);
+        for (_, address) in &due {
             self.check(address, criteria, timeout, deadline)?;
         }
         Ok(!due.is_empty())
@@ -245,11 +248,15 @@ impl Topology {
             _ => None,
         };
         match result {
-            Ok(conn) => {
-                // It joins the pool unannounced: no checkout asked for it yet.
+            // Scans repeat every minHeartbeatFrequencyMS while nothing is suitable
+            // (no primary for a while): their connections must not pile up idle,
+            // so one joins an empty pool only, unannounced (no checkout asked for
+            // it yet); otherwise it is dropped, never having been announced.
+            Ok(conn) if self.state(address).idle.is_empty() => {
                 self.state(address).unannounced.push(conn.id);
                 self.keep_or_close(conn);
             }
+            Ok(_) => {}
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
                 // The selection budget ran out mid-check. Under CSOT the
                 // operation's own deadline expired: report the section

@@ -8,9 +8,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use bson::Document;
+
 use crate::auth::{AuthConfig, Users};
 use crate::conn;
-use crate::failpoint::FailPoints;
+use crate::failpoint::{FailPoints, Mode};
 use crate::stats::Stats;
 use crate::topology::{Topology, TopologyState, Version};
 
@@ -281,6 +283,20 @@ impl Proxy {
     /// `{proxyStepDown: 1}` does. Answers the new primary's member index.
     pub fn step_down(&self, target: Option<usize>) -> Result<usize, String> {
         lock(&self.shared.topology).elect(target)
+    }
+
+    /// Configures fail point `name` on `member` (a standalone has one set), as a
+    /// `configureFailPoint` sent to that member would, without a connection: the soak
+    /// injects a fault before each operation. Answers the point's `timesEntered`, or
+    /// None for a name mongod would not know.
+    pub fn configure_fail_point(
+        &self,
+        member: usize,
+        name: &str,
+        mode: Mode,
+        data: Document,
+    ) -> Option<i64> {
+        self.shared.failpoints(member).configure(name, mode, data)
     }
 
     /// Stops accepting, closes every connection and joins every thread. Idempotent.

@@ -6,6 +6,7 @@ mod bench;
 mod run;
 mod server;
 mod setup;
+mod soak;
 mod spec;
 mod steps;
 mod witcheck;
@@ -28,7 +29,7 @@ commands:
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
-                      proxy tests, the unified spec suites (fails if a test on
+                      proxy tests, a short soak, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass)
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
@@ -44,7 +45,11 @@ commands:
                       JSON (default target/bench/bench.json) and an SVG chart
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
-                      spec-runner against a fresh nx-27017";
+                      spec-runner against a fresh nx-27017
+  soak [--ops N] [--seconds S] [--seed N] [--json PATH] [--tolerance-ms MS]
+                      setup, build, then the component through the failpoint proxy with
+                      random faults and timeoutMS; fails on a trap, a lost or duplicate
+                      write, or an overshoot beyond the tolerance";
 
 /// Set by SIGINT/SIGTERM: the running child gets the signal too and exits, then the
 /// remaining steps are skipped and servers are stopped on the way out.
@@ -94,6 +99,7 @@ fn main() -> ExitCode {
         ["bench", rest @ ..] => bench::bench(&ctx, rest),
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
         ["fuzz", rest @ ..] => steps::fuzz(&ctx, rest),
+        ["soak", rest @ ..] => soak::soak(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

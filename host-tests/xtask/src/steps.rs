@@ -10,6 +10,7 @@ use std::process::Command;
 use crate::run::{exec, output, Ctx, Result, Run};
 use crate::server::Server;
 use crate::setup;
+use crate::soak;
 use crate::spec;
 use crate::witcheck;
 
@@ -102,6 +103,10 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step("test: host tests and proxy tests against nx-27017", || {
         host_tests(ctx)
     });
+    let _ = run.step(
+        "test: soak through the failpoint proxy (300 operations or 60 s)",
+        || soak::short_step(ctx),
+    );
     let _ = run.step(
         "test: unified spec suites against nx-27017 (expected-pass list)",
         || spec::expected_pass_step(ctx, false),
