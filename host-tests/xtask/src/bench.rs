@@ -16,7 +16,7 @@ use crate::server::Server;
 use crate::setup;
 
 #[derive(Default)]
-struct Args {
+pub(crate) struct Args {
     quick: bool,
     json: Option<PathBuf>,
     svg: Option<PathBuf>,
@@ -24,7 +24,7 @@ struct Args {
     nx: bool,
 }
 
-fn parse(args: &[&str]) -> Result<Args> {
+pub(crate) fn parse(args: &[&str]) -> Result<Args> {
     let mut a = Args {
         native: true,
         nx: true,
@@ -62,7 +62,7 @@ const FAST_RELEASE: [&str; 5] = [
     "profile.release.codegen-units=16",
 ];
 
-fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
+pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
     setup::steps(run, ctx)?;
     let target = ctx.target_dir()?.to_path_buf();
     run.step("bench: build the component (mongo_wasi.wasm)", || {

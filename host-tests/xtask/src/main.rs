@@ -30,7 +30,7 @@ commands:
                       them) and have wasm-tools parse wit/
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
                       proxy tests, a short soak, the unified spec suites (fails if a test on
-                      host-tests/spec/expected-pass.txt does not pass)
+                      host-tests/spec/expected-pass.txt does not pass), then bench --quick
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
                       command replies, URI, SCRAM, DNS): N seconds per target
