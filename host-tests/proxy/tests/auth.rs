@@ -112,7 +112,13 @@ fn users_made_through_the_proxy_and_the_localhost_exception() {
     );
     let hello = c.admin(doc! { "hello": 1, "saslSupportedMechs": "db1.bob" });
     assert!(!hello.contains_key("saslSupportedMechs"));
-    assert!(backend.seen().is_empty(), "users never reach the backend");
+    // The only command the backend may see is the proxy's warm-up ping, sent
+    // while the client's handshake runs (as mongod sets up then).
+    let seen = backend.seen();
+    assert!(
+        seen.iter().all(|n| n == "ping"),
+        "users never reach the backend: {seen:?}"
+    );
 }
 
 #[test]
