@@ -81,8 +81,7 @@ pub struct Instance {
 fn op_options(timeout_ms: Option<u64>) -> OpOptions {
     OpOptions {
         timeout_ms,
-        session: None,
-        extra: None,
+        ..host_tests::guest::no_options()
     }
 }
 
@@ -221,14 +220,7 @@ impl Instance {
     ) -> Result<WitResult<Option<Vec<u8>>>> {
         let opts = FindOptions {
             timeout_ms,
-            session: None,
-            sort: None,
-            projection: None,
-            skip: None,
-            limit: None,
-            batch_size: None,
-            timeout_mode: None,
-            extra: None,
+            ..host_tests::guest::find_options()
         };
         self.driver
             .mongo_wasi_driver_collection()
@@ -257,14 +249,8 @@ impl Instance {
     ) -> Result<WitResult<ResourceAny>> {
         let opts = FindOptions {
             timeout_ms,
-            session: None,
-            sort: None,
-            projection: None,
-            skip: None,
-            limit: None,
             batch_size,
-            timeout_mode: None,
-            extra: None,
+            ..host_tests::guest::find_options()
         };
         self.driver
             .mongo_wasi_driver_collection()
