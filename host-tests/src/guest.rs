@@ -328,3 +328,42 @@ impl Guest {
         r.resource_drop(&mut self.store)
     }
 }
+
+/// A client through a failpoint proxy in front of the test server, with a
+/// fresh database `db` holding one document in collection `c`: the set-up of
+/// the retry tests.
+pub struct ProxiedCollection {
+    pub guest: Guest,
+    pub client: Client,
+    pub coll: Collection,
+    pub _proxy: mongo_wasi_proxy::Proxy,
+}
+
+pub fn proxied_collection(db: &str, uri_options: &str) -> ProxiedCollection {
+    use bson::rawdoc;
+    let (_, backend) = crate::test_server();
+    let proxy =
+        mongo_wasi_proxy::Proxy::start(mongo_wasi_proxy::ProxyConfig::new(backend)).unwrap();
+    let addr = proxy.addresses()[0];
+    let mut guest = Guest::new(&[addr]).unwrap();
+    let client = guest
+        .connect(&format!("mongodb://{addr}/{uri_options}"), None, true)
+        .unwrap()
+        .unwrap();
+    let database = guest.database(client, db, None).unwrap();
+    guest
+        .run_command(database, &rawdoc! { "dropDatabase": 1 }, None)
+        .unwrap()
+        .expect("dropDatabase");
+    let coll = guest.collection(database, "c", None).unwrap();
+    guest
+        .insert_one(coll, &rawdoc! { "x": 1 }, &no_options())
+        .unwrap()
+        .unwrap();
+    ProxiedCollection {
+        guest,
+        client,
+        coll,
+        _proxy: proxy,
+    }
+}

@@ -7,47 +7,16 @@ use host_tests::bindings::exports::mongo_wasi::driver::collection::FindOptions;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{
     CommandEventKind, Error, ErrorKind,
 };
-use host_tests::guest::{find_options, Client, Collection, Guest};
-use mongo_wasi_proxy::{Proxy, ProxyConfig};
+use host_tests::guest::find_options;
 use std::time::{Duration, Instant};
 
 /// Slack for a loaded 2-core machine (compiling, other suites running).
 const TOLERANCE: Duration = Duration::from_millis(2000);
 
-struct Setup {
-    guest: Guest,
-    client: Client,
-    coll: Collection,
-    _proxy: Proxy,
-}
+type Setup = host_tests::guest::ProxiedCollection;
 
 fn setup(test: &str, uri_options: &str) -> Setup {
-    let (_, backend) = host_tests::test_server();
-    let proxy = Proxy::start(ProxyConfig::new(backend)).unwrap();
-    let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
-    let client = guest
-        .connect(&format!("mongodb://{addr}/{uri_options}"), None, true)
-        .unwrap()
-        .unwrap();
-    let db = guest
-        .database(client, &format!("backpressure_{test}"), None)
-        .unwrap();
-    guest
-        .run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
-        .unwrap()
-        .expect("dropDatabase");
-    let coll = guest.collection(db, "c", None).unwrap();
-    guest
-        .insert_one(coll, &rawdoc! { "x": 1 }, &host_tests::guest::no_options())
-        .unwrap()
-        .unwrap();
-    Setup {
-        guest,
-        client,
-        coll,
-        _proxy: proxy,
-    }
+    host_tests::guest::proxied_collection(&format!("backpressure_{test}"), uri_options)
 }
 
 /// Every `find` answers IngressRequestRateLimitExceeded, labelled overloaded.

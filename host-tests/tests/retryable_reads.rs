@@ -11,40 +11,10 @@ use host_tests::guest::{find_options, Client, Collection, Guest};
 use host_tests::listeners::{Behaviour, Listener};
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 
-struct Setup {
-    guest: Guest,
-    client: Client,
-    coll: Collection,
-    _proxy: Proxy,
-}
+type Setup = host_tests::guest::ProxiedCollection;
 
 fn setup(test: &str, uri_options: &str) -> Setup {
-    let (_, backend) = host_tests::test_server();
-    let proxy = Proxy::start(ProxyConfig::new(backend)).unwrap();
-    let addr = proxy.addresses()[0];
-    let mut guest = Guest::new(&[addr]).unwrap();
-    let client = guest
-        .connect(&format!("mongodb://{addr}/{uri_options}"), None, true)
-        .unwrap()
-        .unwrap();
-    let db = guest
-        .database(client, &format!("retry_{test}"), None)
-        .unwrap();
-    guest
-        .run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
-        .unwrap()
-        .expect("dropDatabase");
-    let coll = guest.collection(db, "c", None).unwrap();
-    guest
-        .insert_one(coll, &rawdoc! { "x": 1 }, &host_tests::guest::no_options())
-        .unwrap()
-        .unwrap();
-    Setup {
-        guest,
-        client,
-        coll,
-        _proxy: proxy,
-    }
+    host_tests::guest::proxied_collection(&format!("retry_{test}"), uri_options)
 }
 
 fn fail_finds(s: &mut Setup, times: i32, code: i32) {
