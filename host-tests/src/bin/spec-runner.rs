@@ -23,7 +23,7 @@
 //! configuration's check, in less time).
 
 use host_tests::unified::deployment::Deployment;
-use host_tests::unified::report::Report;
+use host_tests::unified::report::{Report, Status};
 use host_tests::unified::runner::{self, Config, ALL_SUITES};
 use host_tests::unified::skips::{self, SkipList};
 use std::collections::BTreeSet;
@@ -194,6 +194,9 @@ fn run(cli: &Cli) -> Result<bool, String> {
     }
     report.print_summary();
     println!("    took {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(expected) = &expected {
+        rerun_listed_failures(&mut deployment, &config, cli, expected, &mut report)?;
+    }
     if let Some(path) = &cli.json {
         report.write_json(path)?;
         println!("    JSON report: {}", path.display());
@@ -262,6 +265,70 @@ fn run(cli: &Cli) -> Result<bool, String> {
         println!("    {t}");
     }
     Ok(false)
+}
+
+/// How many more times a listed test that failed runs, alone, before it counts as lost.
+const RERUNS: usize = 2;
+
+/// A timing test can lose to a loaded machine (the spec's own margins are a few ms): a test
+/// on the expected-pass list that failed runs again, alone, up to `RERUNS` times. One that
+/// then passes is kept as passed and printed as flaky with its first failure, never hidden.
+fn rerun_listed_failures(
+    deployment: &mut Deployment,
+    config: &Config,
+    cli: &Cli,
+    expected: &BTreeSet<(String, String)>,
+    report: &mut Report,
+) -> Result<(), String> {
+    let mut flaky = Vec::new();
+    for attempt in 1..=RERUNS {
+        let failed: BTreeSet<(String, String)> = report
+            .results
+            .iter()
+            .filter(|r| r.status == Status::Failed)
+            .map(|r| (r.file.clone(), r.test.clone()))
+            .filter(|k| expected.contains(k))
+            .collect();
+        if failed.is_empty() {
+            break;
+        }
+        println!(
+            "==> rerun {attempt} of {RERUNS}: {} failed tests of the expected-pass list, alone",
+            failed.len()
+        );
+        let config = Config {
+            only: Some(failed),
+            ..config.clone()
+        };
+        let mut again = Report::default();
+        for suite in &cli.suites {
+            runner::run_suite(deployment, &config, suite, &mut again)?;
+        }
+        for r in again.results.iter().filter(|r| r.status == Status::Passed) {
+            if let Some(first) = report
+                .results
+                .iter_mut()
+                .find(|f| f.file == r.file && f.test == r.test)
+            {
+                flaky.push(format!(
+                    "{}: {} (passed on rerun {attempt}; first: {})",
+                    r.file, r.test, first.reason
+                ));
+                first.status = Status::Passed;
+                first.reason = format!("flaky: passed on rerun {attempt}");
+            }
+        }
+    }
+    if !flaky.is_empty() {
+        println!(
+            "==> {} flaky tests (failed, then passed alone):",
+            flaky.len()
+        );
+        for t in &flaky {
+            println!("    {t}");
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -41,6 +41,7 @@ pub const ALL_SUITES: &[&str] = &[
     "versioned-api/tests",
 ];
 
+#[derive(Clone)]
 pub struct Config {
     pub spec_root: PathBuf,
     pub filter: Option<String>,
