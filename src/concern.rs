@@ -70,6 +70,24 @@ pub fn without_wtimeout(wc: &RawDocumentBuf) -> Result<RawDocumentBuf> {
 pub const READ: &CStr = cstr!("readConcern");
 pub const WRITE: &CStr = cstr!("writeConcern");
 
+/// Sets `body`'s `key` (a concern) to `value`: replaced in place, else appended.
+pub fn set(body: &mut RawDocumentBuf, key: &CStr, value: RawDocumentBuf) -> Result<()> {
+    if body.get(key.as_str())?.is_none() {
+        body.append(key, value);
+        return Ok(());
+    }
+    let mut out = RawDocumentBuf::new();
+    for item in body.iter() {
+        let (k, v) = item?;
+        match k == key {
+            true => out.append(k, value.clone()),
+            false => out.append(k, v),
+        }
+    }
+    *body = out;
+    Ok(())
+}
+
 /// `extra` with `key: concern` added when absent. An empty concern (the
 /// server's default) is not sent.
 pub fn with_default(

@@ -252,7 +252,11 @@ fn attempt<O: Operation>(
         &conn,
         ctx.session,
         kind,
-        op.ends_transaction(),
+        CommandKind {
+            name: &cmd.name,
+            ends_transaction: op.ends_transaction(),
+            causally_consistent: op.causally_consistent(),
+        },
         state,
         &mut body,
     ) {
@@ -392,6 +396,13 @@ fn attempt<O: Operation>(
     }
 }
 
+/// What the session rules need to know of the command being sent.
+struct CommandKind<'a> {
+    name: &'a str,
+    ends_transaction: bool,
+    causally_consistent: bool,
+}
+
 /// `lsid` when the server supports sessions, `$clusterTime` when one is
 /// known, and a retryable write's `txnNumber` when the server can retry it.
 fn attach_session(
@@ -399,7 +410,7 @@ fn attach_session(
     conn: &Connection,
     session: Option<&Session>,
     kind: Retryability,
-    ends_transaction: bool,
+    kind_of: CommandKind<'_>,
     state: &mut Attempts,
     body: &mut RawDocumentBuf,
 ) -> Result<()> {
@@ -418,17 +429,50 @@ fn attach_session(
     if let Some(ct) = cluster_time::latest(known, session.and_then(Session::cluster_time)) {
         body.append(cstr!("$clusterTime"), ct);
     }
-    if let Some(txn) = session.and_then(|s| s.txn_fields(ends_transaction)) {
+    if let Some(txn) = session.and_then(|s| s.txn_fields(kind_of.ends_transaction)) {
         body.append(cstr!("txnNumber"), txn.txn_number);
         state.started_txn = txn.start;
         if txn.start {
             body.append(cstr!("startTransaction"), true);
-            if let Some(rc) = txn.read_concern {
+            // The first command of a transaction carries its read concern, and in a
+            // causally consistent session `afterClusterTime` whatever the command.
+            let after = session.and_then(Session::after_cluster_time);
+            let rc = match after {
+                Some(t) => Some(crate::causal_consistency::merged(
+                    txn.read_concern.as_deref(),
+                    t,
+                )?),
+                None => txn.read_concern,
+            };
+            if let Some(rc) = rc {
                 body.append(cstr!("readConcern"), rc);
             }
         }
         body.append(cstr!("autocommit"), false);
         return Ok(());
+    }
+    let snapshot_rc = session
+        .filter(|_| crate::session::reads_at_snapshot(kind_of.name))
+        .and_then(Session::snapshot_read_concern);
+    if let Some(rc) = snapshot_rc {
+        // Snapshot Reads spec: on every command the session runs (the server
+        // refuses the ones that cannot read at a snapshot), from 5.0.
+        if conn.hello.max_wire_version < crate::handshake::SNAPSHOT_MIN_WIRE_VERSION {
+            return Err(Error::invalid_argument(
+                "snapshot reads require MongoDB 5.0 or later",
+            ));
+        }
+        crate::concern::set(body, crate::concern::READ, rc)?;
+        return Ok(());
+    }
+    let after = session.and_then(Session::after_cluster_time);
+    let causal = kind_of.causally_consistent
+        && crate::causal_consistency::takes_after_cluster_time(kind_of.name);
+    if let (true, false, Some(t)) = (causal, kind_of.ends_transaction, after) {
+        // Unacknowledged writes get no operationTime back, so none is sent either.
+        if !crate::concern::sends_unacknowledged(body) {
+            crate::causal_consistency::apply(body, t)?;
+        }
     }
     if kind == Retryability::Write {
         // Retryable writes need sessions and a replica set or mongos.
@@ -464,6 +508,9 @@ fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBu
     }
     if let (Ok(t), Some(s)) = (reply.get_timestamp("operationTime"), session) {
         s.advance_operation_time(t);
+    }
+    if let Some(s) = session {
+        s.note_snapshot_time(reply);
     }
 }
 

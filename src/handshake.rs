@@ -10,6 +10,8 @@ pub const DRIVER_NAME: &str = "mongo-wasi";
 pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// MongoDB 4.2 .. 8.x.
 pub const MIN_WIRE_VERSION: i32 = 8;
+/// MongoDB 5.0: snapshot reads outside transactions (Snapshot Reads spec).
+pub const SNAPSHOT_MIN_WIRE_VERSION: i32 = 13;
 pub const MAX_WIRE_VERSION: i32 = 25;
 /// The size limits a `hello` announces are believed up to what every mongod
 /// and mongos announces (16 MiB documents, 100,000 writes a batch,

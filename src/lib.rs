@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod backpressure;
+pub mod causal_consistency;
 pub mod cmap;
 pub mod csot;
 pub mod deadline;
@@ -56,6 +57,7 @@ pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
 pub use session::{
-    RunnerStep, Session, TransactionOptions, TransactionRunner, WithTransactionOptions,
+    RunnerStep, Session, TransactionOptions, TransactionRunner, TransactionState,
+    WithTransactionOptions,
 };
 pub use versioned_api::{ServerApi, ServerApiVersion};

@@ -138,6 +138,19 @@ def dollar_id(db):
     return err is None, err or "inserted"
 
 
+@gap("snapshot-reads", "reads at a snapshot: find with readConcern level snapshot answers cursor.atClusterTime, and reading at it again misses a later update")
+def snapshot_reads(db):
+    db.c.insert_one({"_id": 1, "x": 1})
+    first, err = attempt(lambda: db.command({"find": "c", "readConcern": {"level": "snapshot"}}))
+    at = ((first or {}).get("cursor") or {}).get("atClusterTime")
+    if err is not None or at is None:
+        return True, err or "no cursor.atClusterTime in the reply"
+    db.c.update_one({"_id": 1}, {"$set": {"x": 2}})
+    again = db.command({"find": "c", "readConcern": {"level": "snapshot", "atClusterTime": at}})
+    x = again["cursor"]["firstBatch"][0]["x"]
+    return x != 1, f"read x={x} at the snapshot"
+
+
 @gap("retry-dedup", "executes a retried write (same lsid and txnNumber) once")
 def retry_dedup(db):
     lsid = {"id": Binary(uuid.uuid4().bytes, 4)}

@@ -511,6 +511,7 @@ fn session(g: &mut Guest, client: Client, default_timeout_ms: Option<u64>) -> Re
         snapshot: None,
         default_timeout_ms,
         default_transaction_options: None,
+        snapshot_time: None,
     };
     g.driver
         .mongo_wasi_driver_client()

@@ -32,6 +32,7 @@ fn start_session(g: &mut Guest, client: host_tests::guest::Client) -> ResourceAn
         snapshot: None,
         default_timeout_ms: None,
         default_transaction_options: None,
+        snapshot_time: None,
     };
     g.driver
         .mongo_wasi_driver_client()
@@ -441,6 +442,7 @@ fn a_session_default_timeout_bounds_commit_not_the_operations_run_with_it() {
         snapshot: None,
         default_timeout_ms: Some(60_000),
         default_transaction_options: None,
+        snapshot_time: None,
     };
     let session = g
         .driver

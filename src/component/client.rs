@@ -8,7 +8,7 @@ use super::exports::mongo_wasi::driver::types::{
     CommandEvent, CommandEventKind, PoolEvent, PoolEventKind,
 };
 use super::session::SessionRes;
-use super::{doc, not_implemented, to_wit, wrap, Component, WitResult};
+use super::{doc, to_wit, wrap, Component, WitResult};
 use crate::monitoring::EventKind;
 use crate::Client;
 
@@ -50,8 +50,11 @@ impl GuestClient for ClientRes {
     }
 
     fn start_session(&self, options: SessionOptions) -> WitResult<Session> {
-        if options.snapshot == Some(true) {
-            return not_implemented("snapshot sessions");
+        let snapshot = options.snapshot == Some(true);
+        if snapshot && options.causal_consistency == Some(true) {
+            return Err(to_wit(crate::Error::invalid_argument(
+                "a session cannot be both causally consistent and a snapshot session",
+            )));
         }
         let defaults = match options.default_transaction_options {
             Some(o) => super::session::transaction_options(o)?,
@@ -60,6 +63,21 @@ impl GuestClient for ClientRes {
         let session = self
             .0
             .start_session_with(options.default_timeout_ms, defaults);
+        if let Some(on) = options.causal_consistency {
+            session.set_causal_consistency(on);
+        }
+        if snapshot {
+            session.set_snapshot();
+        }
+        if let Some(t) = options.snapshot_time {
+            let t = doc(t)?.get_timestamp("t").ok().filter(|_| snapshot);
+            let t = t.ok_or_else(|| {
+                to_wit(crate::Error::invalid_argument(
+                    "snapshot-time needs snapshot: true and {t: <timestamp>}",
+                ))
+            })?;
+            session.set_snapshot_time(t);
+        }
         Ok(Session::new(SessionRes(session)))
     }
 

@@ -77,10 +77,6 @@ pub(crate) fn option_doc(bytes: Option<Vec<u8>>) -> (Option<RawDocumentBuf>, Opt
     }
 }
 
-pub(crate) fn not_implemented<T>(what: &str) -> WitResult<T> {
-    Err(to_wit(Error::not_implemented(what)))
-}
-
 /// Runs a Rust API call and converts its error.
 pub(crate) fn wrap<T>(r: crate::Result<T>) -> WitResult<T> {
     r.map_err(to_wit)

@@ -1,6 +1,7 @@
 use super::exports::mongo_wasi::driver::session::{
     self as wit_session, GuestSession, GuestTransactionRunner, RunnerStep, TransactionOptions,
-    TransactionRunner as WitRunner, WithTransactionOptions,
+    TransactionRunner as WitRunner, TransactionState as WitTransactionState,
+    WithTransactionOptions,
 };
 use super::{doc, opt_doc, to_wit, wit, wrap, Component, WitResult};
 use crate::{Error, ErrorKind, Session, TransactionRunner};
@@ -93,6 +94,27 @@ impl GuestSession for SessionRes {
 
     fn in_transaction(&self) -> bool {
         self.0.in_transaction()
+    }
+
+    fn transaction_state(&self) -> WitTransactionState {
+        use crate::TransactionState as S;
+        match self.0.transaction_state() {
+            S::None => WitTransactionState::None,
+            S::Starting => WitTransactionState::Starting,
+            S::InProgress => WitTransactionState::InProgress,
+            S::Committed | S::CommittedEmpty => WitTransactionState::Committed,
+            S::Aborted => WitTransactionState::Aborted,
+        }
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.0.is_dirty()
+    }
+
+    fn snapshot_time(&self) -> Option<Vec<u8>> {
+        self.0
+            .snapshot_time()
+            .map(|t| bson::rawdoc! { "t": t }.into_bytes())
     }
 
     fn start_transaction(&self, options: TransactionOptions) -> WitResult<()> {

@@ -67,6 +67,12 @@ pub trait Operation {
         false
     }
 
+    /// Whether a causally consistent session may add `afterClusterTime` (not to
+    /// a user's runCommand: Causal Consistency spec).
+    fn causally_consistent(&self) -> bool {
+        true
+    }
+
     /// Whether CSOT's `maxTimeMS` goes on this command (not on getMore,
     /// killCursors, or commands the caller already limited).
     fn sends_max_time(&self) -> bool {

@@ -43,6 +43,10 @@ impl RunCommand {
 impl Operation for RunCommand {
     type Output = RawDocumentBuf;
 
+    fn causally_consistent(&self) -> bool {
+        false
+    }
+
     fn build(&mut self, _: &HelloReply) -> Result<Command> {
         let name = match self.command.iter().next() {
             Some(Ok((key, _))) => key.to_string(),
@@ -91,6 +95,10 @@ pub struct CursorCommand(pub RunCommand);
 
 impl Operation for CursorCommand {
     type Output = super::CursorReply;
+
+    fn causally_consistent(&self) -> bool {
+        false
+    }
 
     fn build(&mut self, hello: &HelloReply) -> Result<Command> {
         self.0.build(hello)

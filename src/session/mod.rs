@@ -12,7 +12,7 @@ pub mod with_transaction;
 
 pub use pool::SessionPool;
 pub use runner::{RunnerStep, TransactionRunner, WithTransactionOptions};
-pub use transaction::TransactionOptions;
+pub use transaction::{State as TransactionState, TransactionOptions};
 
 use crate::client::Client;
 use crate::csot::OpTimeout;
@@ -26,6 +26,12 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use transaction::{EndAction, Transaction, TxnFields};
 
+/// Snapshot Reads spec: a snapshot session's read concern goes on every command
+/// it runs but those that continue a cursor.
+pub(crate) fn reads_at_snapshot(command: &str) -> bool {
+    !matches!(command, "getMore" | "killCursors")
+}
+
 #[derive(Debug)]
 struct State {
     server: Option<ServerSession>,
@@ -34,6 +40,12 @@ struct State {
     implicit: bool,
     cluster_time: Option<RawDocumentBuf>,
     operation_time: Option<bson::Timestamp>,
+    /// Causal Consistency spec: explicit sessions default to on, implicit ones are off.
+    causal_consistency: bool,
+    /// Snapshot Reads spec: every command reads at one cluster time, taken from
+    /// the first reply (`snapshot_time`).
+    snapshot: bool,
+    snapshot_time: Option<bson::Timestamp>,
     txn: Transaction,
     /// Set while a `withTransaction` body runs under CSOT: every operation
     /// on this session must end by it (CSOT spec, Convenient Transactions API).
@@ -83,6 +95,9 @@ impl Session {
             implicit,
             cluster_time: None,
             operation_time: None,
+            causal_consistency: !implicit,
+            snapshot: false,
+            snapshot_time: None,
             txn: Transaction::default(),
             callback_deadline: None,
         };
@@ -143,6 +158,83 @@ impl Session {
         self.state.borrow().operation_time
     }
 
+    /// The session option `causalConsistency` (on by default for explicit sessions).
+    pub fn set_causal_consistency(&self, on: bool) {
+        let mut s = self.state.borrow_mut();
+        s.causal_consistency = on && !s.implicit;
+    }
+
+    /// Makes this a snapshot session (Snapshot Reads spec): it is then not causally
+    /// consistent, and runs no transactions.
+    pub fn set_snapshot(&self) {
+        let mut s = self.state.borrow_mut();
+        s.snapshot = true;
+        s.causal_consistency = false;
+    }
+
+    pub fn is_snapshot(&self) -> bool {
+        self.state.borrow().snapshot
+    }
+
+    /// The snapshot's time: given at start, or from the first reply.
+    pub fn snapshot_time(&self) -> Option<bson::Timestamp> {
+        self.state.borrow().snapshot_time
+    }
+
+    /// Starts a snapshot session at `t` (Snapshot Reads spec's `snapshotTime`).
+    pub fn set_snapshot_time(&self, t: bson::Timestamp) {
+        self.state.borrow_mut().snapshot_time = Some(t);
+    }
+
+    /// The Transactions spec's state of this session's transaction.
+    pub fn transaction_state(&self) -> transaction::State {
+        self.state.borrow().txn.state
+    }
+
+    /// Whether a network error marked the server session dirty.
+    pub fn is_dirty(&self) -> bool {
+        self.state.borrow().server.as_ref().is_some_and(|s| s.dirty)
+    }
+
+    /// A snapshot session's read concern: `{level: "snapshot"}`, with the
+    /// snapshot's `atClusterTime` once a reply has given it.
+    pub(crate) fn snapshot_read_concern(&self) -> Option<RawDocumentBuf> {
+        let s = self.state.borrow();
+        if !s.snapshot {
+            return None;
+        }
+        let mut rc = bson::rawdoc! { "level": "snapshot" };
+        if let Some(t) = s.snapshot_time {
+            rc.append(cstr!("atClusterTime"), t);
+        }
+        Some(rc)
+    }
+
+    /// The first reply of a snapshot session fixes its snapshot: the
+    /// `atClusterTime` of a cursor (find, aggregate) or of the reply (distinct).
+    pub(crate) fn note_snapshot_time(&self, reply: &bson::RawDocument) {
+        let mut s = self.state.borrow_mut();
+        if !s.snapshot || s.snapshot_time.is_some() {
+            return;
+        }
+        let in_cursor = reply
+            .get_document("cursor")
+            .ok()
+            .and_then(|c| c.get_timestamp("atClusterTime").ok());
+        s.snapshot_time = in_cursor.or_else(|| reply.get_timestamp("atClusterTime").ok());
+    }
+
+    pub fn is_causally_consistent(&self) -> bool {
+        self.state.borrow().causal_consistency
+    }
+
+    /// What a causally consistent command sends as `afterClusterTime`: the
+    /// last `operationTime` seen, once there is one (none against a standalone).
+    pub(crate) fn after_cluster_time(&self) -> Option<bson::Timestamp> {
+        let s = self.state.borrow();
+        s.operation_time.filter(|_| s.causal_consistency)
+    }
+
     /// Keeps the greater of the current and the given `$clusterTime`.
     pub fn advance_cluster_time(&self, cluster_time: RawDocumentBuf) {
         let mut s = self.state.borrow_mut();
@@ -165,6 +257,11 @@ impl Session {
         if self.client.is_none() {
             return Err(Error::invalid_argument(
                 "transactions need an explicit session",
+            ));
+        }
+        if self.is_snapshot() {
+            return Err(Error::invalid_argument(
+                "Transactions are not supported in snapshot sessions",
             ));
         }
         let d = &self.default_transaction;

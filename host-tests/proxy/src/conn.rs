@@ -3,6 +3,7 @@
 
 mod dispatch;
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document};
 
 use crate::auth;
+use crate::cluster_time;
 use crate::codes::{self, error_doc, with_labels};
 use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
@@ -143,7 +145,10 @@ impl Conn {
         };
         match action {
             Action::Reply(_) if more_to_come => Ok(true),
-            Action::Reply(reply) => {
+            Action::Reply(mut reply) => {
+                if self.reports_cluster_time() {
+                    cluster_time::stamp(&mut reply, self.shared.clock.tick());
+                }
                 self.send(&frame::op_msg(
                     self.shared.request_id(),
                     msg.request_id,
@@ -158,7 +163,7 @@ impl Conn {
                 close_after,
             } => {
                 if close_after {
-                    self.forward_and_drop_reply(msg)?;
+                    self.forward_and_drop_reply(msg, &body)?;
                     return Ok(false);
                 }
                 self.forward(msg, more_to_come, &name, &body, supports_wc)?;
@@ -295,10 +300,31 @@ impl Conn {
         Ok(())
     }
 
+    /// Replica-set members and mongoses report cluster times; a standalone does not.
+    fn reports_cluster_time(&self) -> bool {
+        self.role() != Role::Standalone
+    }
+
+    /// The bytes to send nx-27017 for `msg`: unchanged, unless its read concern waits for
+    /// a cluster time (`cluster_time.rs`).
+    fn backend_bytes<'m>(
+        &self,
+        msg: &'m Message,
+        body: &Document,
+    ) -> Result<Cow<'m, [u8]>, String> {
+        match cluster_time::for_backend(body) {
+            None => Ok(Cow::Borrowed(&msg.bytes)),
+            Some(edited) => frame::replace_body(msg, &edited)
+                .map(Cow::Owned)
+                .map_err(|e| format!("re-encoding the command: {e}")),
+        }
+    }
+
     /// Runs the command on the backend and waits for its reply, which the client never gets.
-    fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
+    fn forward_and_drop_reply(&mut self, msg: &Message, body: &Document) -> Result<(), String> {
+        let bytes = self.backend_bytes(msg, body)?;
         let backend = self.backend()?;
-        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
         loop {
             let backend = self.backend()?;
             let reply =
@@ -320,8 +346,9 @@ impl Conn {
         body: &Document,
         supports_wc: bool,
     ) -> Result<(), String> {
+        let bytes = self.backend_bytes(msg, body)?;
         let backend = self.backend()?;
-        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
         if more_to_come {
             if self.unacked.len() >= MAX_UNACKED {
                 self.unacked.pop_front();
@@ -347,15 +374,23 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
-            let edited = match supports_wc && !exhaust {
+            let mut edited = match supports_wc && !exhaust {
                 true => self.write_concern_error(name, body, &parsed.body),
                 false => None,
             };
+            if self.reports_cluster_time() {
+                let doc = edited.get_or_insert_with(|| parsed.body.clone());
+                let now = self.shared.clock.tick();
+                cluster_time::stamp(doc, now);
+                if cluster_time::is_snapshot_read(body) {
+                    cluster_time::stamp_snapshot(body, doc, now);
+                }
+            }
             match edited {
                 Some(doc) => self.send(&frame::op_msg(
                     self.shared.request_id(),
                     reply.response_to,
-                    0,
+                    parsed.flags & FLAG_MORE_TO_COME,
                     &doc,
                 ))?,
                 None => frame::write_all(&mut self.client, &reply.bytes)

@@ -261,6 +261,33 @@ pub fn op_msg(
     Ok(finish(out))
 }
 
+/// `msg` (a parsed OP_MSG) with its body section replaced by `body`, its document
+/// sequences kept and its checksum dropped (the flag cleared with it).
+pub fn replace_body(msg: &Message, body: &Document) -> io::Result<Vec<u8>> {
+    let b = &msg.bytes;
+    let flags = le_i32(b, HEADER_LEN) as u32;
+    let end = match flags & FLAG_CHECKSUM {
+        0 => b.len(),
+        _ => b.len() - 4,
+    };
+    let mut out = Vec::with_capacity(b.len() + 64);
+    out.extend_from_slice(&b[..HEADER_LEN]);
+    out.extend_from_slice(&(flags & !FLAG_CHECKSUM).to_le_bytes());
+    let mut at = HEADER_LEN + 4;
+    while at < end {
+        let len = 1 + le_i32(b, at + 1) as usize;
+        match b[at] {
+            0 => {
+                out.push(0);
+                out.extend_from_slice(&encode(body)?);
+            }
+            _ => out.extend_from_slice(&b[at..at + len]),
+        }
+        at += len;
+    }
+    Ok(finish(out))
+}
+
 /// An OP_REPLY carrying one document (mongod sets AwaitCapable, bit 3).
 pub fn op_reply(request_id: i32, response_to: i32, doc: &Document) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);

@@ -29,6 +29,7 @@
 mod admin;
 mod api_version;
 pub mod auth;
+mod cluster_time;
 mod codes;
 mod commands;
 mod conn;

@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     /// Cursor ids of open tailable awaitData cursors (change streams among them): the only
     /// ones whose `getMore` may carry `maxTimeMS`.
     pub await_data: Mutex<HashSet<i64>>,
+    /// Stamps replies of replica-set members and mongoses (`cluster_time.rs`).
+    pub clock: crate::cluster_time::Clock,
     stopped: Mutex<bool>,
     wake: Condvar,
     /// Sockets of live connections, shut down on stop to unblock their threads.
@@ -233,6 +235,7 @@ impl Proxy {
             users: Mutex::new(users),
             change_streams: Mutex::new(HashSet::new()),
             await_data: Mutex::new(HashSet::new()),
+            clock: Default::default(),
             stopped: Mutex::new(false),
             wake: Condvar::new(),
             sockets: Mutex::new(HashMap::new()),

@@ -191,7 +191,7 @@ impl Entities {
             "session" => {
                 let client_id = str_field(fields, "client")?;
                 let client = self.client(client_id)?.handle;
-                let opts = session_options(fields.get("sessionOptions"))?;
+                let opts = session_options(fields.get("sessionOptions"), self)?;
                 let api = guest.driver.mongo_wasi_driver_client().client();
                 let handle = api
                     .call_start_session(&mut guest.store, client, &opts)?
@@ -407,7 +407,7 @@ pub fn transaction_options(d: &Document) -> Step<TransactionOptions> {
     })
 }
 
-fn session_options(spec: Option<&Bson>) -> Step<SessionOptions> {
+fn session_options(spec: Option<&Bson>, entities: &dyn Lookup) -> Step<SessionOptions> {
     let d = sub_doc(spec)?;
     only(
         &d,
@@ -417,8 +417,20 @@ fn session_options(spec: Option<&Bson>) -> Step<SessionOptions> {
             "snapshot",
             "defaultTimeoutMS",
             "defaultTransactionOptions",
+            "snapshotTime",
         ],
     )?;
+    // A saved entity's name (getSnapshotTime), crossing as `{t: <timestamp>}`.
+    let snapshot_time = match d.get("snapshotTime") {
+        None => None,
+        Some(Bson::String(name)) => {
+            let t = entities
+                .bson_entity(name)
+                .ok_or_else(|| Fail(format!("snapshotTime: no entity {name}")))?;
+            Some(bytes(&bson::doc! { "t": t })?)
+        }
+        Some(other) => return Err(Fail(format!("snapshotTime: {other}"))),
+    };
     let txn = match d.get("defaultTransactionOptions") {
         None => None,
         Some(Bson::Document(t)) => Some(transaction_options(t)?),
@@ -429,6 +441,7 @@ fn session_options(spec: Option<&Bson>) -> Step<SessionOptions> {
         snapshot: d.get_bool("snapshot").ok(),
         default_timeout_ms: u64_field(&d, "defaultTimeoutMS")?,
         default_transaction_options: txn,
+        snapshot_time,
     })
 }
 
@@ -476,9 +489,12 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.0.contains("bogus"));
-        let s = session_options(Some(&Bson::Document(doc! {
-            "defaultTransactionOptions": { "maxCommitTimeMS": 10 }, "causalConsistency": false,
-        })))
+        let s = session_options(
+            Some(&Bson::Document(doc! {
+                "defaultTransactionOptions": { "maxCommitTimeMS": 10 }, "causalConsistency": false,
+            })),
+            &Entities::default(),
+        )
         .unwrap();
         assert_eq!(
             s.default_transaction_options.unwrap().max_commit_time_ms,

@@ -136,6 +136,10 @@ impl Conn {
         if let Some(action) = self.fail_points(name, db, body, deadline, change_stream) {
             return action;
         }
+        let standalone = self.role() == Role::Standalone;
+        if let Some(refusal) = crate::cluster_time::snapshot_refusal(standalone, name, body) {
+            return Action::Reply(refusal);
+        }
         if local {
             return Action::Reply(self.local_command(name, db, body));
         }

@@ -1,5 +1,6 @@
 //! The special test operations (`object: testRunner`).
 
+use crate::bindings::exports::mongo_wasi::driver::session::TransactionState;
 use crate::unified::entities::Entity;
 use crate::unified::errors::describe;
 use crate::unified::events::{self, EventLog};
@@ -55,26 +56,31 @@ impl TestRun {
             "assertSessionUnpinned" => self.entities.session(str_arg(args, "session")?).map(drop),
             "assertSessionTransactionState" => {
                 let session = self.entities.session(str_arg(args, "session")?)?.handle;
-                let state = str_arg(args, "state")?;
+                let want = str_arg(args, "state")?;
                 let g = &mut self.guest;
-                let in_txn = g
-                    .driver
-                    .mongo_wasi_driver_session()
-                    .session()
-                    .call_in_transaction(&mut g.store, session)?;
-                let want_in = matches!(state, "starting" | "in_progress");
-                if in_txn != want_in {
-                    return Err(Fail(format!(
-                        "expected state {state}, in-transaction() is {in_txn}"
-                    )));
+                let api = g.driver.mongo_wasi_driver_session().session();
+                let got = match api.call_transaction_state(&mut g.store, session)? {
+                    TransactionState::None => "none",
+                    TransactionState::Starting => "starting",
+                    TransactionState::InProgress => "in_progress",
+                    TransactionState::Committed => "committed",
+                    TransactionState::Aborted => "aborted",
+                };
+                match got == want {
+                    true => Ok(()),
+                    false => Err(Fail(format!("expected state {want}, the session is {got}"))),
                 }
-                Err(Fail(format!(
-                    "assertSessionTransactionState {state}: the WIT session exposes in-transaction() only, not the state"
-                )))
             }
-            "assertSessionDirty" | "assertSessionNotDirty" => Err(Fail(format!(
-                "{name}: the WIT session does not expose whether it is dirty"
-            ))),
+            "assertSessionDirty" | "assertSessionNotDirty" => {
+                let session = self.entities.session(str_arg(args, "session")?)?.handle;
+                let g = &mut self.guest;
+                let api = g.driver.mongo_wasi_driver_session().session();
+                let dirty = api.call_is_dirty(&mut g.store, session)?;
+                match dirty == (name == "assertSessionDirty") {
+                    true => Ok(()),
+                    false => Err(Fail(format!("{name}: is-dirty() is {dirty}"))),
+                }
+            }
             "assertSameLsidOnLastTwoCommands" | "assertDifferentLsidOnLastTwoCommands" => {
                 let log = &self.entities.client(str_arg(args, "client")?)?.log;
                 self.last_two_lsids(name, log)

@@ -51,6 +51,15 @@ impl TestRun {
                 };
                 output(r, |()| Ok(Output::None))
             }
+            "getSnapshotTime" => {
+                args.done()?;
+                let t = api.call_snapshot_time(s, session)?;
+                let t = t
+                    .and_then(|d| bson::Document::from_reader(d.as_slice()).ok())
+                    .and_then(|d| d.get("t").cloned())
+                    .ok_or_else(|| Fail("getSnapshotTime: the session has none".into()))?;
+                Ok(Ok(Output::Value(t)))
+            }
             "endSession" => {
                 args.done()?;
                 api.call_end(s, session)?;
