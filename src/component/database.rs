@@ -8,7 +8,7 @@ use super::exports::mongo_wasi::driver::gridfs::Bucket;
 use super::gridfs::BucketRes;
 use super::session::SessionRes;
 use super::{doc, docs, opt_doc, wrap, Component, WitResult};
-use crate::sdam::selection::ReadMode;
+use crate::sdam::selection::ReadPreference;
 use crate::Database;
 use bson::rawdoc;
 
@@ -18,17 +18,17 @@ impl wit_database::Guest for Component {
     type Database = DatabaseRes;
 }
 
-fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadMode>> {
+/// A `{mode, tags, maxStalenessSeconds}` document as a read preference.
+fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadPreference>> {
     let Some(pref) = opt_doc(pref)? else {
         return Ok(None);
     };
-    let mode = pref.get_str("mode").unwrap_or("primary");
-    let mode = ReadMode::parse(mode).ok_or_else(|| {
+    let pref = ReadPreference::from_document(&pref).map_err(|e| {
         super::to_wit(crate::Error::invalid_argument(format!(
-            "unknown read preference mode {mode}"
+            "invalid read preference: {e}"
         )))
     })?;
-    Ok(Some(mode))
+    Ok(Some(pref))
 }
 
 impl GuestDatabase for DatabaseRes {
