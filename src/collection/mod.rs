@@ -521,3 +521,29 @@ pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {
     crate::operation::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("reply has no numeric {key}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::sdam::selection::{ReadMode, ReadPreference};
+    use crate::Client;
+
+    #[test]
+    fn reads_take_the_operations_read_preference_else_the_handles_else_the_uris() {
+        let uri = "mongodb://a/?readPreference=secondary&readPreferenceTags=dc:ny&maxStalenessSeconds=120";
+        let client = Client::connect(uri).unwrap();
+        let coll = client.database("d", None).collection("c", None);
+        let from_uri = coll.read_preference(None, None);
+        assert_eq!(from_uri.mode, ReadMode::Secondary);
+        assert_eq!(from_uri.tag_sets.len(), 1);
+        assert_eq!(from_uri.max_staleness_seconds, Some(120));
+        let nearest = ReadPreference::from(ReadMode::Nearest);
+        let coll = coll.with_read_preference(Some(nearest.clone()));
+        assert_eq!(coll.read_preference(None, None), nearest);
+        let given = ReadPreference::from(ReadMode::PrimaryPreferred);
+        assert_eq!(coll.read_preference(Some(&given), None), given);
+        // Without any: primary.
+        let plain = Client::connect("mongodb://a/").unwrap();
+        let coll = plain.database("d", None).collection("c", None);
+        assert_eq!(coll.read_preference(None, None), ReadPreference::primary());
+    }
+}
