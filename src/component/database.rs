@@ -39,11 +39,14 @@ impl GuestDatabase for DatabaseRes {
     fn collection(&self, name: String, options: CollectionOptions) -> Collection {
         let (rc, bad_rc) = super::option_doc(options.read_concern);
         let (wc, bad_wc) = super::option_doc(options.write_concern);
+        let (rp, bad_rp) = super::option_read_preference(options.read_preference);
         let coll = self
             .0
             .collection(&name, options.timeout_ms)
-            .with_concerns(rc, wc);
-        Collection::new(CollectionRes(coll.poisoned(bad_rc.or(bad_wc))))
+            .with_concerns(rc, wc)
+            .with_read_preference(rp);
+        let bad = bad_rc.or(bad_wc).or(bad_rp);
+        Collection::new(CollectionRes(coll.poisoned(bad)))
     }
 
     fn gridfs_bucket(&self, options: BucketOptions) -> Bucket {
