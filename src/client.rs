@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::executor::{self, Context};
 use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
-use crate::sdam::selection::{Criteria, ReadMode};
+use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use crate::sdam::{address_of, TopologyDescription};
 use crate::session::{Session, SessionPool, TransactionOptions};
 use crate::topology::{Topology, TopologySettings};
@@ -41,6 +41,8 @@ pub(crate) struct ClientInner {
     /// Defaults from the URI, inherited by databases and collections.
     pub(crate) read_concern: Option<RawDocumentBuf>,
     pub(crate) write_concern: Option<RawDocumentBuf>,
+    /// The URI's readPreference, readPreferenceTags and maxStalenessSeconds.
+    pub(crate) read_preference: Option<ReadPreference>,
     pub(crate) retry_writes: bool,
     /// maxAdaptiveRetries: the cap on retries once a server is overloaded.
     pub(crate) max_adaptive_retries: u32,
@@ -176,6 +178,7 @@ impl Client {
                 retry_reads: o.retry_reads.unwrap_or(true),
                 read_concern: crate::concern::read_concern_from_uri(o),
                 write_concern: crate::concern::write_concern_from_uri(o),
+                read_preference: ReadPreference::from_uri(o),
                 retry_writes: o.retry_writes.unwrap_or(true),
                 max_adaptive_retries: o
                     .max_adaptive_retries
@@ -279,7 +282,7 @@ impl Client {
             let mut op = RunCommand::new(
                 "admin",
                 rawdoc! { "endSessions": arr },
-                Criteria::Read(ReadMode::PrimaryPreferred),
+                Criteria::read(ReadMode::PrimaryPreferred),
             );
             // The client's timeoutMS, else the legacy timeouts (CSOT spec).
             let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);

@@ -4,7 +4,7 @@ use crate::collection::OpOptions;
 use crate::cursor::{Cursor, TimeoutMode};
 use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, RunCommand};
-use crate::sdam::selection::{Criteria, ReadMode};
+use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use crate::session::Session;
 use bson::{rawdoc, RawBson, RawDocumentBuf};
 
@@ -16,6 +16,8 @@ pub struct Database {
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) read_concern: Option<RawDocumentBuf>,
     pub(crate) write_concern: Option<RawDocumentBuf>,
+    /// The default for its collections' reads (the client's, unless set).
+    pub(crate) read_preference: Option<ReadPreference>,
     /// Set when the handle's options were invalid: every operation returns it.
     pub(crate) config_error: Option<crate::Error>,
 }
@@ -25,19 +27,22 @@ pub struct Database {
 pub struct RunCommandOptions<'a> {
     pub timeout_ms: Option<u64>,
     pub session: Option<&'a Session>,
-    pub read_preference: Option<ReadMode>,
+    /// Where the command may run (primary if unset; never a handle's default).
+    pub read_preference: Option<ReadPreference>,
 }
 
 impl Database {
     pub(crate) fn new(client: Client, name: &str, timeout_ms: Option<u64>) -> Database {
         let read_concern = client.inner.read_concern.clone();
         let write_concern = client.inner.write_concern.clone();
+        let read_preference = client.inner.read_preference.clone();
         Database {
             client,
             name: name.to_string(),
             timeout_ms,
             read_concern,
             write_concern,
+            read_preference,
             config_error: None,
         }
     }
@@ -71,6 +76,12 @@ impl Database {
         self
     }
 
+    /// This handle with its own default read preference (unset: inherited).
+    pub fn with_read_preference(mut self, read_preference: Option<ReadPreference>) -> Database {
+        self.read_preference = read_preference.or(self.read_preference);
+        self
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -95,7 +106,8 @@ impl Database {
         options: &RunCommandOptions,
     ) -> Result<RawDocumentBuf> {
         self.check()?;
-        let criteria = Criteria::Read(options.read_preference.unwrap_or(ReadMode::Primary));
+        // The generic command method ignores the handles' defaults (Server Selection spec).
+        let criteria = Criteria::Read(options.read_preference.clone().unwrap_or_default());
         let mut op = RunCommand::new(&self.name, command, criteria);
         let callback = match options.session {
             Some(s) => s.callback_timeout(options.timeout_ms)?,
@@ -131,7 +143,7 @@ impl Database {
                 }
             },
         };
-        let criteria = Criteria::Read(ReadMode::Primary);
+        let criteria = Criteria::read(ReadMode::Primary);
         let op = RunCommand::new(&self.name, command, criteria);
         let cursor = CursorOptions {
             shape,

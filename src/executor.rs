@@ -221,15 +221,26 @@ fn attempt<O: Operation>(
     let mut topology = client.topology.borrow_mut();
     // computedServerSelectionTimeout: selection, then checkout and connect.
     let selection = ctx.timeout.selection_deadline(runtime::now());
+    let criteria = op.criteria();
     let address = match ctx.pinned {
         Some(a) => a.to_string(),
-        None => topology.select(op.criteria(), &ctx.timeout, selection, &state.deprioritized)?,
+        None => topology.select(&criteria, &ctx.timeout, selection, &state.deprioritized)?,
     };
     state.failed_on = Some(address.clone());
     let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
     let min_rtt = topology.min_rtt(&address);
-    let read_preference =
-        crate::sdam::selection::read_preference_mode(topology.description.kind, op.criteria());
+    // getMore/killCursors go where their cursor is, as they are.
+    let read_preference = match ctx.pinned {
+        Some(_) => None,
+        None => crate::sdam::selection::read_preference_document(
+            topology.description.kind,
+            topology
+                .description
+                .server(&address)
+                .map_or(crate::sdam::ServerType::Unknown, |s| s.kind),
+            &criteria,
+        ),
+    };
     // Pools are not shared with anything else while the round trip runs.
     drop(topology);
 
@@ -244,8 +255,8 @@ fn attempt<O: Operation>(
     body.append(cstr!("$db"), cmd.db.as_str());
     // The Stable API goes on every command, getMore and transactions included.
     crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
-    if let Some(mode) = read_preference {
-        body.append(cstr!("$readPreference"), bson::rawdoc! { "mode": mode });
+    if let Some(pref) = read_preference {
+        body.append(cstr!("$readPreference"), pref);
     }
     if let Err(e) = attach_session(
         client,
@@ -290,6 +301,7 @@ fn attempt<O: Operation>(
     let sensitive = is_sensitive(&cmd.name, &body);
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
+    let (generation, max_wire_version) = (conn.generation, conn.hello.max_wire_version);
     let event = |kind,
                  request_id,
                  duration,
@@ -353,10 +365,12 @@ fn attempt<O: Operation>(
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 let e = ctx.timeout.transform(e);
-                client
-                    .topology
-                    .borrow_mut()
-                    .handle_server_error(&address, &e);
+                client.topology.borrow_mut().handle_server_error(
+                    &address,
+                    generation,
+                    max_wire_version,
+                    &e,
+                );
                 failed(&e, Some(reply));
                 return Err(e);
             }
@@ -376,7 +390,10 @@ fn attempt<O: Operation>(
         Err(e) => {
             // SDAM: a failed socket (not a timeout) or a garbled reply.
             if (e.is_network() && !e.is_timeout()) || e.kind == ErrorKind::Protocol {
-                client.topology.borrow_mut().mark_unknown(&address, &e);
+                client
+                    .topology
+                    .borrow_mut()
+                    .handle_network_error(&address, generation, &e);
                 // The server may still hold the session's state.
                 if let Some(s) = ctx.session {
                     s.mark_dirty();

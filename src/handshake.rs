@@ -145,6 +145,13 @@ pub struct HelloReply {
     pub logical_session_timeout_minutes: Option<i64>,
     pub connection_id: Option<i64>,
     pub hello_ok: bool,
+    /// `isreplicaset: true`: an RSGhost (SDAM).
+    pub is_replica_set: bool,
+    /// The member's tags, for read preference tag sets.
+    pub tags: std::collections::BTreeMap<String, String>,
+    /// `lastWrite.lastWriteDate` in ms since the epoch (max staleness).
+    pub last_write_date: Option<i64>,
+    pub topology_version: Option<crate::sdam::TopologyVersion>,
 }
 
 impl HelloReply {
@@ -192,6 +199,23 @@ impl HelloReply {
             logical_session_timeout_minutes: int("logicalSessionTimeoutMinutes"),
             connection_id: int("connectionId"),
             hello_ok: flag("helloOk"),
+            is_replica_set: flag("isreplicaset"),
+            tags: doc
+                .get_document("tags")
+                .map(|t| {
+                    t.into_iter()
+                        .flatten()
+                        .filter_map(|(k, v)| Some((k.to_string(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            last_write_date: doc.get_document("lastWrite").ok().and_then(|w| {
+                match w.get("lastWriteDate").ok().flatten()? {
+                    bson::RawBsonRef::DateTime(d) => Some(d.timestamp_millis()),
+                    _ => crate::operation::int_field(w, "lastWriteDate"),
+                }
+            }),
+            topology_version: crate::sdam::TopologyVersion::from_reply(doc),
         })
     }
 

@@ -15,7 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::runtime;
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
-use crate::sdam::{ServerType, TopologyDescription};
+use crate::sdam::{AppError, CommandError, ServerDescription, ServerType, TopologyDescription};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -94,7 +94,7 @@ impl Topology {
     /// which, by `retryable::deprioritizes`).
     pub fn select(
         &mut self,
-        criteria: Criteria,
+        criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
         deprioritized: &[String],
@@ -106,16 +106,21 @@ impl Topology {
         let mut looked_further = false;
         loop {
             let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
-            let found: Vec<String> = selection::suitable(
+            let window = selection::suitable(
                 &self.description,
                 criteria,
                 self.settings.local_threshold,
+                self.settings.heartbeat,
                 &avoid,
             )
-            .into_iter()
-            .map(|s| s.address.clone())
-            .collect();
-            if !found.is_empty() {
+            .map_err(|e| selection_error(e, criteria))?;
+            let found: Vec<String> = window.iter().map(|s| s.address.clone()).collect();
+            let mut rng = self.rng;
+            // Single-threaded: no operation is in progress elsewhere.
+            let choice = selection::choose(&window, |_| 0, |_| next_random(&mut rng) as usize)
+                .map(|s| s.address.clone());
+            self.rng = rng;
+            if let Some(pick) = choice {
                 // Only deprioritized servers suit: a member this client has not
                 // checked yet may suit too (single-threaded SDAM learns of
                 // members lazily), so check those once before going back.
@@ -126,7 +131,6 @@ impl Topology {
                         continue;
                     }
                 }
-                let pick = found[self.next_random() as usize % found.len()].clone();
                 if !self.check_due(&pick) {
                     return Ok(pick);
                 }
@@ -191,12 +195,12 @@ impl Topology {
     /// and only its own hello says otherwise. Returns whether it checked any.
     fn scan(
         &mut self,
-        criteria: Criteria,
+        criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
     ) -> Result<bool> {
         let now = runtime::now();
-        let mut due: Vec<(bool, String)> = self
+        let mut due: Vec<(u8, String)> = self
             .description
             .servers
             .iter()
@@ -204,9 +208,9 @@ impl Topology {
                 let last = self.servers.get(&s.address).and_then(|st| st.last_check);
                 last.is_none_or(|t| now.since(t) >= MIN_HEARTBEAT)
             })
-            .map(|s| (s.kind != ServerType::Unknown, s.address.clone()))
+            .map(|s| (scan_order(s.kind), s.address.clone()))
             .collect();
-        due.sort_by_key(|(known, _)| *known);
+        due.sort_by_key(|(order, _)| *order);
         for (_, address) in &due {
             self.check(address, criteria, timeout, deadline)?;
         }
@@ -229,7 +233,7 @@ impl Topology {
     fn check(
         &mut self,
         address: &str,
-        criteria: Criteria,
+        criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
     ) -> Result<()> {
@@ -262,7 +266,7 @@ impl Topology {
                 // operation's own deadline expired: report the section
                 // that was waiting (e.g. the handshake), not selection.
                 let now = runtime::now();
-                self.description.update(address, Err(e.to_string()));
+                self.check_failed(address, &e);
                 return Err(match timeout.csot {
                     Some(op) if op.is_expired(now) => e,
                     _ => timeout.selection_error(now, self.selection_failure(criteria)),
@@ -275,7 +279,7 @@ impl Topology {
                 self.mark_unknown(address, &e);
                 return Err(e);
             }
-            Err(e) => self.description.update(address, Err(e.to_string())),
+            Err(e) => self.check_failed(address, &e),
         }
         Ok(())
     }
@@ -305,7 +309,7 @@ impl Topology {
                 state.rtt.add(rtt);
                 let average = state.rtt.average();
                 state.idle.insert(at, conn);
-                self.description.update(address, Ok((hello, average)));
+                self.checked(address, hello, average);
                 true
             }
             Err(_) => {
@@ -558,8 +562,7 @@ impl Topology {
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();
-        self.description
-            .update(address, Ok((conn.hello.clone(), average)));
+        self.checked(address, conn.hello.clone(), average);
         let state = self.state(address);
         if !std::mem::replace(&mut state.ready, true) {
             self.events
@@ -590,17 +593,73 @@ impl Topology {
     /// A network error (not a timeout) marks the server unknown and clears its pool.
     pub fn mark_unknown(&mut self, address: &str, err: &Error) {
         self.clear(address);
-        self.description.update(address, Err(err.to_string()));
+        self.check_failed(address, err);
     }
 
-    /// A server error that reveals a state change (SDAM error handling).
-    pub fn handle_server_error(&mut self, address: &str, err: &Error) {
-        let Some(clear) = err.code.and_then(crate::sdam::state_change_error) else {
-            return;
-        };
-        if clear {
+    /// A server error on a connection of pool `generation` to a server of
+    /// `max_wire_version`: SDAM error handling (`sdam::TopologyDescription::
+    /// handle_application_error`) decides whether it marks the server
+    /// Unknown and clears its pool.
+    pub fn handle_server_error(
+        &mut self,
+        address: &str,
+        generation: u64,
+        max_wire_version: i32,
+        err: &Error,
+    ) {
+        let pool_generation = self.state(address).generation;
+        let error = AppError::Command(CommandError::from_error(err));
+        let outcome = self.description.handle_application_error(
+            address,
+            generation,
+            pool_generation,
+            max_wire_version,
+            &error,
+        );
+        if outcome.marked_unknown {
+            self.state(address).rtt.forget_average();
+        }
+        if outcome.clear_pool {
             self.clear(address);
         }
+    }
+
+    /// A network error (not a timeout) or a garbled reply on a connection of
+    /// pool `generation`: the server is Unknown and its pool cleared, unless
+    /// the pool was cleared since (a stale error, SDAM error handling).
+    pub fn handle_network_error(&mut self, address: &str, generation: u64, err: &Error) {
+        let pool_generation = self.state(address).generation;
+        let error = AppError::Network(err.to_string());
+        let outcome = self.description.handle_application_error(
+            address,
+            generation,
+            pool_generation,
+            0,
+            &error,
+        );
+        if outcome.marked_unknown {
+            self.state(address).rtt.forget_average();
+        }
+        if outcome.clear_pool {
+            self.clear(address);
+        }
+    }
+
+    /// A successful check's description, stamped with the time (max staleness).
+    fn checked(
+        &mut self,
+        address: &str,
+        hello: crate::handshake::HelloReply,
+        rtt: Option<Duration>,
+    ) {
+        let at = i64::try_from(runtime::now().0 / 1_000_000).ok();
+        let sd = ServerDescription::checked(address.to_string(), hello, rtt, at);
+        self.description.apply(sd);
+    }
+
+    /// A failed check: the server is Unknown, and its average RTT starts over.
+    fn check_failed(&mut self, address: &str, err: &Error) {
+        self.state(address).rtt.forget_average();
         self.description.update(address, Err(err.to_string()));
     }
 
@@ -670,7 +729,7 @@ impl Topology {
         })
     }
 
-    fn selection_failure(&self, criteria: Criteria) -> String {
+    fn selection_failure(&self, criteria: &Criteria) -> String {
         let servers: Vec<String> = self
             .description
             .servers
@@ -686,13 +745,34 @@ impl Topology {
             servers.join(", ")
         )
     }
+}
 
-    fn next_random(&mut self) -> u64 {
-        // xorshift: enough to spread load across the latency window.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
+/// xorshift: enough to spread load across the latency window.
+fn next_random(rng: &mut u64) -> u64 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    *rng
+}
+
+/// Single-threaded scanning order (SDAM): a possible primary first, then
+/// servers not checked yet, then known ones.
+fn scan_order(kind: ServerType) -> u8 {
+    match kind {
+        ServerType::PossiblePrimary => 0,
+        ServerType::Unknown => 1,
+        _ => 2,
+    }
+}
+
+/// A selection that cannot succeed: an invalid read preference is the
+/// caller's error; an incompatible server is a selection failure.
+fn selection_error(e: selection::SelectionError, criteria: &Criteria) -> Error {
+    match e {
+        selection::SelectionError::InvalidReadPreference(m) => {
+            Error::invalid_argument(format!("invalid read preference {criteria:?}: {m}"))
+        }
+        selection::SelectionError::Incompatible(m) => Error::new(ErrorKind::ServerSelection, m),
     }
 }
 

@@ -63,7 +63,12 @@ impl Collection {
         };
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let mut op = match read {
-            true => RunCommand::read(&self.db.name, body),
+            true => RunCommand {
+                criteria: crate::sdam::selection::Criteria::Read(
+                    self.read_preference(options.read_preference.as_ref(), options.session),
+                ),
+                ..RunCommand::read(&self.db.name, body)
+            },
             false => RunCommand::new(&self.db.name, body, Criteria::Write),
         };
         op.retryability = Retryability::None;

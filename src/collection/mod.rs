@@ -10,7 +10,7 @@ use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::operation::{take_field, CursorCommand, Find, RunCommand};
 use crate::retryable::Retryability;
-use crate::sdam::selection::Criteria;
+use crate::sdam::selection::{Criteria, ReadPreference};
 use crate::session::Session;
 use bson::cstr;
 use bson::{rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
@@ -22,6 +22,8 @@ pub struct Collection {
     timeout_ms: Option<u64>,
     read_concern: Option<RawDocumentBuf>,
     write_concern: Option<RawDocumentBuf>,
+    /// The default for its may-use-secondary reads (the database's, unless set).
+    read_preference: Option<ReadPreference>,
     config_error: Option<Error>,
 }
 
@@ -32,6 +34,11 @@ pub struct OpOptions<'a> {
     pub timeout_ms: Option<u64>,
     pub session: Option<&'a Session>,
     pub extra: Option<RawDocumentBuf>,
+    /// For the reads that may use a secondary (find, aggregate without
+    /// $out/$merge, count, count-documents, estimated-document-count,
+    /// distinct, inline map-reduce); unset: the collection's default.
+    /// Other operations ignore it.
+    pub read_preference: Option<ReadPreference>,
 }
 
 #[derive(Default, Clone)]
@@ -45,6 +52,8 @@ pub struct FindOptions<'a> {
     pub batch_size: Option<u32>,
     pub timeout_mode: Option<TimeoutMode>,
     pub extra: Option<RawDocumentBuf>,
+    /// Where the find may run; unset: the collection's default.
+    pub read_preference: Option<ReadPreference>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -64,14 +73,39 @@ pub enum UpdateSpec {
 impl Collection {
     pub(crate) fn new(db: Database, name: &str, timeout_ms: Option<u64>) -> Collection {
         let (read_concern, write_concern) = (db.read_concern.clone(), db.write_concern.clone());
+        let read_preference = db.read_preference.clone();
         Collection {
             db,
             name: name.to_string(),
             timeout_ms,
             read_concern,
             write_concern,
+            read_preference,
             config_error: None,
         }
+    }
+
+    /// This handle with its own default read preference (unset: inherited).
+    pub fn with_read_preference(mut self, read_preference: Option<ReadPreference>) -> Collection {
+        self.read_preference = read_preference.or(self.read_preference);
+        self
+    }
+
+    /// The read preference of a may-use-secondary read: the operation's,
+    /// else this handle's, else primary. Inside a transaction, primary: the
+    /// transaction's reads all go to its primary.
+    fn read_preference(
+        &self,
+        given: Option<&ReadPreference>,
+        session: Option<&Session>,
+    ) -> ReadPreference {
+        if session.is_some_and(Session::in_transaction) {
+            return ReadPreference::primary();
+        }
+        given
+            .or(self.read_preference.as_ref())
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// This handle with its own read/write concern (unset: inherited).
@@ -201,6 +235,8 @@ impl Collection {
                 )?,
             },
             max_time,
+            read_preference: self
+                .read_preference(options.read_preference.as_ref(), options.session),
         };
         let reply = self
             .db
@@ -277,9 +313,10 @@ impl Collection {
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
+        let pref = self.read_preference(options.read_preference.as_ref(), options.session);
         let mut op = CursorCommand(RunCommand {
             max_time,
-            ..command_op(&self.db.name, body, retry)
+            ..command_op(&self.db.name, body, retry, pref)
         });
         let reply = self
             .db
@@ -314,7 +351,8 @@ impl Collection {
             _ => self.writing(options)?,
         };
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
-        let mut op = command_op(&self.db.name, body, retry);
+        let pref = self.read_preference(options.read_preference.as_ref(), options.session);
+        let mut op = command_op(&self.db.name, body, retry, pref);
         let timeout = self.resolve(options.timeout_ms, options.session)?;
         self.db.client.execute(&mut op, timeout, options.session)
     }
@@ -422,10 +460,19 @@ fn max_await_time(
     Ok((ms, rest))
 }
 
-/// Reads go to a readable server and may be retried; everything else is a write.
-fn command_op(db: &str, body: RawDocumentBuf, retry: Retryability) -> RunCommand {
+/// Reads go to a server `read_preference` allows and may be retried;
+/// everything else is a write.
+fn command_op(
+    db: &str,
+    body: RawDocumentBuf,
+    retry: Retryability,
+    read_preference: ReadPreference,
+) -> RunCommand {
     match retry {
-        Retryability::Read => RunCommand::read(db, body),
+        Retryability::Read => RunCommand {
+            criteria: Criteria::Read(read_preference),
+            ..RunCommand::read(db, body)
+        },
         _ => RunCommand {
             retryability: retry,
             ..RunCommand::new(db, body, Criteria::Write)
@@ -473,4 +520,30 @@ pub(crate) fn distinct_values(reply: &RawDocument) -> Result<RawDocumentBuf> {
 pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {
     crate::operation::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("reply has no numeric {key}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sdam::selection::{ReadMode, ReadPreference};
+    use crate::Client;
+
+    #[test]
+    fn reads_take_the_operations_read_preference_else_the_handles_else_the_uris() {
+        let uri = "mongodb://a/?readPreference=secondary&readPreferenceTags=dc:ny&maxStalenessSeconds=120";
+        let client = Client::connect(uri).unwrap();
+        let coll = client.database("d", None).collection("c", None);
+        let from_uri = coll.read_preference(None, None);
+        assert_eq!(from_uri.mode, ReadMode::Secondary);
+        assert_eq!(from_uri.tag_sets.len(), 1);
+        assert_eq!(from_uri.max_staleness_seconds, Some(120));
+        let nearest = ReadPreference::from(ReadMode::Nearest);
+        let coll = coll.with_read_preference(Some(nearest.clone()));
+        assert_eq!(coll.read_preference(None, None), nearest);
+        let given = ReadPreference::from(ReadMode::PrimaryPreferred);
+        assert_eq!(coll.read_preference(Some(&given), None), given);
+        // Without any: primary.
+        let plain = Client::connect("mongodb://a/").unwrap();
+        let coll = plain.database("d", None).collection("c", None);
+        assert_eq!(coll.read_preference(None, None), ReadPreference::primary());
+    }
 }

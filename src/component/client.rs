@@ -42,11 +42,14 @@ impl GuestClient for ClientRes {
     fn database(&self, name: String, options: CollectionOptions) -> Database {
         let (rc, bad_rc) = super::option_doc(options.read_concern);
         let (wc, bad_wc) = super::option_doc(options.write_concern);
+        let (rp, bad_rp) = super::option_read_preference(options.read_preference);
         let db = self
             .0
             .database(&name, options.timeout_ms)
-            .with_concerns(rc, wc);
-        Database::new(super::database::DatabaseRes(db.poisoned(bad_rc.or(bad_wc))))
+            .with_concerns(rc, wc)
+            .with_read_preference(rp);
+        let bad = bad_rc.or(bad_wc).or(bad_rp);
+        Database::new(super::database::DatabaseRes(db.poisoned(bad)))
     }
 
     fn start_session(&self, options: SessionOptions) -> WitResult<Session> {

@@ -42,6 +42,7 @@ pub fn op_options<'a>(o: &OpOptions<'a>) -> WitResult<crate::OpOptions<'a>> {
         timeout_ms: o.timeout_ms,
         session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
         extra: opt_doc(o.extra.clone())?,
+        read_preference: None,
     })
 }
 
@@ -57,6 +58,7 @@ pub fn aggregate_parts<'a>(
         timeout_ms: o.timeout_ms,
         session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
         extra: opt_doc(o.extra.clone())?,
+        read_preference: None,
     };
     Ok((opts, o.batch_size, mode(o.timeout_mode)))
 }
@@ -117,6 +119,7 @@ impl GuestCollection for CollectionRes {
             batch_size: options.batch_size,
             timeout_mode: mode(options.timeout_mode),
             extra: opt_doc(options.extra)?,
+            read_preference: None,
         };
         Ok(CursorRes::wit(wrap(self.0.find(doc(filter)?, &opts))?))
     }
@@ -132,6 +135,7 @@ impl GuestCollection for CollectionRes {
             batch_size: None,
             timeout_mode: None,
             extra: opt_doc(options.extra)?,
+            read_preference: None,
         };
         Ok(wrap(self.0.find_one(doc(filter)?, &opts))?.map(|d| d.into_bytes()))
     }

@@ -8,7 +8,7 @@ use super::exports::mongo_wasi::driver::gridfs::Bucket;
 use super::gridfs::BucketRes;
 use super::session::SessionRes;
 use super::{doc, docs, opt_doc, wrap, Component, WitResult};
-use crate::sdam::selection::ReadMode;
+use crate::sdam::selection::ReadPreference;
 use crate::Database;
 use bson::rawdoc;
 
@@ -18,17 +18,17 @@ impl wit_database::Guest for Component {
     type Database = DatabaseRes;
 }
 
-fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadMode>> {
+/// A `{mode, tags, maxStalenessSeconds}` document as a read preference.
+fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadPreference>> {
     let Some(pref) = opt_doc(pref)? else {
         return Ok(None);
     };
-    let mode = pref.get_str("mode").unwrap_or("primary");
-    let mode = ReadMode::parse(mode).ok_or_else(|| {
+    let pref = ReadPreference::from_document(&pref).map_err(|e| {
         super::to_wit(crate::Error::invalid_argument(format!(
-            "unknown read preference mode {mode}"
+            "invalid read preference: {e}"
         )))
     })?;
-    Ok(Some(mode))
+    Ok(Some(pref))
 }
 
 impl GuestDatabase for DatabaseRes {
@@ -39,11 +39,14 @@ impl GuestDatabase for DatabaseRes {
     fn collection(&self, name: String, options: CollectionOptions) -> Collection {
         let (rc, bad_rc) = super::option_doc(options.read_concern);
         let (wc, bad_wc) = super::option_doc(options.write_concern);
+        let (rp, bad_rp) = super::option_read_preference(options.read_preference);
         let coll = self
             .0
             .collection(&name, options.timeout_ms)
-            .with_concerns(rc, wc);
-        Collection::new(CollectionRes(coll.poisoned(bad_rc.or(bad_wc))))
+            .with_concerns(rc, wc)
+            .with_read_preference(rp);
+        let bad = bad_rc.or(bad_wc).or(bad_rp);
+        Collection::new(CollectionRes(coll.poisoned(bad)))
     }
 
     fn gridfs_bucket(&self, options: BucketOptions) -> Bucket {

@@ -77,6 +77,25 @@ pub(crate) fn option_doc(bytes: Option<Vec<u8>>) -> (Option<RawDocumentBuf>, Opt
     }
 }
 
+/// A handle's read preference (`{mode, tags, maxStalenessSeconds}`), or
+/// the error every operation of the handle then returns.
+pub(crate) fn option_read_preference(
+    bytes: Option<Vec<u8>>,
+) -> (
+    Option<crate::sdam::selection::ReadPreference>,
+    Option<Error>,
+) {
+    let invalid = |why: String| Error::invalid_argument(format!("invalid read preference: {why}"));
+    match bytes.map(|b| RawDocumentBuf::from_bytes(b).map_err(|e| e.to_string())) {
+        None => (None, None),
+        Some(Err(e)) => (None, Some(invalid(e))),
+        Some(Ok(d)) => match crate::sdam::selection::ReadPreference::from_document(&d) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(invalid(e))),
+        },
+    }
+}
+
 /// Runs a Rust API call and converts its error.
 pub(crate) fn wrap<T>(r: crate::Result<T>) -> WitResult<T> {
     r.map_err(to_wit)

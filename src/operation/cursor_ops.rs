@@ -4,7 +4,7 @@ use super::{documents_of, Command, Operation};
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
-use crate::sdam::selection::{Criteria, ReadMode};
+use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use bson::cstr;
 use bson::{RawDocument, RawDocumentBuf};
 
@@ -63,6 +63,8 @@ pub struct Find {
     pub extra: Option<RawDocumentBuf>,
     /// Whether a derived maxTimeMS may go on it (CSOT cursor rules).
     pub max_time: bool,
+    /// Which servers may serve it (a may-use-secondary read).
+    pub read_preference: ReadPreference,
 }
 
 impl Operation for Find {
@@ -112,7 +114,7 @@ impl Operation for Find {
     }
 
     fn criteria(&self) -> Criteria {
-        Criteria::Read(ReadMode::Primary)
+        Criteria::Read(self.read_preference.clone())
     }
 
     fn retryability(&self) -> Retryability {
@@ -159,7 +161,7 @@ impl Operation for GetMore {
     }
 
     fn criteria(&self) -> Criteria {
-        Criteria::Read(ReadMode::Primary)
+        Criteria::read(ReadMode::Primary)
     }
 
     fn overload_gate(&self) -> crate::backpressure::Gate {
@@ -219,6 +221,7 @@ mod tests {
             batch_size: None,
             extra: None,
             max_time: true,
+            read_preference: ReadPreference::primary(),
         }
     }
 

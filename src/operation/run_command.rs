@@ -33,7 +33,7 @@ impl RunCommand {
         RunCommand {
             db: db.to_string(),
             command,
-            criteria: Criteria::Read(crate::sdam::selection::ReadMode::Primary),
+            criteria: Criteria::read(crate::sdam::selection::ReadMode::Primary),
             retryability: Retryability::Read,
             max_time: true,
         }
@@ -76,7 +76,7 @@ impl Operation for RunCommand {
     }
 
     fn criteria(&self) -> Criteria {
-        self.criteria
+        self.criteria.clone()
     }
 
     fn retryability(&self) -> Retryability {
@@ -109,7 +109,7 @@ impl Operation for CursorCommand {
     }
 
     fn criteria(&self) -> Criteria {
-        self.0.criteria
+        self.0.criteria.clone()
     }
 
     fn retryability(&self) -> Retryability {

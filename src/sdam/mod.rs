@@ -1,31 +1,42 @@
 //! Server Discovery and Monitoring, sans I/O: server and topology
-//! descriptions updated from hello replies. The client runs it
-//! single-threaded: servers are checked when selection needs them.
+//! descriptions updated from hello replies and application errors (the
+//! SDAM spec's "updating the TopologyDescription" and "error handling").
+//! The client runs it single-threaded: servers are checked when selection
+//! needs them. The official JSON suites run natively (`tests/sdam_spec.rs`).
 
 pub mod rtt;
 pub mod selection;
 
-use crate::handshake::HelloReply;
+use crate::handshake::{HelloReply, MAX_WIRE_VERSION, MIN_WIRE_VERSION};
 use crate::uri::HostAddress;
+use bson::oid::ObjectId;
+use bson::RawDocument;
+use std::cmp::Ordering;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerType {
     Unknown,
     Standalone,
     Mongos,
+    /// Not checked yet, but a secondary named it primary: a single-threaded
+    /// scan checks it first. Otherwise it is Unknown.
+    PossiblePrimary,
     RsPrimary,
     RsSecondary,
     RsArbiter,
     RsOther,
     RsGhost,
+    /// The one server of a load-balanced topology (Load Balancer spec).
+    LoadBalancer,
 }
 
 impl ServerType {
+    /// The type a successful hello reply describes (SDAM "parsing a hello
+    /// response"; the order is PyMongo's reference one).
     pub fn from_hello(h: &HelloReply, is_replica_set_ghost: bool) -> ServerType {
-        if is_replica_set_ghost {
+        if is_replica_set_ghost || h.is_replica_set {
             ServerType::RsGhost
-        } else if h.is_mongos {
-            ServerType::Mongos
         } else if h.set_name.is_some() {
             if h.hidden {
                 ServerType::RsOther
@@ -38,6 +49,8 @@ impl ServerType {
             } else {
                 ServerType::RsOther
             }
+        } else if h.is_mongos {
+            ServerType::Mongos
         } else {
             ServerType::Standalone
         }
@@ -50,7 +63,29 @@ impl ServerType {
                 | ServerType::Mongos
                 | ServerType::RsPrimary
                 | ServerType::RsSecondary
+                | ServerType::LoadBalancer
         )
+    }
+
+    /// Whether a check has told what the server is.
+    pub fn is_known(self) -> bool {
+        !matches!(self, ServerType::Unknown | ServerType::PossiblePrimary)
+    }
+
+    /// The spec's name (as in the JSON tests and error messages).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerType::Unknown => "Unknown",
+            ServerType::Standalone => "Standalone",
+            ServerType::Mongos => "Mongos",
+            ServerType::PossiblePrimary => "PossiblePrimary",
+            ServerType::RsPrimary => "RSPrimary",
+            ServerType::RsSecondary => "RSSecondary",
+            ServerType::RsArbiter => "RSArbiter",
+            ServerType::RsOther => "RSOther",
+            ServerType::RsGhost => "RSGhost",
+            ServerType::LoadBalancer => "LoadBalancer",
+        }
     }
 }
 
@@ -61,6 +96,56 @@ pub enum TopologyType {
     Sharded,
     ReplicaSetNoPrimary,
     ReplicaSetWithPrimary,
+    /// `loadBalanced=true`: one load balancer, never monitored.
+    LoadBalanced,
+}
+
+impl TopologyType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyType::Single => "Single",
+            TopologyType::Unknown => "Unknown",
+            TopologyType::Sharded => "Sharded",
+            TopologyType::ReplicaSetNoPrimary => "ReplicaSetNoPrimary",
+            TopologyType::ReplicaSetWithPrimary => "ReplicaSetWithPrimary",
+            TopologyType::LoadBalanced => "LoadBalanced",
+        }
+    }
+
+    pub fn is_replica_set(self) -> bool {
+        matches!(
+            self,
+            TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary
+        )
+    }
+}
+
+/// A server's `topologyVersion` (MongoDB 4.4+): orders what a hello reply or
+/// a state change error says about one server process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopologyVersion {
+    pub process_id: ObjectId,
+    pub counter: i64,
+}
+
+impl TopologyVersion {
+    /// The `topologyVersion` field of a hello reply or an error reply.
+    pub fn from_reply(doc: &RawDocument) -> Option<TopologyVersion> {
+        let tv = doc.get_document("topologyVersion").ok()?;
+        Some(TopologyVersion {
+            process_id: tv.get_object_id("processId").ok()?,
+            counter: crate::operation::int_field(tv, "counter")?,
+        })
+    }
+
+    /// The spec's compareTopologyVersion: unknown on either side, or another
+    /// process, counts as `current` being older.
+    pub fn compare(current: Option<&Self>, new: Option<&Self>) -> Ordering {
+        match (current, new) {
+            (Some(a), Some(b)) if a.process_id == b.process_id => a.counter.cmp(&b.counter),
+            _ => Ordering::Less,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +155,12 @@ pub struct ServerDescription {
     pub kind: ServerType,
     pub hello: Option<HelloReply>,
     pub error: Option<String>,
-    pub average_rtt: Option<std::time::Duration>,
+    pub average_rtt: Option<Duration>,
+    /// The hello's, or the state change error's that made it Unknown.
+    pub topology_version: Option<TopologyVersion>,
+    /// When it was last checked, in ms on the client's monotonic clock
+    /// (max staleness compares it with `lastWriteDate`).
+    pub last_update_ms: Option<i64>,
 }
 
 impl ServerDescription {
@@ -81,6 +171,86 @@ impl ServerDescription {
             hello: None,
             error: None,
             average_rtt: None,
+            topology_version: None,
+            last_update_ms: None,
+        }
+    }
+
+    /// An Unknown description that says why.
+    pub fn failed(address: String, error: impl Into<String>) -> Self {
+        ServerDescription {
+            error: Some(error.into()),
+            ..ServerDescription::unknown(address)
+        }
+    }
+
+    /// The description a successful check gives.
+    pub fn checked(
+        address: String,
+        hello: HelloReply,
+        average_rtt: Option<Duration>,
+        at_ms: Option<i64>,
+    ) -> Self {
+        ServerDescription {
+            address,
+            kind: ServerType::from_hello(&hello, false),
+            topology_version: hello.topology_version,
+            hello: Some(hello),
+            error: None,
+            average_rtt,
+            last_update_ms: at_ms,
+        }
+    }
+
+    pub fn set_name(&self) -> Option<&str> {
+        self.hello.as_ref()?.set_name.as_deref()
+    }
+
+    pub fn tags(&self) -> Option<&std::collections::BTreeMap<String, String>> {
+        self.hello.as_ref().map(|h| &h.tags)
+    }
+
+    pub fn last_write_date(&self) -> Option<i64> {
+        self.hello.as_ref()?.last_write_date
+    }
+
+    /// The hello's `me`, lower-cased.
+    fn me(&self) -> Option<String> {
+        self.hello.as_ref()?.me.as_deref().map(normalize_host)
+    }
+
+    /// The members this server lists (hosts, passives, arbiters), lower-cased.
+    fn members(&self) -> Vec<String> {
+        let Some(h) = &self.hello else {
+            return Vec::new();
+        };
+        h.hosts
+            .iter()
+            .chain(&h.passives)
+            .chain(&h.arbiters)
+            .map(|m| normalize_host(m))
+            .collect()
+    }
+
+    /// The spec's compatibility check: `None`, or why this driver cannot use it.
+    pub fn incompatibility(&self) -> Option<String> {
+        let h = self.hello.as_ref().filter(|_| self.kind.is_known())?;
+        if h.min_wire_version > MAX_WIRE_VERSION {
+            Some(format!(
+                "Server at {} requires wire version {}, but this version of {} only supports up to {MAX_WIRE_VERSION}.",
+                self.address,
+                h.min_wire_version,
+                crate::handshake::DRIVER_NAME
+            ))
+        } else if h.max_wire_version < MIN_WIRE_VERSION {
+            Some(format!(
+                "Server at {} reports wire version {}, but this version of {} requires at least {MIN_WIRE_VERSION} (MongoDB 4.2).",
+                self.address,
+                h.max_wire_version,
+                crate::handshake::DRIVER_NAME
+            ))
+        } else {
+            None
         }
     }
 }
@@ -91,22 +261,122 @@ pub struct TopologyDescription {
     pub set_name: Option<String>,
     pub servers: Vec<ServerDescription>,
     pub logical_session_timeout_minutes: Option<i64>,
+    /// The greatest (electionId, setVersion) a primary reported: older
+    /// primaries are stale (updateRSFromPrimary).
+    pub max_election_id: Option<ObjectId>,
+    pub max_set_version: Option<i64>,
+    /// Set when a server's wire versions do not overlap this driver's:
+    /// selection then fails with it.
+    pub compatibility_error: Option<String>,
+    /// How many seeds the client was given (updateUnknownWithStandalone).
+    pub seed_count: usize,
 }
 
-/// SDAM error handling: a "not writable primary" or "node is recovering"
-/// error marks the server Unknown. Returns whether the pool must be cleared
-/// too (shutdown errors), or `None` when the error says nothing about state.
-pub fn state_change_error(code: i32) -> Option<bool> {
-    const NOT_PRIMARY: &[i32] = &[10107, 13435, 10058];
-    const RECOVERING: &[i32] = &[11602, 13436, 189];
-    const SHUTDOWN: &[i32] = &[11600, 91];
-    if SHUTDOWN.contains(&code) {
-        Some(true)
-    } else if NOT_PRIMARY.contains(&code) || RECOVERING.contains(&code) {
-        Some(false)
-    } else {
-        None
+/// What the SDAM error handling rules make of an application error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppError {
+    /// A network error other than a timeout.
+    Network(String),
+    /// A network timeout.
+    Timeout(String),
+    /// A command error reply (or a write concern error).
+    Command(CommandError),
+}
+
+/// The parts of a command error SDAM looks at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandError {
+    pub code: Option<i32>,
+    pub message: String,
+    pub topology_version: Option<TopologyVersion>,
+}
+
+impl CommandError {
+    /// The error an ok:0 reply carries, else its write concern error's
+    /// (never a writeErrors entry's); `None` for a reply without either.
+    pub fn from_reply(reply: &RawDocument) -> Option<CommandError> {
+        let ok = match reply.get("ok").ok().flatten() {
+            Some(bson::RawBsonRef::Double(v)) => v == 1.0,
+            Some(bson::RawBsonRef::Int32(v)) => v == 1,
+            Some(bson::RawBsonRef::Int64(v)) => v == 1,
+            Some(bson::RawBsonRef::Boolean(v)) => v,
+            _ => false,
+        };
+        let doc = match ok {
+            false => reply,
+            true => reply.get_document("writeConcernError").ok()?,
+        };
+        Some(CommandError {
+            code: crate::operation::int_field(doc, "code").map(|c| c as i32),
+            message: doc.get_str("errmsg").unwrap_or_default().to_string(),
+            topology_version: TopologyVersion::from_reply(reply)
+                .or_else(|| TopologyVersion::from_reply(doc)),
+        })
     }
+
+    pub fn from_error(e: &crate::Error) -> CommandError {
+        CommandError {
+            code: e.code,
+            message: e.message.clone(),
+            topology_version: e
+                .reply
+                .as_deref()
+                .and_then(|r| TopologyVersion::from_reply(r)),
+        }
+    }
+}
+
+/// The kinds of state change error (SDAM: "not writable primary" and "node
+/// is recovering"); shutdown errors are recovering ones that also clear the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateChange {
+    NotWritablePrimary,
+    Recovering { shutdown: bool },
+}
+
+impl StateChange {
+    /// By the code when there is one, else by the message, as the spec asks.
+    pub fn of(code: Option<i32>, message: &str) -> Option<StateChange> {
+        const NOT_PRIMARY: &[i32] = &[10107, 13435, 10058];
+        const RECOVERING: &[i32] = &[11602, 13436, 189];
+        const SHUTDOWN: &[i32] = &[11600, 91];
+        match code {
+            Some(c) if SHUTDOWN.contains(&c) => Some(StateChange::Recovering { shutdown: true }),
+            Some(c) if RECOVERING.contains(&c) => Some(StateChange::Recovering { shutdown: false }),
+            Some(c) if NOT_PRIMARY.contains(&c) => Some(StateChange::NotWritablePrimary),
+            Some(_) => None,
+            None if message.contains("node is recovering")
+                || message.contains("not master or secondary") =>
+            {
+                Some(StateChange::Recovering { shutdown: false })
+            }
+            None if message.contains("not master") => Some(StateChange::NotWritablePrimary),
+            None => None,
+        }
+    }
+}
+
+/// SDAM error handling: whether `code` is a state change error, and then
+/// whether the pool must be cleared too (shutdown errors).
+pub fn state_change_error(code: i32) -> Option<bool> {
+    match StateChange::of(Some(code), "")? {
+        StateChange::Recovering { shutdown } => Some(shutdown),
+        StateChange::NotWritablePrimary => Some(false),
+    }
+}
+
+/// What the caller must do after `handle_application_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ErrorOutcome {
+    /// The server was marked Unknown.
+    pub marked_unknown: bool,
+    /// Clear the server's connection pool (a new generation).
+    pub clear_pool: bool,
+}
+
+/// The host part lower-cased (SDAM: hostnames are normalized to lower-case).
+fn normalize_host(address: &str) -> String {
+    address.to_ascii_lowercase()
 }
 
 pub fn normalize_address(host: &str, port: u16) -> String {
@@ -124,6 +394,11 @@ pub fn address_of(h: &HostAddress) -> String {
         HostAddress::Unix { path } => path.clone(),
     }
 }
+
+/// MongoDB 4.2's wire version: state change errors from older servers clear the pool.
+const WIRE_VERSION_4_2: i32 = 8;
+/// MongoDB 6.0's: from it on electionId orders primaries before setVersion.
+const WIRE_VERSION_6_0: i32 = 17;
 
 impl TopologyDescription {
     /// `direct`: the directConnection option. Unset, one seed without a
@@ -146,76 +421,339 @@ impl TopologyDescription {
                 .map(ServerDescription::unknown)
                 .collect(),
             logical_session_timeout_minutes: None,
+            max_election_id: None,
+            max_set_version: None,
+            compatibility_error: None,
+            seed_count: seeds.len(),
         }
+    }
+
+    /// `loadBalanced=true` (Load Balancer spec): the seed is a load balancer
+    /// from the start, and no check or error ever changes that.
+    pub fn load_balanced(seed: &str) -> Self {
+        let mut t = TopologyDescription::new(&[seed.to_string()], Some(false), None);
+        t.kind = TopologyType::LoadBalanced;
+        t.servers[0].kind = ServerType::LoadBalancer;
+        t
     }
 
     pub fn server(&self, address: &str) -> Option<&ServerDescription> {
         self.servers.iter().find(|s| s.address == address)
     }
 
-    /// Applies a check's outcome (the SDAM spec's transitions, without the
-    /// staleness rules for electionId/setVersion ordering).
+    fn position(&self, address: &str) -> Option<usize> {
+        self.servers.iter().position(|s| s.address == address)
+    }
+
+    pub fn has_primary(&self) -> bool {
+        self.servers.iter().any(|s| s.kind == ServerType::RsPrimary)
+    }
+
+    /// Applies a check's outcome: a reply (with the average RTT) or an error.
     pub fn update(
         &mut self,
         address: &str,
-        outcome: Result<(HelloReply, Option<std::time::Duration>), String>,
+        outcome: Result<(HelloReply, Option<Duration>), String>,
     ) {
-        let Some(idx) = self.servers.iter().position(|s| s.address == address) else {
+        let new = match outcome {
+            Ok((hello, rtt)) => ServerDescription::checked(address.to_string(), hello, rtt, None),
+            Err(error) => ServerDescription::failed(address.to_string(), error),
+        };
+        self.apply(new);
+    }
+
+    /// The spec's onServerDescriptionChanged: replaces the server's
+    /// description (unless its topologyVersion is older than the current
+    /// one's) and runs the TopologyType table's action.
+    pub fn apply(&mut self, new: ServerDescription) {
+        // Outcomes from servers no longer in the topology are ignored.
+        let Some(idx) = self.position(&new.address) else {
             return;
         };
-        let (hello, rtt) = match outcome {
-            Err(error) => {
-                self.servers[idx] = ServerDescription {
-                    error: Some(error),
-                    ..ServerDescription::unknown(address.to_string())
-                };
-                self.refresh_replica_set_kind();
-                return;
+        let current = self.servers[idx].topology_version.as_ref();
+        if TopologyVersion::compare(current, new.topology_version.as_ref()) == Ordering::Greater {
+            return;
+        }
+        if self.kind == TopologyType::LoadBalanced {
+            // Not monitored: a connection's hello only tells the session timeout.
+            if new.kind.is_known() {
+                self.servers[idx].hello = new.hello;
+                self.refresh_session_timeout();
             }
-            Ok(pair) => pair,
-        };
-        let kind = ServerType::from_hello(&hello, false);
-        self.servers[idx] = ServerDescription {
-            address: address.to_string(),
-            kind,
-            hello: Some(hello.clone()),
-            error: None,
-            average_rtt: rtt,
-        };
-        match self.kind {
-            TopologyType::Single => {}
-            TopologyType::Unknown => match kind {
-                // SDAM's updateUnknownWithStandalone: a single seed (e.g. one
-                // SRV record) becomes Single; among several, a standalone is dropped.
-                ServerType::Standalone if self.servers.len() == 1 => {
-                    self.kind = TopologyType::Single
-                }
-                ServerType::Standalone => self.servers.retain(|s| s.address != address),
-                ServerType::Mongos => self.kind = TopologyType::Sharded,
-                ServerType::RsPrimary
-                | ServerType::RsSecondary
-                | ServerType::RsArbiter
-                | ServerType::RsOther => {
-                    self.set_name = hello.set_name.clone();
-                    self.kind = TopologyType::ReplicaSetNoPrimary;
-                    self.update_replica_set(address, kind, &hello);
-                }
-                _ => {}
-            },
-            TopologyType::Sharded => {
-                if !matches!(kind, ServerType::Mongos | ServerType::Unknown) {
-                    self.servers.retain(|s| s.address != address);
-                }
-            }
-            TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary => {
-                if matches!(kind, ServerType::Standalone | ServerType::Mongos) {
-                    self.servers.retain(|s| s.address != address);
+            return;
+        }
+        let address = new.address.clone();
+        let kind = new.kind;
+        self.servers[idx] = new;
+        use ServerType as S;
+        use TopologyType as T;
+        match (self.kind, kind) {
+            (T::Single, _) => self.verify_single_set_name(idx),
+            (T::LoadBalanced, _) => {} // returned above
+            (T::Unknown, S::Standalone) => {
+                // updateUnknownWithStandalone.
+                if self.seed_count == 1 {
+                    self.kind = T::Single;
                 } else {
-                    self.update_replica_set(address, kind, &hello);
+                    self.remove(&address);
+                }
+            }
+            (T::Unknown, S::Mongos) => self.kind = T::Sharded,
+            (T::Unknown | T::ReplicaSetNoPrimary, S::RsPrimary) => {
+                self.kind = T::ReplicaSetWithPrimary;
+                self.update_rs_from_primary(&address);
+            }
+            (T::Unknown, S::RsSecondary | S::RsArbiter | S::RsOther) => {
+                self.kind = T::ReplicaSetNoPrimary;
+                self.update_rs_without_primary(&address);
+            }
+            (T::Unknown, _) => {}
+            (T::Sharded, S::Unknown | S::Mongos) => {}
+            (T::Sharded, _) => self.remove(&address),
+            (T::ReplicaSetNoPrimary, S::Standalone | S::Mongos) => self.remove(&address),
+            (T::ReplicaSetNoPrimary, S::RsSecondary | S::RsArbiter | S::RsOther) => {
+                self.update_rs_without_primary(&address)
+            }
+            (T::ReplicaSetNoPrimary, _) => {}
+            (T::ReplicaSetWithPrimary, S::Standalone | S::Mongos) => {
+                self.remove(&address);
+                self.check_if_has_primary();
+            }
+            (T::ReplicaSetWithPrimary, S::RsPrimary) => self.update_rs_from_primary(&address),
+            (T::ReplicaSetWithPrimary, S::RsSecondary | S::RsArbiter | S::RsOther) => {
+                self.update_rs_with_primary_from_member(&address)
+            }
+            (T::ReplicaSetWithPrimary, _) => self.check_if_has_primary(),
+        }
+        self.refresh_session_timeout();
+        self.refresh_compatibility();
+    }
+
+    /// SDAM error handling for an error an application operation met on
+    /// `address`, on a connection of pool generation `generation` (the
+    /// pool's is `pool_generation`), to a server of `max_wire_version`.
+    /// Marks the server Unknown when the rules say so; the caller clears
+    /// the pool when the outcome says so.
+    pub fn handle_application_error(
+        &mut self,
+        address: &str,
+        generation: u64,
+        pool_generation: u64,
+        max_wire_version: i32,
+        error: &AppError,
+    ) -> ErrorOutcome {
+        let Some(idx) = self.position(address) else {
+            return ErrorOutcome::default();
+        };
+        // An error on a connection from before the last clear is stale.
+        if generation < pool_generation {
+            return ErrorOutcome::default();
+        }
+        let lb = self.kind == TopologyType::LoadBalanced;
+        match error {
+            // A timeout may be a slow operation, not an unavailable server
+            // (before the handshake completes too: Client Backpressure).
+            AppError::Timeout(_) => ErrorOutcome::default(),
+            AppError::Network(message) => {
+                if !lb {
+                    self.apply(ServerDescription::failed(
+                        address.to_string(),
+                        message.clone(),
+                    ));
+                }
+                ErrorOutcome {
+                    marked_unknown: !lb,
+                    clear_pool: true,
+                }
+            }
+            AppError::Command(e) => {
+                let Some(change) = StateChange::of(e.code, &e.message) else {
+                    return ErrorOutcome::default();
+                };
+                // Stale unless the error's topologyVersion is newer than the server's.
+                let current = self.servers[idx].topology_version.as_ref();
+                if TopologyVersion::compare(current, e.topology_version.as_ref()) != Ordering::Less
+                {
+                    return ErrorOutcome::default();
+                }
+                if !lb {
+                    self.apply(ServerDescription {
+                        topology_version: e.topology_version,
+                        ..ServerDescription::failed(address.to_string(), e.message.clone())
+                    });
+                }
+                let shutdown = matches!(change, StateChange::Recovering { shutdown: true });
+                ErrorOutcome {
+                    marked_unknown: !lb,
+                    clear_pool: shutdown || max_wire_version < WIRE_VERSION_4_2,
                 }
             }
         }
-        if let Some(minutes) = self
+    }
+
+    /// A direct connection given a replica set name: a server without it is Unknown.
+    fn verify_single_set_name(&mut self, idx: usize) {
+        let Some(want) = &self.set_name else { return };
+        let s = &self.servers[idx];
+        if s.kind.is_known() && s.set_name() != Some(want.as_str()) {
+            let error = format!(
+                "replica set name {:?} is not the expected {want:?}",
+                s.set_name()
+            );
+            self.servers[idx] = ServerDescription::failed(s.address.clone(), error);
+        }
+    }
+
+    fn remove(&mut self, address: &str) {
+        self.servers.retain(|s| s.address != address);
+    }
+
+    fn add_members(&mut self, members: &[String]) {
+        for m in members {
+            if self.server(m).is_none() {
+                self.servers.push(ServerDescription::unknown(m.clone()));
+            }
+        }
+    }
+
+    /// A member named primary by another that has not been checked yet.
+    fn mark_possible_primary(&mut self, primary: Option<String>) {
+        let Some(primary) = primary else { return };
+        if let Some(s) = self.servers.iter_mut().find(|s| s.address == primary) {
+            if s.kind == ServerType::Unknown {
+                s.kind = ServerType::PossiblePrimary;
+            }
+        }
+    }
+
+    fn update_rs_without_primary(&mut self, address: &str) {
+        let Some(sd) = self.server(address).cloned() else {
+            return;
+        };
+        match &self.set_name {
+            None => self.set_name = sd.set_name().map(str::to_string),
+            Some(name) if sd.set_name() != Some(name.as_str()) => {
+                self.remove(address);
+                return;
+            }
+            Some(_) => {}
+        }
+        self.add_members(&sd.members());
+        let primary = sd.hello.as_ref().and_then(|h| h.primary.as_deref());
+        self.mark_possible_primary(primary.map(normalize_host));
+        if sd.me().is_some_and(|me| me != address) {
+            self.remove(address);
+        }
+    }
+
+    fn update_rs_with_primary_from_member(&mut self, address: &str) {
+        let Some(sd) = self.server(address).cloned() else {
+            return;
+        };
+        let wrong_set = self.set_name.as_deref() != sd.set_name();
+        if wrong_set || sd.me().is_some_and(|me| me != address) {
+            self.remove(address);
+            self.check_if_has_primary();
+            return;
+        }
+        // Had this member been the primary?
+        if !self.has_primary() {
+            self.kind = TopologyType::ReplicaSetNoPrimary;
+            let primary = sd.hello.as_ref().and_then(|h| h.primary.as_deref());
+            self.mark_possible_primary(primary.map(normalize_host));
+        }
+    }
+
+    fn update_rs_from_primary(&mut self, address: &str) {
+        let Some(sd) = self.server(address).cloned() else {
+            return;
+        };
+        match &self.set_name {
+            None => self.set_name = sd.set_name().map(str::to_string),
+            Some(name) if sd.set_name() != Some(name.as_str()) => {
+                // A primary of another replica set.
+                self.remove(address);
+                self.check_if_has_primary();
+                return;
+            }
+            Some(_) => {}
+        }
+        let Some(hello) = sd.hello.as_ref() else {
+            return;
+        };
+        if self.is_stale_primary(hello) {
+            let stale = ServerDescription::failed(
+                address.to_string(),
+                "primary marked stale due to electionId/setVersion mismatch",
+            );
+            if let Some(idx) = self.position(address) {
+                self.servers[idx] = stale;
+            }
+            self.check_if_has_primary();
+            return;
+        }
+        // Any other primary is an old one.
+        for s in &mut self.servers {
+            if s.address != address && s.kind == ServerType::RsPrimary {
+                *s = ServerDescription::failed(
+                    s.address.clone(),
+                    "primary marked stale due to discovery of newer primary",
+                );
+            }
+        }
+        let members = sd.members();
+        self.add_members(&members);
+        self.servers.retain(|s| members.contains(&s.address));
+        self.check_if_has_primary();
+    }
+
+    /// updateRSFromPrimary's electionId/setVersion rules; records the new
+    /// maxima when the primary is not stale.
+    fn is_stale_primary(&mut self, hello: &HelloReply) -> bool {
+        let (election_id, set_version) = (hello.election_id, hello.set_version);
+        let key = |e: Option<ObjectId>| e.map(|e| e.bytes());
+        if hello.max_wire_version >= WIRE_VERSION_6_0 {
+            // (electionId, setVersion) ordered as a tuple, null the least.
+            let new = (key(election_id), set_version);
+            let max = (key(self.max_election_id), self.max_set_version);
+            if new < max {
+                return true;
+            }
+            self.max_election_id = election_id;
+            self.max_set_version = set_version;
+            return false;
+        }
+        // Before 6.0: setVersion first, then electionId.
+        if let (Some(e), Some(v)) = (election_id, set_version) {
+            if let (Some(max_e), Some(max_v)) = (self.max_election_id, self.max_set_version) {
+                if max_v > v || (max_v == v && max_e.bytes() > e.bytes()) {
+                    return true;
+                }
+            }
+            self.max_election_id = Some(e);
+        }
+        if let Some(v) = set_version {
+            if self.max_set_version.is_none_or(|max| v > max) {
+                self.max_set_version = Some(v);
+            }
+        }
+        false
+    }
+
+    fn check_if_has_primary(&mut self) {
+        if self.kind.is_replica_set() {
+            self.kind = if self.has_primary() {
+                TopologyType::ReplicaSetWithPrimary
+            } else {
+                TopologyType::ReplicaSetNoPrimary
+            };
+        }
+    }
+
+    /// The least logicalSessionTimeoutMinutes of the data-bearing servers;
+    /// none if any of them has none (or there are none).
+    fn refresh_session_timeout(&mut self) {
+        let mut data_bearing = self
             .servers
             .iter()
             .filter(|s| s.kind.is_data_bearing())
@@ -224,69 +762,18 @@ impl TopologyDescription {
                     .as_ref()
                     .and_then(|h| h.logical_session_timeout_minutes)
             })
-            .min()
-        {
-            self.logical_session_timeout_minutes = minutes;
-        }
-        self.refresh_replica_set_kind();
+            .peekable();
+        self.logical_session_timeout_minutes = match data_bearing.peek() {
+            None => None,
+            Some(_) => data_bearing.try_fold(i64::MAX, |least, m| Some(least.min(m?))),
+        };
     }
 
-    fn update_replica_set(&mut self, address: &str, kind: ServerType, hello: &HelloReply) {
-        if self.set_name.is_none() {
-            self.set_name = hello.set_name.clone();
-        }
-        if self.set_name != hello.set_name {
-            self.servers.retain(|s| s.address != address);
-            return;
-        }
-        if kind == ServerType::RsPrimary {
-            // A new primary: any other claimed primary is stale.
-            for s in self
-                .servers
-                .iter_mut()
-                .filter(|s| s.address != address && s.kind == ServerType::RsPrimary)
-            {
-                *s = ServerDescription::unknown(s.address.clone());
-            }
-            let members: Vec<String> = hello
-                .hosts
-                .iter()
-                .chain(&hello.passives)
-                .chain(&hello.arbiters)
-                .map(|h| h.to_ascii_lowercase())
-                .collect();
-            self.servers.retain(|s| members.contains(&s.address));
-            for m in members {
-                if self.server(&m).is_none() {
-                    self.servers.push(ServerDescription::unknown(m));
-                }
-            }
-        } else {
-            for m in hello
-                .hosts
-                .iter()
-                .chain(&hello.passives)
-                .chain(&hello.arbiters)
-            {
-                let m = m.to_ascii_lowercase();
-                if self.server(&m).is_none() {
-                    self.servers.push(ServerDescription::unknown(m));
-                }
-            }
-        }
-    }
-
-    fn refresh_replica_set_kind(&mut self) {
-        if matches!(
-            self.kind,
-            TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary
-        ) {
-            self.kind = if self.servers.iter().any(|s| s.kind == ServerType::RsPrimary) {
-                TopologyType::ReplicaSetWithPrimary
-            } else {
-                TopologyType::ReplicaSetNoPrimary
-            };
-        }
+    fn refresh_compatibility(&mut self) {
+        self.compatibility_error = self
+            .servers
+            .iter()
+            .find_map(ServerDescription::incompatibility);
     }
 }
 

@@ -36,6 +36,12 @@ impl RttStats {
     pub fn average(&self) -> Option<Duration> {
         self.average
     }
+
+    /// The server became Unknown: its average RTT is cleared, and the next
+    /// sample starts it again (Server Selection spec). The minimum's samples stay.
+    pub fn forget_average(&mut self) {
+        self.average = None;
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
-//! Server selection (Server Selection spec), sans I/O: which known servers
-//! suit an operation, and the latency window among them.
+//! Server selection (Server Selection and Max Staleness specs), sans I/O:
+//! read preferences, which known servers suit an operation, the latency
+//! window among them, the choice within it, and the `$readPreference` a
+//! command carries. The official JSON suites run natively
+//! (`tests/server_selection_spec.rs`).
 
 use super::{ServerDescription, ServerType, TopologyDescription, TopologyType};
+use crate::uri::TagSet;
+use bson::{cstr, RawDocument, RawDocumentBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +29,7 @@ impl ReadMode {
             _ => return None,
         })
     }
-}
 
-impl ReadMode {
     /// The mode's name in a `$readPreference` document.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,101 +42,372 @@ impl ReadMode {
     }
 }
 
-/// The `$readPreference` mode a read sends over OP_MSG (Server Selection
-/// spec, "Passing read preference to mongod and mongos"): none for primary,
-/// the server's default, nor in a Single topology (this driver's direct
-/// connections read from the one server as it is); otherwise the mode, so
-/// that a secondary serves it.
-pub fn read_preference_mode(kind: TopologyType, criteria: Criteria) -> Option<&'static str> {
-    match (kind, criteria) {
-        (TopologyType::Single | TopologyType::Unknown, _) => None,
-        (_, Criteria::Read(mode)) if mode != ReadMode::Primary => Some(mode.as_str()),
-        _ => None,
+/// The Max Staleness spec's idleWritePeriodMS: an idle primary writes this often.
+pub const IDLE_WRITE_PERIOD: Duration = Duration::from_secs(10);
+/// smallestMaxStalenessSeconds.
+pub const SMALLEST_MAX_STALENESS_SECONDS: i64 = 90;
+
+/// A read preference: a mode, tag sets tried in order (none: any server),
+/// and a maximum staleness in seconds (`None`: no maximum; -1 means none too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPreference {
+    pub mode: ReadMode,
+    pub tag_sets: Vec<TagSet>,
+    pub max_staleness_seconds: Option<i64>,
+}
+
+impl Default for ReadPreference {
+    /// Mode primary, the spec's default.
+    fn default() -> Self {
+        ReadPreference::primary()
     }
 }
 
-/// What an operation needs: a writable server, or a readable one by mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Criteria {
-    Write,
-    Read(ReadMode),
+impl From<ReadMode> for ReadPreference {
+    fn from(mode: ReadMode) -> Self {
+        ReadPreference {
+            mode,
+            tag_sets: Vec::new(),
+            max_staleness_seconds: None,
+        }
+    }
 }
 
-/// The servers suitable for `criteria`, narrowed to the latency window.
-/// Deprioritized servers (where a retried operation just failed) are left
-/// out unless no other server is suitable (Server Selection spec, "Find
-/// suitable servers").
+impl ReadPreference {
+    pub fn primary() -> Self {
+        ReadMode::Primary.into()
+    }
+
+    /// From a `{mode, tags (or tag_sets), maxStalenessSeconds}` document;
+    /// an unknown mode or a malformed field is an error that says which.
+    pub fn from_document(doc: &RawDocument) -> Result<Self, String> {
+        let mode = match doc.get("mode").map_err(|e| e.to_string())? {
+            None => ReadMode::Primary,
+            Some(m) => {
+                let m = m.as_str().ok_or("read preference mode must be a string")?;
+                ReadMode::parse(m).ok_or_else(|| format!("unknown read preference mode {m:?}"))?
+            }
+        };
+        let mut tag_sets = Vec::new();
+        let tags = doc.get_array("tags").or_else(|_| doc.get_array("tag_sets"));
+        for set in tags.into_iter().flatten() {
+            let set = set.map_err(|e| e.to_string())?;
+            let set = set.as_document().ok_or("a tag set must be a document")?;
+            let mut tags = TagSet::new();
+            for field in set {
+                let (k, v) = field.map_err(|e| e.to_string())?;
+                let v = v.as_str().ok_or("a tag's value must be a string")?;
+                tags.insert(k.to_string(), v.to_string());
+            }
+            tag_sets.push(tags);
+        }
+        let max_staleness_seconds =
+            match doc.get("maxStalenessSeconds").map_err(|e| e.to_string())? {
+                None => None,
+                Some(_) => match crate::operation::int_field(doc, "maxStalenessSeconds") {
+                    Some(-1) => None,
+                    Some(s) => Some(s),
+                    None => return Err("maxStalenessSeconds must be an integer".into()),
+                },
+            };
+        Ok(ReadPreference {
+            mode,
+            tag_sets,
+            max_staleness_seconds,
+        })
+    }
+
+    /// The client's default from the URI (readPreference, readPreferenceTags,
+    /// maxStalenessSeconds), if it gives one.
+    pub fn from_uri(o: &crate::uri::UriOptions) -> Option<Self> {
+        let mode = ReadMode::parse(o.read_preference?.as_str())?;
+        Some(ReadPreference {
+            mode,
+            tag_sets: o.read_preference_tags.clone().unwrap_or_default(),
+            max_staleness_seconds: o.max_staleness_seconds.map(i64::from).filter(|s| *s != -1),
+        })
+    }
+
+    /// The `$readPreference` document (mode, `tags`, `maxStalenessSeconds`).
+    pub fn to_document(&self) -> RawDocumentBuf {
+        let mut doc = RawDocumentBuf::new();
+        doc.append(cstr!("mode"), self.mode.as_str());
+        if self.mode != ReadMode::Primary {
+            if !self.tag_sets.is_empty() {
+                let mut sets = bson::RawArrayBuf::new();
+                for set in &self.tag_sets {
+                    let mut d = RawDocumentBuf::new();
+                    for (k, v) in set {
+                        // Tag names come from the user; a NUL cannot go in BSON.
+                        if let Ok(k) = <&bson::raw::CStr>::try_from(k.as_str()) {
+                            d.append(k, v.as_str());
+                        }
+                    }
+                    sets.push(d);
+                }
+                doc.append(cstr!("tags"), sets);
+            }
+            match self.max_staleness_seconds.map(|s| (s, i32::try_from(s))) {
+                Some((_, Ok(s))) => doc.append(cstr!("maxStalenessSeconds"), s),
+                Some((s, Err(_))) => doc.append(cstr!("maxStalenessSeconds"), s),
+                None => {}
+            }
+        }
+        doc
+    }
+
+    /// The spec's validation: tag sets or a max staleness with mode
+    /// primary, and (in a replica set) a max staleness below
+    /// smallestMaxStalenessSeconds or heartbeatFrequencyMS + idleWritePeriodMS.
+    pub fn validate(&self, kind: TopologyType, heartbeat: Duration) -> Result<(), String> {
+        if self.mode == ReadMode::Primary {
+            if self.tag_sets.iter().any(|t| !t.is_empty()) {
+                return Err("read preference mode primary cannot have tag sets".into());
+            }
+            if self.max_staleness_seconds.is_some() {
+                return Err("read preference mode primary cannot have maxStalenessSeconds".into());
+            }
+        }
+        let Some(max) = self.max_staleness_seconds else {
+            return Ok(());
+        };
+        let least = (heartbeat + IDLE_WRITE_PERIOD).as_millis();
+        if kind.is_replica_set()
+            && (max < SMALLEST_MAX_STALENESS_SECONDS || i128::from(max) * 1000 < least as i128)
+        {
+            return Err(format!(
+                "maxStalenessSeconds {max} is less than {SMALLEST_MAX_STALENESS_SECONDS} or than \
+                 heartbeatFrequencyMS + idleWritePeriodMS ({least} ms)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an operation needs: a writable server, or a readable one by read preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Criteria {
+    Write,
+    Read(ReadPreference),
+}
+
+impl Criteria {
+    /// A read with only a mode.
+    pub fn read(mode: ReadMode) -> Criteria {
+        Criteria::Read(mode.into())
+    }
+}
+
+/// Why selection cannot succeed whatever the topology learns next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectionError {
+    /// The read preference is invalid (for this topology).
+    InvalidReadPreference(String),
+    /// A server's wire versions do not overlap this driver's.
+    Incompatible(String),
+}
+
+/// The `$readPreference` a command sends over OP_MSG to a server of
+/// `server` type in a `topology` (Server Selection spec): none for writes;
+/// in a Single topology none to a standalone, primaryPreferred (or the
+/// read preference when it is not primary) to a replica set member, so any
+/// member serves it; elsewhere the read preference unless it is primary,
+/// the servers' default. The one place that decides secondaryOk.
+pub fn read_preference_document(
+    topology: TopologyType,
+    server: ServerType,
+    criteria: &Criteria,
+) -> Option<RawDocumentBuf> {
+    let Criteria::Read(pref) = criteria else {
+        return None;
+    };
+    let primary = pref.mode == ReadMode::Primary;
+    match topology {
+        TopologyType::Unknown => None,
+        TopologyType::Single => match server {
+            ServerType::Standalone => None,
+            ServerType::Mongos | ServerType::LoadBalancer => (!primary).then(|| pref.to_document()),
+            _ if primary => Some(ReadPreference::from(ReadMode::PrimaryPreferred).to_document()),
+            _ => Some(pref.to_document()),
+        },
+        _ => (!primary).then(|| pref.to_document()),
+    }
+}
+
+/// The servers suitable for `criteria` (deprioritized ones left out unless
+/// nothing else suits), narrowed to the latency window.
 pub fn suitable<'a>(
     topology: &'a TopologyDescription,
-    criteria: Criteria,
+    criteria: &Criteria,
     local_threshold: Duration,
+    heartbeat: Duration,
     deprioritized: &[&str],
-) -> Vec<&'a ServerDescription> {
+) -> Result<Vec<&'a ServerDescription>, SelectionError> {
+    let found = suitable_servers(topology, criteria, heartbeat, deprioritized)?;
+    Ok(latency_window(found, local_threshold))
+}
+
+/// The spec's "find suitable servers": deprioritized servers (where a
+/// retried operation just failed) are filtered out first and let back in
+/// only if nothing else suits; then by topology type and operation type.
+pub fn suitable_servers<'a>(
+    topology: &'a TopologyDescription,
+    criteria: &Criteria,
+    heartbeat: Duration,
+    deprioritized: &[&str],
+) -> Result<Vec<&'a ServerDescription>, SelectionError> {
+    if let Some(e) = &topology.compatibility_error {
+        return Err(SelectionError::Incompatible(e.clone()));
+    }
+    if let Criteria::Read(pref) = criteria {
+        pref.validate(topology.kind, heartbeat)
+            .map_err(SelectionError::InvalidReadPreference)?;
+    }
     let preferred: Vec<&ServerDescription> = topology
         .servers
         .iter()
         .filter(|s| !deprioritized.contains(&s.address.as_str()))
         .collect();
-    let mut found = candidates(topology.kind, preferred, criteria);
+    let mut found = candidates(topology, preferred, criteria, heartbeat);
     if found.is_empty() && !deprioritized.is_empty() {
-        found = candidates(topology.kind, topology.servers.iter().collect(), criteria);
+        found = candidates(
+            topology,
+            topology.servers.iter().collect(),
+            criteria,
+            heartbeat,
+        );
     }
-    latency_window(found, local_threshold)
+    Ok(found)
 }
 
 /// The candidates among `servers` by topology type and operation type.
-fn candidates(
-    kind: TopologyType,
-    servers: Vec<&ServerDescription>,
-    criteria: Criteria,
-) -> Vec<&ServerDescription> {
-    let known = |kinds: &[ServerType]| -> Vec<&ServerDescription> {
+fn candidates<'a>(
+    topology: &'a TopologyDescription,
+    servers: Vec<&'a ServerDescription>,
+    criteria: &Criteria,
+    heartbeat: Duration,
+) -> Vec<&'a ServerDescription> {
+    let of = |kinds: &[ServerType]| -> Vec<&'a ServerDescription> {
         servers
             .iter()
             .copied()
             .filter(|s| kinds.contains(&s.kind))
             .collect()
     };
-    match kind {
+    match topology.kind {
         TopologyType::Unknown => Vec::new(),
         // Single: any known server; the user chose it (a direct connection).
         TopologyType::Single => servers
             .iter()
             .copied()
-            .filter(|s| s.kind != ServerType::Unknown)
+            .filter(|s| s.kind.is_known())
             .collect(),
-        TopologyType::Sharded => known(&[ServerType::Mongos]),
+        // Mongos and load balancers get the read preference passed through.
+        TopologyType::Sharded => of(&[ServerType::Mongos]),
+        TopologyType::LoadBalanced => of(&[ServerType::LoadBalancer]),
         TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary => {
-            let primary = || known(&[ServerType::RsPrimary]);
-            let secondaries = || known(&[ServerType::RsSecondary]);
-            match criteria {
-                Criteria::Write | Criteria::Read(ReadMode::Primary) => primary(),
-                Criteria::Read(ReadMode::PrimaryPreferred) => {
+            let pref = match criteria {
+                Criteria::Write => return of(&[ServerType::RsPrimary]),
+                Criteria::Read(pref) => pref,
+            };
+            let primary = || of(&[ServerType::RsPrimary]);
+            let eligible = |kinds: &[ServerType]| eligible(topology, of(kinds), pref, heartbeat);
+            match pref.mode {
+                ReadMode::Primary => primary(),
+                ReadMode::PrimaryPreferred => {
                     let p = primary();
                     if p.is_empty() {
-                        secondaries()
+                        eligible(&[ServerType::RsSecondary])
                     } else {
                         p
                     }
                 }
-                Criteria::Read(ReadMode::Secondary) => secondaries(),
-                Criteria::Read(ReadMode::SecondaryPreferred) => {
-                    let s = secondaries();
+                ReadMode::Secondary => eligible(&[ServerType::RsSecondary]),
+                ReadMode::SecondaryPreferred => {
+                    let s = eligible(&[ServerType::RsSecondary]);
                     if s.is_empty() {
                         primary()
                     } else {
                         s
                     }
                 }
-                Criteria::Read(ReadMode::Nearest) => {
-                    known(&[ServerType::RsPrimary, ServerType::RsSecondary])
-                }
+                ReadMode::Nearest => eligible(&[ServerType::RsPrimary, ServerType::RsSecondary]),
             }
         }
     }
 }
 
-fn latency_window(
+/// Candidates narrowed by maxStalenessSeconds, then by the first tag set
+/// that matches any of them.
+fn eligible<'a>(
+    topology: &TopologyDescription,
+    candidates: Vec<&'a ServerDescription>,
+    pref: &ReadPreference,
+    heartbeat: Duration,
+) -> Vec<&'a ServerDescription> {
+    let fresh: Vec<&ServerDescription> = match pref.max_staleness_seconds {
+        Some(max) if max > 0 => candidates
+            .into_iter()
+            .filter(|s| staleness_ms(topology, s, heartbeat) <= i128::from(max) * 1000)
+            .collect(),
+        _ => candidates,
+    };
+    if pref.tag_sets.is_empty() {
+        return fresh;
+    }
+    for set in &pref.tag_sets {
+        let matching: Vec<&ServerDescription> = fresh
+            .iter()
+            .copied()
+            .filter(|s| {
+                let tags = s.tags();
+                set.iter()
+                    .all(|(k, v)| tags.and_then(|t| t.get(k)) == Some(v))
+            })
+            .collect();
+        if !matching.is_empty() {
+            return matching;
+        }
+    }
+    Vec::new()
+}
+
+/// A secondary's estimated staleness in ms (Server Selection spec,
+/// maxStalenessSeconds); zero for any other server.
+fn staleness_ms(
+    topology: &TopologyDescription,
+    s: &ServerDescription,
+    heartbeat: Duration,
+) -> i128 {
+    if s.kind != ServerType::RsSecondary {
+        return 0;
+    }
+    let write = |d: &ServerDescription| i128::from(d.last_write_date().unwrap_or(0));
+    let update = |d: &ServerDescription| i128::from(d.last_update_ms.unwrap_or(0));
+    let heartbeat = heartbeat.as_millis() as i128;
+    let primary = topology
+        .servers
+        .iter()
+        .find(|p| p.kind == ServerType::RsPrimary);
+    match (topology.kind, primary) {
+        (TopologyType::ReplicaSetWithPrimary, Some(p)) => {
+            (update(s) - write(s)) - (update(p) - write(p)) + heartbeat
+        }
+        _ => {
+            let newest = topology
+                .servers
+                .iter()
+                .filter(|d| d.kind == ServerType::RsSecondary)
+                .map(write)
+                .max()
+                .unwrap_or(0);
+            newest - write(s) + heartbeat
+        }
+    }
+}
+
+/// The suitable servers whose average RTT is within `threshold` of the fastest's.
+pub fn latency_window(
     servers: Vec<&ServerDescription>,
     threshold: Duration,
 ) -> Vec<&ServerDescription> {
@@ -146,57 +420,95 @@ fn latency_window(
         .collect()
 }
 
+/// The choice within the latency window: of two picked at random, the one
+/// with fewer operations in progress (Server Selection spec; a
+/// single-threaded client has at most one, so this is a random pick).
+/// `random(n)` returns a number below `n`.
+pub fn choose<'a>(
+    window: &[&'a ServerDescription],
+    operation_count: impl Fn(&str) -> u64,
+    mut random: impl FnMut(usize) -> usize,
+) -> Option<&'a ServerDescription> {
+    match window.len() {
+        0 => None,
+        1 => Some(window[0]),
+        n => {
+            let a = random(n) % n;
+            let b = (a + 1 + random(n - 1) % (n - 1)) % n;
+            let (a, b) = (window[a], window[b]);
+            Some(
+                if operation_count(&b.address) < operation_count(&a.address) {
+                    b
+                } else {
+                    a
+                },
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::handshake::HelloReply;
 
     fn topo(members: &[(&str, ServerType, u64)], kind: TopologyType) -> TopologyDescription {
-        TopologyDescription {
-            kind,
-            set_name: Some("rs0".into()),
-            logical_session_timeout_minutes: None,
-            servers: members
-                .iter()
-                .map(|(a, k, rtt)| ServerDescription {
-                    address: a.to_string(),
-                    kind: *k,
-                    hello: Some(HelloReply::default()),
-                    error: None,
-                    average_rtt: Some(Duration::from_millis(*rtt)),
-                })
-                .collect(),
+        let seeds: Vec<String> = members.iter().map(|(a, _, _)| a.to_string()).collect();
+        let mut t = TopologyDescription::new(&seeds, Some(false), Some("rs0".into()));
+        t.kind = kind;
+        for (s, (_, k, rtt)) in t.servers.iter_mut().zip(members) {
+            s.kind = *k;
+            s.hello = Some(HelloReply::default());
+            s.average_rtt = Some(Duration::from_millis(*rtt));
         }
-    }
-
-    fn addrs(v: Vec<&ServerDescription>) -> Vec<&str> {
-        v.iter().map(|s| s.address.as_str()).collect()
+        t
     }
 
     const WINDOW: Duration = Duration::from_millis(15);
+    const HEARTBEAT: Duration = Duration::from_secs(10);
+
+    fn pick<'a>(t: &'a TopologyDescription, c: &Criteria, avoid: &[&str]) -> Vec<&'a str> {
+        suitable(t, c, WINDOW, HEARTBEAT, avoid)
+            .unwrap()
+            .iter()
+            .map(|s| s.address.as_str())
+            .collect()
+    }
+
+    fn read(mode: ReadMode) -> Criteria {
+        Criteria::read(mode)
+    }
 
     #[test]
-    fn read_preference_is_sent_when_not_primary_outside_single() {
-        use TopologyType::*;
-        let nearest = Criteria::Read(ReadMode::Nearest);
-        let preferred = Criteria::Read(ReadMode::PrimaryPreferred);
+    fn read_preference_document_follows_topology_and_server() {
+        use ServerType as S;
+        use TopologyType as T;
+        let mode = |d: Option<RawDocumentBuf>| d.map(|d| d.get_str("mode").unwrap().to_string());
+        let nearest = read(ReadMode::Nearest);
+        let primary = read(ReadMode::Primary);
+        let rs = T::ReplicaSetWithPrimary;
+        let doc = |t, s, c: &Criteria| mode(read_preference_document(t, s, c));
         assert_eq!(
-            read_preference_mode(ReplicaSetWithPrimary, nearest),
+            doc(rs, S::RsSecondary, &nearest).as_deref(),
             Some("nearest")
         );
+        assert_eq!(doc(rs, S::RsPrimary, &primary), None);
+        assert_eq!(doc(rs, S::RsPrimary, &Criteria::Write), None);
         assert_eq!(
-            read_preference_mode(Sharded, preferred),
+            doc(T::Sharded, S::Mongos, &read(ReadMode::PrimaryPreferred)).as_deref(),
             Some("primaryPreferred")
         );
+        // Direct connections: nothing to a standalone, any member may serve a replica set read.
+        assert_eq!(doc(T::Single, S::Standalone, &nearest), None);
         assert_eq!(
-            read_preference_mode(ReplicaSetNoPrimary, Criteria::Read(ReadMode::Primary)),
-            None
+            doc(T::Single, S::RsSecondary, &primary).as_deref(),
+            Some("primaryPreferred")
         );
+        assert_eq!(doc(T::Single, S::Mongos, &primary), None);
         assert_eq!(
-            read_preference_mode(ReplicaSetWithPrimary, Criteria::Write),
-            None
+            doc(T::Single, S::Mongos, &nearest).as_deref(),
+            Some("nearest")
         );
-        assert_eq!(read_preference_mode(Single, nearest), None);
         for s in [
             "primary",
             "primaryPreferred",
@@ -209,6 +521,34 @@ mod tests {
     }
 
     #[test]
+    fn read_preference_documents_round_trip_and_validate() {
+        let doc = bson::rawdoc! { "mode": "secondary", "tags": [{ "dc": "ny" }, {}], "maxStalenessSeconds": 120 };
+        let pref = ReadPreference::from_document(&doc).unwrap();
+        assert_eq!(pref.tag_sets.len(), 2);
+        assert_eq!(pref.max_staleness_seconds, Some(120));
+        assert_eq!(pref.to_document(), doc);
+        let rs = TopologyType::ReplicaSetNoPrimary;
+        assert!(pref.validate(rs, HEARTBEAT).is_ok());
+        // Below heartbeatFrequencyMS + idleWritePeriodMS.
+        assert!(pref.validate(rs, Duration::from_secs(115)).is_err());
+        // mongos checks it itself.
+        assert!(pref
+            .validate(TopologyType::Sharded, Duration::from_secs(115))
+            .is_ok());
+        let bad = bson::rawdoc! { "mode": "primary", "tags": [{ "dc": "ny" }] };
+        let bad = ReadPreference::from_document(&bad).unwrap();
+        assert!(bad.validate(TopologyType::Sharded, HEARTBEAT).is_err());
+        assert!(ReadPreference::from_document(&bson::rawdoc! { "mode": "fastest" }).is_err());
+        let none = bson::rawdoc! { "mode": "nearest", "maxStalenessSeconds": -1 };
+        assert_eq!(
+            ReadPreference::from_document(&none)
+                .unwrap()
+                .max_staleness_seconds,
+            None
+        );
+    }
+
+    #[test]
     fn writes_go_to_the_primary() {
         let t = topo(
             &[
@@ -217,16 +557,37 @@ mod tests {
             ],
             TopologyType::ReplicaSetWithPrimary,
         );
-        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW, &[])), ["p:1"]);
-        assert_eq!(
-            addrs(suitable(
-                &t,
-                Criteria::Read(ReadMode::Secondary),
-                WINDOW,
-                &[]
-            )),
-            ["s:1"]
+        assert_eq!(pick(&t, &Criteria::Write, &[]), ["p:1"]);
+        assert_eq!(pick(&t, &read(ReadMode::Secondary), &[]), ["s:1"]);
+    }
+
+    #[test]
+    fn tag_sets_are_tried_in_order() {
+        let mut t = topo(
+            &[
+                ("p:1", ServerType::RsPrimary, 1),
+                ("a:1", ServerType::RsSecondary, 1),
+                ("b:1", ServerType::RsSecondary, 1),
+            ],
+            TopologyType::ReplicaSetWithPrimary,
         );
+        let tag = |dc: &str| TagSet::from([("dc".to_string(), dc.to_string())]);
+        t.servers[1].hello.as_mut().unwrap().tags = tag("ny");
+        t.servers[2].hello.as_mut().unwrap().tags = tag("sf");
+        let pref = |sets: Vec<TagSet>, mode| {
+            Criteria::Read(ReadPreference {
+                mode,
+                tag_sets: sets,
+                max_staleness_seconds: None,
+            })
+        };
+        let c = pref(vec![tag("la"), tag("sf"), tag("ny")], ReadMode::Secondary);
+        assert_eq!(pick(&t, &c, &[]), ["b:1"]);
+        let c = pref(vec![tag("la")], ReadMode::Secondary);
+        assert!(pick(&t, &c, &[]).is_empty());
+        // secondaryPreferred falls back to the primary, whose tags do not matter.
+        let c = pref(vec![tag("la")], ReadMode::SecondaryPreferred);
+        assert_eq!(pick(&t, &c, &[]), ["p:1"]);
     }
 
     #[test]
@@ -235,29 +596,13 @@ mod tests {
             &[("s:1", ServerType::RsSecondary, 1)],
             TopologyType::ReplicaSetNoPrimary,
         );
-        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
-        assert_eq!(
-            addrs(suitable(
-                &t,
-                Criteria::Read(ReadMode::PrimaryPreferred),
-                WINDOW,
-                &[]
-            )),
-            ["s:1"]
-        );
+        assert!(pick(&t, &Criteria::Write, &[]).is_empty());
+        assert_eq!(pick(&t, &read(ReadMode::PrimaryPreferred), &[]), ["s:1"]);
         let t = topo(
             &[("p:1", ServerType::RsPrimary, 1)],
             TopologyType::ReplicaSetWithPrimary,
         );
-        assert_eq!(
-            addrs(suitable(
-                &t,
-                Criteria::Read(ReadMode::SecondaryPreferred),
-                WINDOW,
-                &[]
-            )),
-            ["p:1"]
-        );
+        assert_eq!(pick(&t, &read(ReadMode::SecondaryPreferred), &[]), ["p:1"]);
     }
 
     #[test]
@@ -270,20 +615,27 @@ mod tests {
             ],
             TopologyType::ReplicaSetNoPrimary,
         );
-        assert_eq!(
-            addrs(suitable(&t, Criteria::Read(ReadMode::Nearest), WINDOW, &[])),
-            ["a:1", "b:1"]
-        );
+        assert_eq!(pick(&t, &read(ReadMode::Nearest), &[]), ["a:1", "b:1"]);
     }
 
     #[test]
     fn unknown_topology_selects_nothing_and_single_selects_known() {
         let mut t = topo(&[("a:1", ServerType::Standalone, 1)], TopologyType::Unknown);
-        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
+        assert!(pick(&t, &Criteria::Write, &[]).is_empty());
         t.kind = TopologyType::Single;
-        assert_eq!(addrs(suitable(&t, Criteria::Write, WINDOW, &[])), ["a:1"]);
+        assert_eq!(pick(&t, &Criteria::Write, &[]), ["a:1"]);
         t.servers[0].kind = ServerType::Unknown;
-        assert!(suitable(&t, Criteria::Write, WINDOW, &[]).is_empty());
+        assert!(pick(&t, &Criteria::Write, &[]).is_empty());
+    }
+
+    #[test]
+    fn incompatible_topologies_fail_selection() {
+        let mut t = topo(&[("a:1", ServerType::Standalone, 1)], TopologyType::Single);
+        t.compatibility_error = Some("too old".into());
+        assert!(matches!(
+            suitable(&t, &Criteria::Write, WINDOW, HEARTBEAT, &[]),
+            Err(SelectionError::Incompatible(_))
+        ));
     }
 
     #[test]
@@ -295,29 +647,18 @@ mod tests {
             ],
             TopologyType::Sharded,
         );
-        let read = Criteria::Read(ReadMode::Primary);
-        assert_eq!(addrs(suitable(&t, read, WINDOW, &["m:1"])), ["m:2"]);
-        assert_eq!(
-            addrs(suitable(&t, Criteria::Write, WINDOW, &["m:2"])),
-            ["m:1"]
-        );
+        let r = read(ReadMode::Primary);
+        assert_eq!(pick(&t, &r, &["m:1"]), ["m:2"]);
+        assert_eq!(pick(&t, &Criteria::Write, &["m:2"]), ["m:1"]);
         // The other mongos is down: the deprioritized one is still selected.
         t.servers[1].kind = ServerType::Unknown;
-        assert_eq!(addrs(suitable(&t, read, WINDOW, &["m:1"])), ["m:1"]);
+        assert_eq!(pick(&t, &r, &["m:1"]), ["m:1"]);
     }
 
     #[test]
     fn deprioritized_mongos_is_selected_when_alone() {
         let t = topo(&[("m:1", ServerType::Mongos, 1)], TopologyType::Sharded);
-        assert_eq!(
-            addrs(suitable(
-                &t,
-                Criteria::Read(ReadMode::Nearest),
-                WINDOW,
-                &["m:1"]
-            )),
-            ["m:1"]
-        );
+        assert_eq!(pick(&t, &read(ReadMode::Nearest), &["m:1"]), ["m:1"]);
     }
 
     #[test]
@@ -331,14 +672,8 @@ mod tests {
             ],
             TopologyType::Sharded,
         );
-        assert_eq!(
-            addrs(suitable(&t, Criteria::Write, WINDOW, &[])),
-            ["fast:1"]
-        );
-        assert_eq!(
-            addrs(suitable(&t, Criteria::Write, WINDOW, &["fast:1"])),
-            ["slow:1"]
-        );
+        assert_eq!(pick(&t, &Criteria::Write, &[]), ["fast:1"]);
+        assert_eq!(pick(&t, &Criteria::Write, &["fast:1"]), ["slow:1"]);
     }
 
     #[test]
@@ -351,16 +686,35 @@ mod tests {
             ],
             TopologyType::ReplicaSetWithPrimary,
         );
-        let pp = Criteria::Read(ReadMode::PrimaryPreferred);
-        assert_eq!(addrs(suitable(&t, pp, WINDOW, &["p:1"])), ["s:1"]);
-        // secondaryPreferred with every secondary deprioritized: the primary.
-        let sp = Criteria::Read(ReadMode::SecondaryPreferred);
-        assert_eq!(addrs(suitable(&t, sp, WINDOW, &["s:1"])), ["p:1"]);
-        // primary mode: the deprioritized primary is still the only choice.
         assert_eq!(
-            addrs(suitable(&t, Criteria::Write, WINDOW, &["p:1"])),
+            pick(&t, &read(ReadMode::PrimaryPreferred), &["p:1"]),
+            ["s:1"]
+        );
+        // secondaryPreferred with every secondary deprioritized: the primary.
+        assert_eq!(
+            pick(&t, &read(ReadMode::SecondaryPreferred), &["s:1"]),
             ["p:1"]
         );
+        // primary mode: the deprioritized primary is still the only choice.
+        assert_eq!(pick(&t, &Criteria::Write, &["p:1"]), ["p:1"]);
+    }
+
+    #[test]
+    fn choose_prefers_the_less_busy_of_two() {
+        let t = topo(
+            &[
+                ("a:1", ServerType::Mongos, 1),
+                ("b:1", ServerType::Mongos, 1),
+            ],
+            TopologyType::Sharded,
+        );
+        let window: Vec<&ServerDescription> = t.servers.iter().collect();
+        let busy = |a: &str| if a == "a:1" { 5 } else { 0 };
+        for seed in 0..4 {
+            let got = choose(&window, busy, |n| seed % n).unwrap();
+            assert_eq!(got.address, "b:1");
+        }
+        assert!(choose(&[], busy, |_| 0).is_none());
     }
 
     #[test]

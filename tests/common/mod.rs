@@ -53,3 +53,40 @@ pub fn read_json(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
+
+/// The extended JSON of the SDAM and server selection suites as BSON: `$oid`,
+/// `$numberLong`, and plain JSON (integers as int32 when they fit).
+pub fn to_bson(v: &serde_json::Value) -> bson::Bson {
+    use serde_json::Value;
+    match v {
+        Value::Null => bson::Bson::Null,
+        Value::Bool(b) => bson::Bson::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i32::try_from(i).map_or(bson::Bson::Int64(i), bson::Bson::Int32),
+            None => bson::Bson::Double(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => bson::Bson::String(s.clone()),
+        Value::Array(a) => bson::Bson::Array(a.iter().map(to_bson).collect()),
+        Value::Object(o) => {
+            if let Some(Value::String(hex)) = o.get("$oid") {
+                return bson::Bson::ObjectId(bson::oid::ObjectId::parse_str(hex).expect("$oid"));
+            }
+            if let Some(Value::String(n)) = o.get("$numberLong") {
+                return bson::Bson::Int64(n.parse().expect("$numberLong"));
+            }
+            let mut doc = bson::Document::new();
+            for (k, v) in o {
+                doc.insert(k.clone(), to_bson(v));
+            }
+            bson::Bson::Document(doc)
+        }
+    }
+}
+
+/// A JSON object as a raw BSON document.
+pub fn to_raw_document(v: &serde_json::Value) -> bson::RawDocumentBuf {
+    match to_bson(v) {
+        bson::Bson::Document(d) => bson::RawDocumentBuf::try_from(&d).expect("BSON document"),
+        other => panic!("expected a JSON object, got {other:?}"),
+    }
+}
