@@ -149,6 +149,7 @@ impl Client {
                 name_servers: Vec::new(),
                 auth,
                 tls,
+                load_balanced: o.load_balanced == Some(true),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -395,9 +396,6 @@ pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
         return Err(Error::invalid_argument(format!(
             "invalid connection string: {first}"
         )));
-    }
-    if cs.options.load_balanced == Some(true) {
-        return Err(Error::not_implemented("load-balanced mode"));
     }
     if let Some(given) = proxy_options(&cs.options) {
         return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));

@@ -75,6 +75,10 @@ pub fn execute_without_session<O: Operation>(
 /// The retry loop: once without timeoutMS, as often as the deadline allows with it.
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
+    // A session used outside a transaction is no longer pinned (Transactions spec).
+    if let (false, false, Some(s)) = (in_txn, op.ends_transaction(), ctx.session) {
+        s.unpin();
+    }
     let kind = match op.retryability() {
         _ if ctx.pinned.is_some() => Retryability::None,
         // Inside a transaction only commit and abort are retried.
@@ -105,6 +109,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
                 // A network error inside a transaction: the whole transaction may be retried.
                 if in_txn && !op.ends_transaction() && transient(&e) {
                     e.add_label("TransientTransactionError");
+                }
+                // The transaction may be retried as a whole, on any mongos.
+                if let (true, Some(s)) = (e.has_label("TransientTransactionError"), ctx.session) {
+                    s.unpin();
                 }
                 // A network error on a retryable write says so (Retryable Writes spec).
                 if kind == Retryability::Write && state.retry_supported && e.is_network() {
@@ -152,6 +160,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         );
         if !again {
             return Err(verdict.report);
+        }
+        // A retried commit or abort may go to another mongos (Transactions spec).
+        if let (true, Some(s)) = (op.ends_transaction(), ctx.session) {
+            s.unpin();
         }
         let topology = client.topology.borrow().description.kind;
         if deprioritizes(topology, &err, client.overload_retargeting) {
@@ -221,9 +233,22 @@ fn attempt<O: Operation>(
     let mut topology = client.topology.borrow_mut();
     // computedServerSelectionTimeout: selection, then checkout and connect.
     let selection = ctx.timeout.selection_deadline(runtime::now());
-    let address = match ctx.pinned {
-        Some(a) => a.to_string(),
-        None => topology.select(op.criteria(), &ctx.timeout, selection, &state.deprioritized)?,
+    // A transaction on a mongos runs on the one its first command went to.
+    let txn_session = ctx
+        .session
+        .filter(|s| s.in_transaction() || op.ends_transaction());
+    let address = match (ctx.pinned, txn_session.and_then(Session::pinned_server)) {
+        (Some(a), _) => a.to_string(),
+        (None, Some(a)) => a,
+        (None, None) => {
+            let a =
+                topology.select(op.criteria(), &ctx.timeout, selection, &state.deprioritized)?;
+            // The topology type is known once selection found a server.
+            if let (Some(s), true) = (txn_session, pins_transactions(topology.description.kind)) {
+                s.pin(&a);
+            }
+            a
+        }
     };
     state.failed_on = Some(address.clone());
     let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
@@ -428,6 +453,9 @@ fn attach_session(
             }
         }
         body.append(cstr!("autocommit"), false);
+        if let (true, Some(token)) = (ends_transaction, session.and_then(Session::recovery_token)) {
+            body.append(cstr!("recoveryToken"), token);
+        }
         return Ok(());
     }
     if kind == Retryability::Write {
@@ -449,6 +477,14 @@ fn attach_session(
     Ok(())
 }
 
+/// Topologies whose transactions are pinned to one server: a mongos keeps a
+/// transaction's state that the others do not know (Transactions spec), and
+/// a load balancer's connections may reach any mongos (Load Balancer spec).
+fn pins_transactions(kind: crate::sdam::TopologyType) -> bool {
+    use crate::sdam::TopologyType;
+    matches!(kind, TopologyType::Sharded | TopologyType::LoadBalanced)
+}
+
 /// Errors that leave a transaction retryable as a whole (Transactions spec).
 fn transient(e: &Error) -> bool {
     e.is_network() || e.is_selection_failure()
@@ -464,6 +500,10 @@ fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBu
     }
     if let (Ok(t), Some(s)) = (reply.get_timestamp("operationTime"), session) {
         s.advance_operation_time(t);
+    }
+    // A mongos names the shard that can tell a transaction's outcome (Transactions spec).
+    if let (Ok(token), Some(s)) = (reply.get_document("recoveryToken"), session) {
+        s.set_recovery_token(token.to_owned());
     }
 }
 

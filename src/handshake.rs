@@ -143,6 +143,8 @@ pub struct HelloReply {
     pub logical_session_timeout_minutes: Option<i64>,
     pub connection_id: Option<i64>,
     pub hello_ok: bool,
+    /// Behind a load balancer: which mongos this connection reached.
+    pub service_id: Option<bson::oid::ObjectId>,
 }
 
 impl HelloReply {
@@ -190,6 +192,7 @@ impl HelloReply {
             logical_session_timeout_minutes: int("logicalSessionTimeoutMinutes"),
             connection_id: int("connectionId"),
             hello_ok: flag("helloOk"),
+            service_id: doc.get_object_id("serviceId").ok(),
         })
     }
 

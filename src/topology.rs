@@ -22,6 +22,18 @@ use std::time::Duration;
 /// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
 
+/// The description a topology starts from: its seeds, or one load balancer.
+fn describe(settings: &TopologySettings) -> TopologyDescription {
+    match (settings.connect.load_balanced, settings.seeds.first()) {
+        (true, Some(seed)) => TopologyDescription::load_balanced(seed),
+        _ => TopologyDescription::new(
+            &settings.seeds,
+            settings.direct,
+            settings.replica_set.clone(),
+        ),
+    }
+}
+
 pub struct TopologySettings {
     pub seeds: Vec<String>,
     /// The directConnection URI option, if given.
@@ -66,11 +78,7 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
-        let description = TopologyDescription::new(
-            &settings.seeds,
-            settings.direct,
-            settings.replica_set.clone(),
-        );
+        let description = describe(&settings);
         let rng = runtime::now().0 | 1;
         Topology {
             events: PoolEvents::new(settings.monitor_pool),
@@ -171,9 +179,12 @@ impl Topology {
         let seeds = crate::client::seeds(&found.cs)?;
         let set_name = found.cs.options.replica_set.clone();
         // SRV seeds are never a direct connection, even when there is one.
-        self.description = TopologyDescription::new(&seeds, Some(false), set_name.clone());
+        self.settings.direct = Some(false);
         self.settings.seeds = seeds;
         self.settings.replica_set = set_name;
+        // A TXT record may say loadBalanced=true.
+        self.settings.connect.load_balanced = found.cs.options.load_balanced == Some(true);
+        self.description = describe(&self.settings);
         self.settings.connect.name_servers = found.name_servers;
         if let Some(credential) = found.cs.credential.clone() {
             // A TXT record's authSource says where the user is defined.

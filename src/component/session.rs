@@ -95,6 +95,10 @@ impl GuestSession for SessionRes {
         self.0.in_transaction()
     }
 
+    fn pinned_server(&self) -> Option<String> {
+        self.0.pinned_server()
+    }
+
     fn start_transaction(&self, options: TransactionOptions) -> WitResult<()> {
         wrap(self.0.start_transaction(transaction_options(options)?))
     }

@@ -18,6 +18,8 @@ pub enum ServerType {
     RsArbiter,
     RsOther,
     RsGhost,
+    /// The one server of a load-balanced topology (Load Balancer spec).
+    LoadBalancer,
 }
 
 impl ServerType {
@@ -61,6 +63,8 @@ pub enum TopologyType {
     Sharded,
     ReplicaSetNoPrimary,
     ReplicaSetWithPrimary,
+    /// `loadBalanced=true`: one load balancer, never monitored.
+    LoadBalanced,
 }
 
 #[derive(Debug, Clone)]
@@ -149,6 +153,20 @@ impl TopologyDescription {
         }
     }
 
+    /// `loadBalanced=true` (Load Balancer spec): the seed is a load balancer
+    /// from the start, and no check or error ever changes that.
+    pub fn load_balanced(seed: &str) -> Self {
+        TopologyDescription {
+            kind: TopologyType::LoadBalanced,
+            set_name: None,
+            servers: vec![ServerDescription {
+                kind: ServerType::LoadBalancer,
+                ..ServerDescription::unknown(seed.to_string())
+            }],
+            logical_session_timeout_minutes: None,
+        }
+    }
+
     pub fn server(&self, address: &str) -> Option<&ServerDescription> {
         self.servers.iter().find(|s| s.address == address)
     }
@@ -163,6 +181,14 @@ impl TopologyDescription {
         let Some(idx) = self.servers.iter().position(|s| s.address == address) else {
             return;
         };
+        if self.kind == TopologyType::LoadBalanced {
+            // Not monitored: a connection's hello only tells the session timeout.
+            if let Ok((hello, _)) = outcome {
+                self.logical_session_timeout_minutes = hello.logical_session_timeout_minutes;
+                self.servers[idx].hello = Some(hello);
+            }
+            return;
+        }
         let (hello, rtt) = match outcome {
             Err(error) => {
                 self.servers[idx] = ServerDescription {
@@ -207,6 +233,7 @@ impl TopologyDescription {
                     self.servers.retain(|s| s.address != address);
                 }
             }
+            TopologyType::LoadBalanced => {}
             TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary => {
                 if matches!(kind, ServerType::Standalone | ServerType::Mongos) {
                     self.servers.retain(|s| s.address != address);
@@ -321,6 +348,26 @@ mod tests {
             )),
         );
         assert_eq!(t.servers[0].kind, ServerType::Standalone);
+    }
+
+    #[test]
+    fn a_load_balancer_stays_one_whatever_happens() {
+        let mut t = TopologyDescription::load_balanced("lb:1");
+        assert_eq!(t.kind, TopologyType::LoadBalanced);
+        assert_eq!(t.servers[0].kind, ServerType::LoadBalancer);
+        t.update("lb:1", Err("connection reset".into()));
+        assert_eq!(t.servers[0].kind, ServerType::LoadBalancer);
+        let hello = HelloReply {
+            is_mongos: true,
+            logical_session_timeout_minutes: Some(30),
+            ..Default::default()
+        };
+        t.update("lb:1", Ok((hello, None)));
+        assert_eq!(
+            (t.kind, t.servers[0].kind),
+            (TopologyType::LoadBalanced, ServerType::LoadBalancer)
+        );
+        assert_eq!(t.logical_session_timeout_minutes, Some(30));
     }
 
     #[test]

@@ -103,6 +103,8 @@ fn candidates(
             .filter(|s| s.kind != ServerType::Unknown)
             .collect(),
         TopologyType::Sharded => known(&[ServerType::Mongos]),
+        // Load Balancer spec: the load balancer, whatever the operation.
+        TopologyType::LoadBalanced => known(&[ServerType::LoadBalancer]),
         TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary => {
             let primary = || known(&[ServerType::RsPrimary]);
             let secondaries = || known(&[ServerType::RsSecondary]);

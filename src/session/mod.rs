@@ -38,6 +38,11 @@ struct State {
     /// Set while a `withTransaction` body runs under CSOT: every operation
     /// on this session must end by it (CSOT spec, Convenient Transactions API).
     callback_deadline: Option<Deadline>,
+    /// The mongos (or load balancer) this session's transaction is pinned to
+    /// (Transactions spec, "Mongos Pinning").
+    pinned: Option<String>,
+    /// The transaction's `recoveryToken` (from a mongos), sent with commit and abort.
+    recovery_token: Option<RawDocumentBuf>,
 }
 
 impl Drop for State {
@@ -52,6 +57,7 @@ impl State {
         // (endSessions); here only the local state is dropped.
         self.txn = Transaction::default();
         self.callback_deadline = None;
+        self.pinned = None;
         if let (Some(s), Some(pool)) = (self.server.take(), self.pool.upgrade()) {
             pool.checkin(s, runtime::now(), self.timeout_minutes);
         }
@@ -85,6 +91,8 @@ impl Session {
             operation_time: None,
             txn: Transaction::default(),
             callback_deadline: None,
+            pinned: None,
+            recovery_token: None,
         };
         Session {
             state: Rc::new(RefCell::new(state)),
@@ -183,7 +191,11 @@ impl Session {
         let server = s.server.as_mut().ok_or_else(|| Error::closed("session"))?;
         server.txn_number += 1;
         let n = server.txn_number;
-        s.txn.start(options, n)
+        s.txn.start(options, n)?;
+        // A new transaction may run on any mongos.
+        s.pinned = None;
+        s.recovery_token = None;
+        Ok(())
     }
 
     /// Commits; nothing is sent if the transaction ran no command. Errors
@@ -206,6 +218,13 @@ impl Session {
             if unknown_commit_result(&e) {
                 e.add_label("UnknownTransactionCommitResult");
             }
+            // Whether it committed is unknown, or the transaction may be
+            // retried: the next attempt may go to another mongos.
+            if e.has_label("UnknownTransactionCommitResult")
+                || e.has_label("TransientTransactionError")
+            {
+                self.unpin();
+            }
             e
         })
     }
@@ -220,6 +239,8 @@ impl Session {
             let mut op = EndTransaction::abort(options.write_concern);
             let _ = self.run_end(&mut op, timeout_ms);
         }
+        // Unpinned whatever the abort's outcome (Transactions spec).
+        self.unpin();
         Ok(())
     }
 
@@ -337,6 +358,29 @@ impl Session {
         s.txn.on_command()
     }
 
+    /// The mongos or load balancer this session's transaction is pinned to.
+    pub fn pinned_server(&self) -> Option<String> {
+        self.state.borrow().pinned.clone()
+    }
+
+    /// Pins the transaction to `address` (its first command's server).
+    pub(crate) fn pin(&self, address: &str) {
+        self.state.borrow_mut().pinned = Some(address.to_string());
+    }
+
+    pub(crate) fn unpin(&self) {
+        self.state.borrow_mut().pinned = None;
+    }
+
+    /// Keeps the `recoveryToken` a mongos sent for the transaction.
+    pub(crate) fn set_recovery_token(&self, token: RawDocumentBuf) {
+        self.state.borrow_mut().recovery_token = Some(token);
+    }
+
+    pub(crate) fn recovery_token(&self) -> Option<RawDocumentBuf> {
+        self.state.borrow().recovery_token.clone()
+    }
+
     /// See `Transaction::restart_after_overload`.
     pub(crate) fn restart_transaction_after_overload(&self) {
         self.state.borrow_mut().txn.restart_after_overload();
@@ -401,6 +445,22 @@ mod tests {
         let csot = Error::timeout("server selection").caused_by(selection);
         assert!(unknown_commit_result(&csot));
         assert!(!unknown_commit_result(&Error::invalid_argument("x")));
+    }
+
+    #[test]
+    fn a_pin_lasts_until_a_new_transaction_or_the_end() {
+        let pool = pool();
+        let s = Session::new(&pool, Some(30), false, None);
+        assert_eq!(s.pinned_server(), None);
+        s.pin("m:1");
+        s.set_recovery_token(bson::rawdoc! { "recoveryShardId": "s" });
+        assert_eq!(s.pinned_server().as_deref(), Some("m:1"));
+        assert!(s.recovery_token().is_some());
+        s.unpin();
+        assert_eq!(s.pinned_server(), None);
+        s.pin("m:2");
+        s.end();
+        assert_eq!(s.pinned_server(), None, "ending a session unpins it");
     }
 
     #[test]
