@@ -351,6 +351,13 @@ impl Conn {
                 true => self.write_concern_error(name, body, &parsed.body),
                 false => None,
             };
+            let edited = match self.role() == Role::Mongos && !exhaust {
+                true => {
+                    let reply = edited.as_ref().unwrap_or(&parsed.body);
+                    crate::mongos::with_recovery_token(body, reply).or(edited)
+                }
+                false => edited,
+            };
             match edited {
                 Some(doc) => self.send(&frame::op_msg(
                     self.shared.request_id(),

@@ -34,6 +34,8 @@ mod commands;
 mod conn;
 pub mod failpoint;
 mod frame;
+mod load_balancer;
+mod mongos;
 mod server;
 mod stats;
 pub mod testcerts;

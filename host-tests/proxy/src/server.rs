@@ -58,6 +58,14 @@ impl ProxyConfig {
         }
     }
 
+    /// A load balancer in front of a mongos, for drivers in load-balanced mode.
+    pub fn load_balanced(backend: SocketAddr) -> ProxyConfig {
+        ProxyConfig {
+            topology: Topology::LoadBalanced,
+            ..ProxyConfig::new(backend)
+        }
+    }
+
     /// A replica set of `members` data-bearing members, no arbiter.
     pub fn replica_set(backend: SocketAddr, name: &str, members: usize) -> ProxyConfig {
         let topology = Topology::ReplicaSet {
@@ -189,6 +197,7 @@ impl Proxy {
                 return Err(bad("a cluster needs a mongos".into()))
             }
             Topology::Sharded { mongoses } => *mongoses,
+            Topology::LoadBalanced => 1,
         };
         if !config.listen.is_empty() && config.listen.len() != members {
             return Err(bad(format!(

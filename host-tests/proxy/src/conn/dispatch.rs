@@ -493,7 +493,11 @@ impl Conn {
                 if let Some(step) = out.speculative {
                     self.note_auth(&step);
                 }
-                reply
+                let service_id = lock(&self.shared.topology).service_id;
+                match service_id {
+                    Some(id) => crate::load_balancer::hello(body, id, reply),
+                    None => reply,
+                }
             }
             "saslStart" | "saslContinue" | "authenticate" => {
                 let users = lock(&self.shared.users);
