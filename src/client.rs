@@ -295,6 +295,14 @@ impl Client {
         self.inner.topology.borrow_mut().close();
     }
 
+    /// Behind a load balancer: returns the connection pinned to cursor `id`, if any.
+    pub(crate) fn release_cursor_connection(&self, id: i64) {
+        self.inner
+            .topology
+            .borrow_mut()
+            .release_cursor_connection(id);
+    }
+
     /// Starts the operation's clock now and runs it.
     pub(crate) fn execute<O: Operation>(
         &self,

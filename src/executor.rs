@@ -14,6 +14,7 @@ use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
 use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryability};
 use crate::runtime;
+use crate::sdam::TopologyType;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
 
@@ -243,15 +244,38 @@ fn attempt<O: Operation>(
         (None, None) => {
             let a =
                 topology.select(op.criteria(), &ctx.timeout, selection, &state.deprioritized)?;
-            // The topology type is known once selection found a server.
-            if let (Some(s), true) = (txn_session, pins_transactions(topology.description.kind)) {
+            // The topology type is known once selection found a server. A
+            // commit or abort after an unpin is not pinned again.
+            let starts_pin = txn_session.filter(|s| s.in_transaction());
+            if let (Some(s), true) = (starts_pin, pins_transactions(topology.description.kind)) {
                 s.pin(&a);
             }
             a
         }
     };
     state.failed_on = Some(address.clone());
-    let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
+    // Behind a load balancer a pinned transaction keeps its connection too,
+    // and so does an open cursor (Load Balancer spec).
+    let lb = topology.description.kind == TopologyType::LoadBalanced;
+    let holder = txn_session.filter(|_| lb);
+    let cursor = op.cursor_id().filter(|_| lb && holder.is_none());
+    let held = match holder {
+        Some(s) => s.take_connection(),
+        None => cursor.and_then(|id| topology.take_cursor_connection(id)),
+    };
+    let mut conn = match held {
+        Some(held) => held,
+        None => topology.checkout(&address, &ctx.timeout, selection)?,
+    };
+    // `keep`: the cursor the connection stays pinned to.
+    let give_back = |conn: Connection, keep: Option<i64>| match (holder, keep) {
+        (Some(s), _) if s.pinned_server().is_some() => s.hold_connection(conn),
+        (None, Some(id)) if lb => client
+            .topology
+            .borrow_mut()
+            .hold_cursor_connection(id, conn),
+        _ => client.topology.borrow_mut().checkin(conn),
+    };
     let min_rtt = topology.min_rtt(&address);
     let read_preference =
         crate::sdam::selection::read_preference_mode(topology.description.kind, op.criteria());
@@ -261,7 +285,7 @@ fn attempt<O: Operation>(
     let cmd = match op.build(&conn.hello) {
         Ok(cmd) => cmd,
         Err(e) => {
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor);
             return Err(e);
         }
     };
@@ -281,7 +305,7 @@ fn attempt<O: Operation>(
         state,
         &mut body,
     ) {
-        client.topology.borrow_mut().checkin(conn);
+        give_back(conn, cursor);
         return Err(e);
     }
     // Every command is checked before it is sent (csot.rs). A refused one was
@@ -297,7 +321,7 @@ fn attempt<O: Operation>(
         }
         Ok(None) => {}
         Err(e) => {
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor);
             state.final_error = true;
             return Err(e);
         }
@@ -309,6 +333,7 @@ fn attempt<O: Operation>(
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
+    let kills = cmd.name == "killCursors";
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
     let event = |kind,
@@ -370,7 +395,14 @@ fn attempt<O: Operation>(
     };
     match result {
         Ok(reply) => {
-            client.topology.borrow_mut().checkin(conn);
+            // An open cursor keeps the connection; a getMore's error does too
+            // (until the cursor is closed), a killCursors never does.
+            let keep = match (kills, open_cursor(&reply)) {
+                (true, _) => None,
+                (false, Some(id)) => Some(id),
+                (false, None) => cursor.filter(|_| check_ok(&reply).is_err()),
+            };
+            give_back(conn, keep);
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 let e = ctx.timeout.transform(e);
@@ -410,7 +442,7 @@ fn attempt<O: Operation>(
             if !(conn.pending().is_some() && crate::cmap::keeps_pending(sent_max_time)) {
                 conn.abandon_pending();
             }
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor.filter(|_| !kills));
             failed(&e, None);
             Err(e)
         }
@@ -480,8 +512,7 @@ fn attach_session(
 /// Topologies whose transactions are pinned to one server: a mongos keeps a
 /// transaction's state that the others do not know (Transactions spec), and
 /// a load balancer's connections may reach any mongos (Load Balancer spec).
-fn pins_transactions(kind: crate::sdam::TopologyType) -> bool {
-    use crate::sdam::TopologyType;
+fn pins_transactions(kind: TopologyType) -> bool {
     matches!(kind, TopologyType::Sharded | TopologyType::LoadBalanced)
 }
 
@@ -504,6 +535,16 @@ fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBu
     // A mongos names the shard that can tell a transaction's outcome (Transactions spec).
     if let (Ok(token), Some(s)) = (reply.get_document("recoveryToken"), session) {
         s.set_recovery_token(token.to_owned());
+    }
+}
+
+/// The id of the open cursor a reply describes (none when it is exhausted).
+fn open_cursor(reply: &RawDocumentBuf) -> Option<i64> {
+    let id = reply.get_document("cursor").ok()?.get("id").ok()??;
+    match id {
+        bson::RawBsonRef::Int64(id) if id != 0 => Some(id),
+        bson::RawBsonRef::Int32(id) if id != 0 => Some(i64::from(id)),
+        _ => None,
     }
 }
 

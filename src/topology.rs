@@ -74,6 +74,9 @@ pub struct Topology {
     next_conn_id: u64,
     rng: u64,
     events: PoolEvents,
+    /// Behind a load balancer: connections pinned to open cursors, by cursor id
+    /// (Load Balancer spec), checked out until the cursor is done.
+    cursor_connections: Vec<(i64, Connection)>,
 }
 
 impl Topology {
@@ -82,6 +85,7 @@ impl Topology {
         let rng = runtime::now().0 | 1;
         Topology {
             events: PoolEvents::new(settings.monitor_pool),
+            cursor_connections: Vec::new(),
             settings,
             description,
             servers: HashMap::new(),
@@ -628,6 +632,24 @@ impl Topology {
         }
         for conn in &idle {
             self.closed(conn, CloseReason::Stale);
+        }
+    }
+
+    /// The connection pinned to cursor `id`, taken for its next command.
+    pub fn take_cursor_connection(&mut self, id: i64) -> Option<Connection> {
+        let at = self.cursor_connections.iter().position(|(c, _)| *c == id)?;
+        Some(self.cursor_connections.swap_remove(at).1)
+    }
+
+    /// Keeps `conn` checked out, pinned to cursor `id`.
+    pub fn hold_cursor_connection(&mut self, id: i64, conn: Connection) {
+        self.cursor_connections.push((id, conn));
+    }
+
+    /// Cursor `id` is done: its pinned connection (if any) goes back to the pool.
+    pub fn release_cursor_connection(&mut self, id: i64) {
+        if let Some(conn) = self.take_cursor_connection(id) {
+            self.checkin(conn);
         }
     }
 

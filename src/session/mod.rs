@@ -15,6 +15,7 @@ pub use runner::{RunnerStep, TransactionRunner, WithTransactionOptions};
 pub use transaction::TransactionOptions;
 
 use crate::client::Client;
+use crate::conn::Connection;
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -43,6 +44,18 @@ struct State {
     pinned: Option<String>,
     /// The transaction's `recoveryToken` (from a mongos), sent with commit and abort.
     recovery_token: Option<RawDocumentBuf>,
+    /// Behind a load balancer: the pinned transaction's connection, kept
+    /// checked out between its commands (Load Balancer spec).
+    connection: Option<HeldConnection>,
+}
+
+/// A checked-out connection a session holds (no Debug on connections).
+struct HeldConnection(Connection);
+
+impl std::fmt::Debug for HeldConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldConnection({})", self.0.id)
+    }
 }
 
 impl Drop for State {
@@ -93,6 +106,7 @@ impl Session {
             callback_deadline: None,
             pinned: None,
             recovery_token: None,
+            connection: None,
         };
         Session {
             state: Rc::new(RefCell::new(state)),
@@ -136,6 +150,8 @@ impl Session {
         if self.in_transaction() {
             let _ = self.abort_transaction(None);
         }
+        // A committed transaction's connection goes back to the pool.
+        self.unpin();
         self.state.borrow_mut().release();
     }
 
@@ -192,9 +208,10 @@ impl Session {
         server.txn_number += 1;
         let n = server.txn_number;
         s.txn.start(options, n)?;
-        // A new transaction may run on any mongos.
-        s.pinned = None;
         s.recovery_token = None;
+        drop(s);
+        // A new transaction may run on any mongos (or connection).
+        self.unpin();
         Ok(())
     }
 
@@ -368,8 +385,26 @@ impl Session {
         self.state.borrow_mut().pinned = Some(address.to_string());
     }
 
+    /// Unpins; a connection held for the transaction goes back to its pool.
     pub(crate) fn unpin(&self) {
-        self.state.borrow_mut().pinned = None;
+        let held = {
+            let mut s = self.state.borrow_mut();
+            s.pinned = None;
+            s.connection.take()
+        };
+        if let (Some(HeldConnection(conn)), Some(client)) = (held, &self.client) {
+            client.inner.topology.borrow_mut().checkin(conn);
+        }
+    }
+
+    /// The connection held for the pinned transaction, if any (taken for a command).
+    pub(crate) fn take_connection(&self) -> Option<Connection> {
+        self.state.borrow_mut().connection.take().map(|h| h.0)
+    }
+
+    /// Keeps `conn` checked out for the pinned transaction's next command.
+    pub(crate) fn hold_connection(&self, conn: Connection) {
+        self.state.borrow_mut().connection = Some(HeldConnection(conn));
     }
 
     /// Keeps the `recoveryToken` a mongos sent for the transaction.
