@@ -295,6 +295,21 @@ impl Conn {
         Ok(())
     }
 
+    /// Aborts, on the backend, the transaction `body` (a command of it) belongs to;
+    /// the reply is dropped.
+    fn abort_backend_transaction(&mut self, body: &Document) -> Result<(), String> {
+        let lsid = body.get_document("lsid").map_err(|e| e.to_string())?;
+        let txn = body.get_i64("txnNumber").map_err(|e| e.to_string())?;
+        let abort = bson::doc! { "abortTransaction": 1, "lsid": lsid.clone(), "txnNumber": txn,
+        "autocommit": false, "$db": "admin" };
+        let bytes = frame::op_msg(self.shared.request_id(), 0, 0, &abort)
+            .map_err(|e| format!("abort: {e}"))?;
+        let backend = self.backend()?;
+        frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::read_message(backend, BODY_TIMEOUT).map_err(|e| format!("backend: {e}"))?;
+        Ok(())
+    }
+
     /// Runs the command on the backend and waits for its reply, which the client never gets.
     fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
         let backend = self.backend()?;

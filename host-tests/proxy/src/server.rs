@@ -100,6 +100,8 @@ pub(crate) struct Shared {
     /// Auth on: commands need an authenticated connection.
     pub auth_enabled: bool,
     pub users: Mutex<Users>,
+    /// What the mongoses know of transactions (sharded presentation only).
+    pub transactions: Mutex<crate::mongos::Transactions>,
     /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
     pub change_streams: Mutex<HashSet<i64>>,
     /// Cursor ids of open tailable awaitData cursors (change streams among them): the only
@@ -240,6 +242,7 @@ impl Proxy {
             stats: Mutex::new(Stats::default()),
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),
+            transactions: Mutex::new(Default::default()),
             change_streams: Mutex::new(HashSet::new()),
             await_data: Mutex::new(HashSet::new()),
             stopped: Mutex::new(false),

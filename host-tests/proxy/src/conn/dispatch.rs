@@ -193,6 +193,21 @@ impl Conn {
                 }
             }
         }
+        // Several mongoses: each knows only the transactions started through it.
+        if role == Role::Mongos && self.shared.ports.len() > 1 {
+            let mut txns = lock(&self.shared.transactions);
+            if let Some(reply) = txns.before_forward(self.member, name, body) {
+                drop(txns);
+                // The transaction failed: the shard drops its writes (here nx-27017,
+                // whose uncommitted writes are visible to everyone until aborted).
+                if reply.contains_key("errorLabels") {
+                    if let Err(e) = self.abort_backend_transaction(body) {
+                        self.shared.log(&format!("abort on the backend: {e}"));
+                    }
+                }
+                return Action::Reply(reply);
+            }
+        }
         Action::Forward {
             close_after,
             supports_wc: commands::supports_write_concern(name, body),
