@@ -85,6 +85,18 @@ pub(crate) fn with_recovery_token(body: &Document, reply: &Document) -> Option<D
     Some(out)
 }
 
+/// Commands only a mongos has, which the backend lacks.
+pub(crate) fn is_router_command(name: &str) -> bool {
+    name == "checkMetadataConsistency"
+}
+
+/// A router command's answer: one shard whose metadata is consistent, so no
+/// inconsistency to list (an exhausted cursor).
+pub(crate) fn router_command(name: &str, db: &str) -> Document {
+    let ns = format!("{db}.$cmd.{name}");
+    doc! { "cursor": { "id": 0i64, "ns": ns, "firstBatch": [] }, "ok": 1.0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,7 +87,9 @@ impl Conn {
         }
         lock(&self.shared.stats).command(name);
         let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
+        let routing = self.role() == Role::Mongos && crate::mongos::is_router_command(name);
         let known = local
+            || routing
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
             || commands::is_forwarded(name, self.shared.version.max_wire);
@@ -135,6 +137,9 @@ impl Conn {
         let change_stream = self.is_change_stream(name, body);
         if let Some(action) = self.fail_points(name, db, body, deadline, change_stream) {
             return action;
+        }
+        if routing {
+            return Action::Reply(crate::mongos::router_command(name, db));
         }
         if local {
             return Action::Reply(self.local_command(name, db, body));
