@@ -151,6 +151,7 @@ impl Client {
                 name_servers: Vec::new(),
                 auth,
                 tls,
+                load_balanced: o.load_balanced == Some(true),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
@@ -297,6 +298,14 @@ impl Client {
         self.inner.topology.borrow_mut().close();
     }
 
+    /// Behind a load balancer: returns the connection pinned to cursor `id`, if any.
+    pub(crate) fn release_cursor_connection(&self, id: i64) {
+        self.inner
+            .topology
+            .borrow_mut()
+            .release_cursor_connection(id);
+    }
+
     /// Starts the operation's clock now and runs it.
     pub(crate) fn execute<O: Operation>(
         &self,
@@ -398,9 +407,6 @@ pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
         return Err(Error::invalid_argument(format!(
             "invalid connection string: {first}"
         )));
-    }
-    if cs.options.load_balanced == Some(true) {
-        return Err(Error::not_implemented("load-balanced mode"));
     }
     if let Some(given) = proxy_options(&cs.options) {
         return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));

@@ -64,6 +64,9 @@ pub struct ConnectSettings {
     pub auth: Option<Rc<Authenticator>>,
     /// TLS for every connection when set: one rustls configuration per client.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The loadBalanced URI option: every hello says so, and every reply must
+    /// name the mongos behind the load balancer (`load_balancer`).
+    pub load_balanced: bool,
 }
 
 /// What establishing a connection measured.
@@ -129,6 +132,9 @@ impl Connection {
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
         conn.hello.check_wire_version(address)?;
+        if settings.load_balanced {
+            crate::load_balancer::check_hello(&conn.hello)?;
+        }
         match (auth, hello_auth) {
             // An arbiter holds no users: nothing to authenticate (auth spec).
             _ if conn.hello.arbiter_only => {}
@@ -186,6 +192,9 @@ impl Connection {
     ) -> Result<RawDocumentBuf> {
         let mut cmd =
             handshake::hello_command(&settings.metadata, legacy, settings.server_api.as_ref());
+        if settings.load_balanced {
+            cmd.append(bson::cstr!("loadBalanced"), true);
+        }
         if let Some(a) = auth {
             handshake::append_auth(
                 &mut cmd,

@@ -33,6 +33,9 @@ pub struct Cursor {
     db: String,
     coll: String,
     id: i64,
+    /// The id the server gave the cursor (`id` drops to 0 when it is lost):
+    /// behind a load balancer its connection is pinned under it.
+    server_id: i64,
     address: String,
     pending: Vec<RawDocumentBuf>,
     settings: CursorSettings,
@@ -73,6 +76,7 @@ impl Cursor {
             db: db.to_string(),
             coll,
             id: reply.id,
+            server_id: reply.id,
             address: reply.address,
             pending: reply.batch,
             settings,
@@ -223,6 +227,7 @@ impl Cursor {
             .client
             .execute_within(&mut op, budget, self.session.as_ref(), None)?;
         self.id = reply.id;
+        self.server_id = reply.id;
         self.address = reply.address;
         self.pending = reply.batch;
         self.batch_token = reply.post_batch_resume_token;
@@ -244,6 +249,8 @@ impl Cursor {
     pub(crate) fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
         self.pending.clear();
         if self.id == 0 {
+            // Lost or exhausted: a connection still pinned to it is returned.
+            self.client.release_cursor_connection(self.server_id);
             return Ok(());
         }
         let mut op = KillCursors {

@@ -14,6 +14,7 @@ use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;
 use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryability};
 use crate::runtime;
+use crate::sdam::TopologyType;
 use crate::session::{cluster_time, Session};
 use bson::{cstr, RawDocumentBuf};
 
@@ -75,6 +76,10 @@ pub fn execute_without_session<O: Operation>(
 /// The retry loop: once without timeoutMS, as often as the deadline allows with it.
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
+    // A session used outside a transaction is no longer pinned (Transactions spec).
+    if let (false, false, Some(s)) = (in_txn, op.ends_transaction(), ctx.session) {
+        s.unpin();
+    }
     let kind = match op.retryability() {
         _ if ctx.pinned.is_some() => Retryability::None,
         // Inside a transaction only commit and abort are retried.
@@ -105,6 +110,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
                 // A network error inside a transaction: the whole transaction may be retried.
                 if in_txn && !op.ends_transaction() && transient(&e) {
                     e.add_label("TransientTransactionError");
+                }
+                // The transaction may be retried as a whole, on any mongos.
+                if let (true, Some(s)) = (e.has_label("TransientTransactionError"), ctx.session) {
+                    s.unpin();
                 }
                 // A network error on a retryable write says so (Retryable Writes spec).
                 if kind == Retryability::Write && state.retry_supported && e.is_network() {
@@ -152,6 +161,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         );
         if !again {
             return Err(verdict.report);
+        }
+        // A retried commit or abort may go to another mongos (Transactions spec).
+        if let (true, Some(s)) = (op.ends_transaction(), ctx.session) {
+            s.unpin();
         }
         let topology = client.topology.borrow().description.kind;
         if deprioritizes(topology, &err, client.overload_retargeting) {
@@ -222,12 +235,47 @@ fn attempt<O: Operation>(
     // computedServerSelectionTimeout: selection, then checkout and connect.
     let selection = ctx.timeout.selection_deadline(runtime::now());
     let criteria = op.criteria();
-    let address = match ctx.pinned {
-        Some(a) => a.to_string(),
-        None => topology.select(&criteria, &ctx.timeout, selection, &state.deprioritized)?,
+    // A transaction on a mongos runs on the one its first command went to.
+    let txn_session = ctx
+        .session
+        .filter(|s| s.in_transaction() || op.ends_transaction());
+    let address = match (ctx.pinned, txn_session.and_then(Session::pinned_server)) {
+        (Some(a), _) => a.to_string(),
+        (None, Some(a)) => a,
+        (None, None) => {
+            let a = topology.select(&criteria, &ctx.timeout, selection, &state.deprioritized)?;
+            // The topology type is known once selection found a server. A
+            // commit or abort after an unpin is not pinned again.
+            let starts_pin = txn_session.filter(|s| s.in_transaction());
+            if let (Some(s), true) = (starts_pin, pins_transactions(topology.description.kind)) {
+                s.pin(&a);
+            }
+            a
+        }
     };
     state.failed_on = Some(address.clone());
-    let mut conn = topology.checkout(&address, &ctx.timeout, selection)?;
+    // Behind a load balancer a pinned transaction keeps its connection too,
+    // and so does an open cursor (Load Balancer spec).
+    let lb = topology.description.kind == TopologyType::LoadBalanced;
+    let holder = txn_session.filter(|_| lb);
+    let cursor = op.cursor_id().filter(|_| lb && holder.is_none());
+    let held = match holder {
+        Some(s) => s.take_connection(),
+        None => cursor.and_then(|id| topology.take_cursor_connection(id)),
+    };
+    let mut conn = match held {
+        Some(held) => held,
+        None => topology.checkout(&address, &ctx.timeout, selection)?,
+    };
+    // `keep`: the cursor the connection stays pinned to.
+    let give_back = |conn: Connection, keep: Option<i64>| match (holder, keep) {
+        (Some(s), _) if s.pinned_server().is_some() => s.hold_connection(conn),
+        (None, Some(id)) if lb => client
+            .topology
+            .borrow_mut()
+            .hold_cursor_connection(id, conn),
+        _ => client.topology.borrow_mut().checkin(conn),
+    };
     let min_rtt = topology.min_rtt(&address);
     // getMore/killCursors go where their cursor is, as they are.
     let read_preference = match ctx.pinned {
@@ -247,7 +295,7 @@ fn attempt<O: Operation>(
     let cmd = match op.build(&conn.hello) {
         Ok(cmd) => cmd,
         Err(e) => {
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor);
             return Err(e);
         }
     };
@@ -271,7 +319,7 @@ fn attempt<O: Operation>(
         state,
         &mut body,
     ) {
-        client.topology.borrow_mut().checkin(conn);
+        give_back(conn, cursor);
         return Err(e);
     }
     // Every command is checked before it is sent (csot.rs). A refused one was
@@ -287,7 +335,7 @@ fn attempt<O: Operation>(
         }
         Ok(None) => {}
         Err(e) => {
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor);
             state.final_error = true;
             return Err(e);
         }
@@ -299,6 +347,7 @@ fn attempt<O: Operation>(
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
+    let kills = cmd.name == "killCursors";
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
     let (generation, max_wire_version) = (conn.generation, conn.hello.max_wire_version);
@@ -361,7 +410,14 @@ fn attempt<O: Operation>(
     };
     match result {
         Ok(reply) => {
-            client.topology.borrow_mut().checkin(conn);
+            // An open cursor keeps the connection; a getMore's error does too
+            // (until the cursor is closed), a killCursors never does.
+            let keep = match (kills, open_cursor(&reply)) {
+                (true, _) => None,
+                (false, Some(id)) => Some(id),
+                (false, None) => cursor.filter(|_| check_ok(&reply).is_err()),
+            };
+            give_back(conn, keep);
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 let e = ctx.timeout.transform(e);
@@ -406,7 +462,7 @@ fn attempt<O: Operation>(
             if !(conn.pending().is_some() && crate::cmap::keeps_pending(sent_max_time)) {
                 conn.abandon_pending();
             }
-            client.topology.borrow_mut().checkin(conn);
+            give_back(conn, cursor.filter(|_| !kills));
             failed(&e, None);
             Err(e)
         }
@@ -466,6 +522,12 @@ fn attach_session(
             }
         }
         body.append(cstr!("autocommit"), false);
+        if let (true, Some(token)) = (
+            kind_of.ends_transaction,
+            session.and_then(Session::recovery_token),
+        ) {
+            body.append(cstr!("recoveryToken"), token);
+        }
         return Ok(());
     }
     let snapshot_rc = session
@@ -510,6 +572,13 @@ fn attach_session(
     Ok(())
 }
 
+/// Topologies whose transactions are pinned to one server: a mongos keeps a
+/// transaction's state that the others do not know (Transactions spec), and
+/// a load balancer's connections may reach any mongos (Load Balancer spec).
+fn pins_transactions(kind: TopologyType) -> bool {
+    matches!(kind, TopologyType::Sharded | TopologyType::LoadBalanced)
+}
+
 /// Errors that leave a transaction retryable as a whole (Transactions spec).
 fn transient(e: &Error) -> bool {
     e.is_network() || e.is_selection_failure()
@@ -528,6 +597,20 @@ fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBu
     }
     if let Some(s) = session {
         s.note_snapshot_time(reply);
+    }
+    // A mongos names the shard that can tell a transaction's outcome (Transactions spec).
+    if let (Ok(token), Some(s)) = (reply.get_document("recoveryToken"), session) {
+        s.set_recovery_token(token.to_owned());
+    }
+}
+
+/// The id of the open cursor a reply describes (none when it is exhausted).
+fn open_cursor(reply: &RawDocumentBuf) -> Option<i64> {
+    let id = reply.get_document("cursor").ok()?.get("id").ok()??;
+    match id {
+        bson::RawBsonRef::Int64(id) if id != 0 => Some(id),
+        bson::RawBsonRef::Int32(id) if id != 0 => Some(i64::from(id)),
+        _ => None,
     }
 }
 

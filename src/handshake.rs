@@ -152,6 +152,8 @@ pub struct HelloReply {
     /// `lastWrite.lastWriteDate` in ms since the epoch (max staleness).
     pub last_write_date: Option<i64>,
     pub topology_version: Option<crate::sdam::TopologyVersion>,
+    /// Behind a load balancer: which mongos this connection reached.
+    pub service_id: Option<bson::oid::ObjectId>,
 }
 
 impl HelloReply {
@@ -216,6 +218,7 @@ impl HelloReply {
                 }
             }),
             topology_version: crate::sdam::TopologyVersion::from_reply(doc),
+            service_id: doc.get_object_id("serviceId").ok(),
         })
     }
 

@@ -15,6 +15,7 @@ pub mod deadline;
 pub mod dns;
 pub mod error;
 pub mod handshake;
+pub mod load_balancer;
 pub mod monitoring;
 pub mod sdam;
 pub mod tls;

@@ -22,6 +22,18 @@ use std::time::Duration;
 /// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
 
+/// The description a topology starts from: its seeds, or one load balancer.
+fn describe(settings: &TopologySettings) -> TopologyDescription {
+    match (settings.connect.load_balanced, settings.seeds.first()) {
+        (true, Some(seed)) => TopologyDescription::load_balanced(seed),
+        _ => TopologyDescription::new(
+            &settings.seeds,
+            settings.direct,
+            settings.replica_set.clone(),
+        ),
+    }
+}
+
 pub struct TopologySettings {
     pub seeds: Vec<String>,
     /// The directConnection URI option, if given.
@@ -62,18 +74,18 @@ pub struct Topology {
     next_conn_id: u64,
     rng: u64,
     events: PoolEvents,
+    /// Behind a load balancer: connections pinned to open cursors, by cursor id
+    /// (Load Balancer spec), checked out until the cursor is done.
+    cursor_connections: Vec<(i64, Connection)>,
 }
 
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
-        let description = TopologyDescription::new(
-            &settings.seeds,
-            settings.direct,
-            settings.replica_set.clone(),
-        );
+        let description = describe(&settings);
         let rng = runtime::now().0 | 1;
         Topology {
             events: PoolEvents::new(settings.monitor_pool),
+            cursor_connections: Vec::new(),
             settings,
             description,
             servers: HashMap::new(),
@@ -175,9 +187,12 @@ impl Topology {
         let seeds = crate::client::seeds(&found.cs)?;
         let set_name = found.cs.options.replica_set.clone();
         // SRV seeds are never a direct connection, even when there is one.
-        self.description = TopologyDescription::new(&seeds, Some(false), set_name.clone());
+        self.settings.direct = Some(false);
         self.settings.seeds = seeds;
         self.settings.replica_set = set_name;
+        // A TXT record may say loadBalanced=true.
+        self.settings.connect.load_balanced = found.cs.options.load_balanced == Some(true);
+        self.description = describe(&self.settings);
         self.settings.connect.name_servers = found.name_servers;
         if let Some(credential) = found.cs.credential.clone() {
             // A TXT record's authSource says where the user is defined.
@@ -676,6 +691,24 @@ impl Topology {
         }
         for conn in &idle {
             self.closed(conn, CloseReason::Stale);
+        }
+    }
+
+    /// The connection pinned to cursor `id`, taken for its next command.
+    pub fn take_cursor_connection(&mut self, id: i64) -> Option<Connection> {
+        let at = self.cursor_connections.iter().position(|(c, _)| *c == id)?;
+        Some(self.cursor_connections.swap_remove(at).1)
+    }
+
+    /// Keeps `conn` checked out, pinned to cursor `id`.
+    pub fn hold_cursor_connection(&mut self, id: i64, conn: Connection) {
+        self.cursor_connections.push((id, conn));
+    }
+
+    /// Cursor `id` is done: its pinned connection (if any) goes back to the pool.
+    pub fn release_cursor_connection(&mut self, id: i64) {
+        if let Some(conn) = self.take_cursor_connection(id) {
+            self.checkin(conn);
         }
     }
 

@@ -117,6 +117,10 @@ impl GuestSession for SessionRes {
             .map(|t| bson::rawdoc! { "t": t }.into_bytes())
     }
 
+    fn pinned_server(&self) -> Option<String> {
+        self.0.pinned_server()
+    }
+
     fn start_transaction(&self, options: TransactionOptions) -> WitResult<()> {
         wrap(self.0.start_transaction(transaction_options(options)?))
     }

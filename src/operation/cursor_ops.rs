@@ -172,6 +172,10 @@ impl Operation for GetMore {
         // CSOT: getMore on a non-tailable cursor carries no maxTimeMS.
         false
     }
+
+    fn cursor_id(&self) -> Option<i64> {
+        Some(self.id)
+    }
 }
 
 pub struct KillCursors {
@@ -201,6 +205,10 @@ impl Operation for KillCursors {
 
     fn handle_reply(&mut self, _: RawDocumentBuf, _: &str) -> Result<()> {
         Ok(())
+    }
+
+    fn cursor_id(&self) -> Option<i64> {
+        self.ids.first().copied()
     }
 }
 

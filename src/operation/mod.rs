@@ -73,6 +73,12 @@ pub trait Operation {
         true
     }
 
+    /// getMore and killCursors: the cursor they act on (behind a load
+    /// balancer, its connection is pinned to it).
+    fn cursor_id(&self) -> Option<i64> {
+        None
+    }
+
     /// Whether CSOT's `maxTimeMS` goes on this command (not on getMore,
     /// killCursors, or commands the caller already limited).
     fn sends_max_time(&self) -> bool {

@@ -811,6 +811,26 @@ mod tests {
     }
 
     #[test]
+    fn a_load_balancer_stays_one_whatever_happens() {
+        let mut t = TopologyDescription::load_balanced("lb:1");
+        assert_eq!(t.kind, TopologyType::LoadBalanced);
+        assert_eq!(t.servers[0].kind, ServerType::LoadBalancer);
+        t.update("lb:1", Err("connection reset".into()));
+        assert_eq!(t.servers[0].kind, ServerType::LoadBalancer);
+        let hello = HelloReply {
+            is_mongos: true,
+            logical_session_timeout_minutes: Some(30),
+            ..Default::default()
+        };
+        t.update("lb:1", Ok((hello, None)));
+        assert_eq!(
+            (t.kind, t.servers[0].kind),
+            (TopologyType::LoadBalanced, ServerType::LoadBalancer)
+        );
+        assert_eq!(t.logical_session_timeout_minutes, Some(30));
+    }
+
+    #[test]
     fn direct_connection_false_discovers_a_lone_seed() {
         let mongos = HelloReply {
             is_writable_primary: true,

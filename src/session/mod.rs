@@ -15,6 +15,7 @@ pub use runner::{RunnerStep, TransactionRunner, WithTransactionOptions};
 pub use transaction::{State as TransactionState, TransactionOptions};
 
 use crate::client::Client;
+use crate::conn::Connection;
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -50,6 +51,23 @@ struct State {
     /// Set while a `withTransaction` body runs under CSOT: every operation
     /// on this session must end by it (CSOT spec, Convenient Transactions API).
     callback_deadline: Option<Deadline>,
+    /// The mongos (or load balancer) this session's transaction is pinned to
+    /// (Transactions spec, "Mongos Pinning").
+    pinned: Option<String>,
+    /// The transaction's `recoveryToken` (from a mongos), sent with commit and abort.
+    recovery_token: Option<RawDocumentBuf>,
+    /// Behind a load balancer: the pinned transaction's connection, kept
+    /// checked out between its commands (Load Balancer spec).
+    connection: Option<HeldConnection>,
+}
+
+/// A checked-out connection a session holds (no Debug on connections).
+struct HeldConnection(Connection);
+
+impl std::fmt::Debug for HeldConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldConnection({})", self.0.id)
+    }
 }
 
 impl Drop for State {
@@ -64,6 +82,7 @@ impl State {
         // (endSessions); here only the local state is dropped.
         self.txn = Transaction::default();
         self.callback_deadline = None;
+        self.pinned = None;
         if let (Some(s), Some(pool)) = (self.server.take(), self.pool.upgrade()) {
             pool.checkin(s, runtime::now(), self.timeout_minutes);
         }
@@ -100,6 +119,9 @@ impl Session {
             snapshot_time: None,
             txn: Transaction::default(),
             callback_deadline: None,
+            pinned: None,
+            recovery_token: None,
+            connection: None,
         };
         Session {
             state: Rc::new(RefCell::new(state)),
@@ -143,6 +165,8 @@ impl Session {
         if self.in_transaction() {
             let _ = self.abort_transaction(None);
         }
+        // A committed transaction's connection goes back to the pool.
+        self.unpin();
         self.state.borrow_mut().release();
     }
 
@@ -280,7 +304,12 @@ impl Session {
         let server = s.server.as_mut().ok_or_else(|| Error::closed("session"))?;
         server.txn_number += 1;
         let n = server.txn_number;
-        s.txn.start(options, n)
+        s.txn.start(options, n)?;
+        s.recovery_token = None;
+        drop(s);
+        // A new transaction may run on any mongos (or connection).
+        self.unpin();
+        Ok(())
     }
 
     /// Commits; nothing is sent if the transaction ran no command. Errors
@@ -303,6 +332,13 @@ impl Session {
             if unknown_commit_result(&e) {
                 e.add_label("UnknownTransactionCommitResult");
             }
+            // Whether it committed is unknown, or the transaction may be
+            // retried: the next attempt may go to another mongos.
+            if e.has_label("UnknownTransactionCommitResult")
+                || e.has_label("TransientTransactionError")
+            {
+                self.unpin();
+            }
             e
         })
     }
@@ -317,6 +353,8 @@ impl Session {
             let mut op = EndTransaction::abort(options.write_concern);
             let _ = self.run_end(&mut op, timeout_ms);
         }
+        // Unpinned whatever the abort's outcome (Transactions spec).
+        self.unpin();
         Ok(())
     }
 
@@ -434,6 +472,47 @@ impl Session {
         s.txn.on_command()
     }
 
+    /// The mongos or load balancer this session's transaction is pinned to.
+    pub fn pinned_server(&self) -> Option<String> {
+        self.state.borrow().pinned.clone()
+    }
+
+    /// Pins the transaction to `address` (its first command's server).
+    pub(crate) fn pin(&self, address: &str) {
+        self.state.borrow_mut().pinned = Some(address.to_string());
+    }
+
+    /// Unpins; a connection held for the transaction goes back to its pool.
+    pub(crate) fn unpin(&self) {
+        let held = {
+            let mut s = self.state.borrow_mut();
+            s.pinned = None;
+            s.connection.take()
+        };
+        if let (Some(HeldConnection(conn)), Some(client)) = (held, &self.client) {
+            client.inner.topology.borrow_mut().checkin(conn);
+        }
+    }
+
+    /// The connection held for the pinned transaction, if any (taken for a command).
+    pub(crate) fn take_connection(&self) -> Option<Connection> {
+        self.state.borrow_mut().connection.take().map(|h| h.0)
+    }
+
+    /// Keeps `conn` checked out for the pinned transaction's next command.
+    pub(crate) fn hold_connection(&self, conn: Connection) {
+        self.state.borrow_mut().connection = Some(HeldConnection(conn));
+    }
+
+    /// Keeps the `recoveryToken` a mongos sent for the transaction.
+    pub(crate) fn set_recovery_token(&self, token: RawDocumentBuf) {
+        self.state.borrow_mut().recovery_token = Some(token);
+    }
+
+    pub(crate) fn recovery_token(&self) -> Option<RawDocumentBuf> {
+        self.state.borrow().recovery_token.clone()
+    }
+
     /// See `Transaction::restart_after_overload`.
     pub(crate) fn restart_transaction_after_overload(&self) {
         self.state.borrow_mut().txn.restart_after_overload();
@@ -498,6 +577,22 @@ mod tests {
         let csot = Error::timeout("server selection").caused_by(selection);
         assert!(unknown_commit_result(&csot));
         assert!(!unknown_commit_result(&Error::invalid_argument("x")));
+    }
+
+    #[test]
+    fn a_pin_lasts_until_a_new_transaction_or_the_end() {
+        let pool = pool();
+        let s = Session::new(&pool, Some(30), false, None);
+        assert_eq!(s.pinned_server(), None);
+        s.pin("m:1");
+        s.set_recovery_token(bson::rawdoc! { "recoveryShardId": "s" });
+        assert_eq!(s.pinned_server().as_deref(), Some("m:1"));
+        assert!(s.recovery_token().is_some());
+        s.unpin();
+        assert_eq!(s.pinned_server(), None);
+        s.pin("m:2");
+        s.end();
+        assert_eq!(s.pinned_server(), None, "ending a session unpins it");
     }
 
     #[test]

@@ -320,6 +320,21 @@ impl Conn {
         }
     }
 
+    /// Aborts, on the backend, the transaction `body` (a command of it) belongs to;
+    /// the reply is dropped.
+    fn abort_backend_transaction(&mut self, body: &Document) -> Result<(), String> {
+        let lsid = body.get_document("lsid").map_err(|e| e.to_string())?;
+        let txn = body.get_i64("txnNumber").map_err(|e| e.to_string())?;
+        let abort = bson::doc! { "abortTransaction": 1, "lsid": lsid.clone(), "txnNumber": txn,
+        "autocommit": false, "$db": "admin" };
+        let bytes = frame::op_msg(self.shared.request_id(), 0, 0, &abort)
+            .map_err(|e| format!("abort: {e}"))?;
+        let backend = self.backend()?;
+        frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::read_message(backend, BODY_TIMEOUT).map_err(|e| format!("backend: {e}"))?;
+        Ok(())
+    }
+
     /// Runs the command on the backend and waits for its reply, which the client never gets.
     fn forward_and_drop_reply(&mut self, msg: &Message, body: &Document) -> Result<(), String> {
         let bytes = self.backend_bytes(msg, body)?;
@@ -374,9 +389,16 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
-            let mut edited = match supports_wc && !exhaust {
+            let edited = match supports_wc && !exhaust {
                 true => self.write_concern_error(name, body, &parsed.body),
                 false => None,
+            };
+            let mut edited = match self.role() == Role::Mongos && !exhaust {
+                true => {
+                    let reply = edited.as_ref().unwrap_or(&parsed.body);
+                    crate::mongos::with_recovery_token(body, reply).or(edited)
+                }
+                false => edited,
             };
             if self.reports_cluster_time() {
                 let doc = edited.get_or_insert_with(|| parsed.body.clone());

@@ -35,6 +35,8 @@ mod commands;
 mod conn;
 pub mod failpoint;
 mod frame;
+mod load_balancer;
+mod mongos;
 mod server;
 mod stats;
 pub mod testcerts;

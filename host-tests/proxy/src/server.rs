@@ -58,6 +58,14 @@ impl ProxyConfig {
         }
     }
 
+    /// A load balancer in front of a mongos, for drivers in load-balanced mode.
+    pub fn load_balanced(backend: SocketAddr) -> ProxyConfig {
+        ProxyConfig {
+            topology: Topology::LoadBalanced,
+            ..ProxyConfig::new(backend)
+        }
+    }
+
     /// A replica set of `members` data-bearing members, no arbiter.
     pub fn replica_set(backend: SocketAddr, name: &str, members: usize) -> ProxyConfig {
         let topology = Topology::ReplicaSet {
@@ -92,6 +100,8 @@ pub(crate) struct Shared {
     /// Auth on: commands need an authenticated connection.
     pub auth_enabled: bool,
     pub users: Mutex<Users>,
+    /// What the mongoses know of transactions (sharded presentation only).
+    pub transactions: Mutex<crate::mongos::Transactions>,
     /// Cursor ids of open change streams, for the ResumableChangeStreamError label.
     pub change_streams: Mutex<HashSet<i64>>,
     /// Cursor ids of open tailable awaitData cursors (change streams among them): the only
@@ -191,6 +201,7 @@ impl Proxy {
                 return Err(bad("a cluster needs a mongos".into()))
             }
             Topology::Sharded { mongoses } => *mongoses,
+            Topology::LoadBalanced => 1,
         };
         if !config.listen.is_empty() && config.listen.len() != members {
             return Err(bad(format!(
@@ -233,6 +244,7 @@ impl Proxy {
             stats: Mutex::new(Stats::default()),
             auth_enabled: config.auth.enabled,
             users: Mutex::new(users),
+            transactions: Mutex::new(Default::default()),
             change_streams: Mutex::new(HashSet::new()),
             await_data: Mutex::new(HashSet::new()),
             clock: Default::default(),

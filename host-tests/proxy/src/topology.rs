@@ -22,6 +22,9 @@ pub enum Topology {
     /// each with fail points of its own (a fail point configured through one mongos fires
     /// only there, as on a real cluster).
     Sharded { mongoses: usize },
+    /// A load balancer in front of mongoses: one listener whose hello is a mongos's
+    /// plus a `serviceId`, for drivers in load-balanced mode only (`load_balancer`).
+    LoadBalanced,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +79,8 @@ pub(crate) struct TopologyState {
     pub set_name: Option<String>,
     /// Every member is a mongos.
     pub sharded: bool,
+    /// Behind a load balancer: the `serviceId` of the mongos behind it.
+    pub service_id: Option<ObjectId>,
     /// `host:port` of each listener, in member order.
     pub hosts: Vec<String>,
     pub data_members: usize,
@@ -97,11 +102,12 @@ impl TopologyState {
         let (set_name, data_members, primary) = match topology {
             Topology::Standalone => (None, hosts.len(), None),
             Topology::ReplicaSet { name, members, .. } => (Some(name.clone()), *members, Some(0)),
-            Topology::Sharded { .. } => (None, hosts.len(), None),
+            Topology::Sharded { .. } | Topology::LoadBalanced => (None, hosts.len(), None),
         };
         TopologyState {
             set_name,
-            sharded: matches!(topology, Topology::Sharded { .. }),
+            sharded: matches!(topology, Topology::Sharded { .. } | Topology::LoadBalanced),
+            service_id: (*topology == Topology::LoadBalanced).then(ObjectId::new),
             hosts,
             data_members,
             primary,

@@ -7,8 +7,10 @@
 //!             [--only-expected]
 //! ```
 //!
-//! `--backend` is nx-27017; spec-runner puts two failpoint proxies in front of it
-//! (a standalone and a single-member replica set). With `--auth` the proxies require
+//! `--backend` is nx-27017; spec-runner puts failpoint proxies in front of it (a
+//! standalone, a single-member replica set, a sharded cluster of two mongoses and a
+//! load balancer; a test runs on the first of these its `runOnRequirements`
+//! allow). With `--auth` the proxies require
 //! authentication, every client authenticates as the runner's root user (unless its
 //! `uriOptions` name another mechanism), and `runOnRequirements`' `auth` follows. With
 //! `--tls` they terminate TLS and every client connects with `tls=true`, trusting the

@@ -1,5 +1,6 @@
-//! The test deployment: two failpoint proxies in front of one nx-27017 (a
-//! standalone and a single-member replica set), and an admin instance of the
+//! The test deployment: four failpoint proxies in front of one nx-27017 (a
+//! standalone, a single-member replica set, a sharded cluster of [`MONGOSES`]
+//! mongoses and a load balancer), and an admin instance of the
 //! component on this thread for probing and for cleaning up after abandoned tests.
 //! With auth on, the proxies require authentication and know one root user, whose
 //! credentials every URI carries.
@@ -9,12 +10,14 @@ use super::internal;
 use super::requirements::{self, parse_version, Topology};
 use crate::guest::Guest;
 use bson::{doc, Bson, Document};
+use mongo_wasi_proxy::failpoint::Mode;
 use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::net::SocketAddr;
-use wasmtime::component::ResourceAny;
 
 pub const SET_NAME: &str = "rs0";
+/// Mongoses of the sharded cluster: `useMultipleMongoses` needs more than one.
+pub const MONGOSES: usize = 2;
 /// The root-like user of `--auth` runs (in `admin`, SCRAM-SHA-1 and SCRAM-SHA-256).
 pub const AUTH_USER: &str = "spec-runner";
 pub const AUTH_PASSWORD: &str = "spec-runner-pw";
@@ -28,12 +31,14 @@ pub const AUTH_ITERATIONS: u32 = 5000;
 
 pub struct Deployment {
     /// Kept alive for the run; dropping them stops the proxies.
-    _proxies: Vec<Proxy>,
+    proxies: Vec<(Topology, Proxy)>,
     uris: Vec<(Topology, String)>,
+    /// The sharded cluster's URI naming every mongos (`useMultipleMongoses`).
+    pub multi_mongos_uri: String,
     pub allowed: Vec<SocketAddr>,
     pub info: requirements::Deployment,
-    admin: Guest,
-    admin_clients: Vec<(Topology, ResourceAny)>,
+    /// Probed the deployment; kept so its connections stay up for the run.
+    _admin: Guest,
 }
 
 impl Deployment {
@@ -69,10 +74,21 @@ impl Deployment {
         };
         let single = start(ProxyConfig::new(backend))?;
         let rs = start(ProxyConfig::replica_set(backend, SET_NAME, 1))?;
+        let sharded = start(ProxyConfig::sharded(backend, MONGOSES))?;
+        let lb = start(ProxyConfig::load_balanced(backend))?;
+        let lb_addr = lb.addresses()[0];
         let single_addr = single.addresses()[0];
         let rs_addr = rs.addresses()[0];
+        let mongoses = sharded.addresses();
         let user = credentials(auth);
         let tls_option = if tls { "tls=true" } else { "" };
+        let cluster = |hosts: &[SocketAddr]| {
+            let hosts: Vec<String> = hosts.iter().map(SocketAddr::to_string).collect();
+            format!("mongodb://{user}{}/?{tls_option}", hosts.join(","))
+                .trim_end_matches('?')
+                .to_string()
+        };
+        let multi_mongos_uri = cluster(&mongoses);
         let uris = vec![
             (
                 Topology::Single,
@@ -86,15 +102,18 @@ impl Deployment {
                     .trim_end_matches('&')
                     .to_string(),
             ),
+            (Topology::Sharded, cluster(&mongoses[..1])),
+            (
+                Topology::LoadBalanced,
+                format!("mongodb://{user}{lb_addr}/?loadBalanced=true&{tls_option}")
+                    .trim_end_matches('&')
+                    .to_string(),
+            ),
         ];
-        let allowed = vec![single_addr, rs_addr];
+        let mut allowed = vec![single_addr, rs_addr, lb_addr];
+        allowed.extend(&mongoses);
         let mut admin = engine::instantiate(&allowed, None).map_err(|e| format!("{e:#}"))?;
-        let mut admin_clients = Vec::new();
-        for (t, uri) in &uris {
-            let client = internal::connect(&mut admin, uri).map_err(|f| f.0)?;
-            admin_clients.push((*t, client));
-        }
-        let single_client = admin_clients[0].1;
+        let single_client = internal::connect(&mut admin, &uris[0].1).map_err(|f| f.0)?;
         let mut run = |cmd: Document| -> Result<Document, String> {
             let name = cmd.keys().next().cloned().unwrap_or_default();
             internal::command(&mut admin, single_client, "admin", &cmd)
@@ -111,12 +130,17 @@ impl Deployment {
             auth,
         };
         Ok(Deployment {
-            _proxies: vec![single, rs],
+            proxies: vec![
+                (Topology::Single, single),
+                (Topology::ReplicaSet, rs),
+                (Topology::Sharded, sharded),
+                (Topology::LoadBalanced, lb),
+            ],
             uris,
+            multi_mongos_uri,
             allowed,
             info,
-            admin,
-            admin_clients,
+            _admin: admin,
         })
     }
 
@@ -128,15 +152,15 @@ impl Deployment {
             .unwrap_or_default()
     }
 
-    /// Switches fail points off after a test that could not clean up itself.
+    /// Switches fail points off on every member (every mongos) of `t`'s proxy, after a
+    /// test that could not clean up itself, or that may have targeted one mongos.
     pub fn failpoints_off(&mut self, t: Topology, names: &[String]) {
-        let Some(&(_, client)) = self.admin_clients.iter().find(|(u, _)| *u == t) else {
+        let Some((_, proxy)) = self.proxies.iter().find(|(u, _)| *u == t) else {
             return;
         };
-        for name in names {
-            let cmd = doc! { "configureFailPoint": name.as_str(), "mode": "off" };
-            if let Err(e) = internal::command(&mut self.admin, client, "admin", &cmd) {
-                eprintln!("warning: could not switch fail point {name} off: {}", e.0);
+        for member in 0..proxy.addresses().len() {
+            for name in names {
+                proxy.configure_fail_point(member, name, Mode::Off, Document::new());
             }
         }
     }

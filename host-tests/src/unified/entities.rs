@@ -78,6 +78,9 @@ impl Entity {
 #[derive(Default)]
 pub struct Entities {
     map: HashMap<String, Entity>,
+    /// In a sharded cluster: the URI naming every mongos, for clients with
+    /// `useMultipleMongoses: true` (the topology's URI names one).
+    pub multi_mongos_uri: Option<String>,
 }
 
 macro_rules! getter {
@@ -157,7 +160,14 @@ impl Entities {
             .get_str("id")
             .map_err(|_| Fail(format!("{kind} entity without an id")))?;
         let entity = match kind.as_str() {
-            "client" => Entity::Client(client(guest, fields, base_uri)?),
+            "client" => {
+                let multi = fields.get_bool("useMultipleMongoses").unwrap_or(false);
+                let base = match (multi, &self.multi_mongos_uri) {
+                    (true, Some(all)) => all.as_str(),
+                    _ => base_uri,
+                };
+                Entity::Client(client(guest, fields, base)?)
+            }
             "database" => {
                 let client = self.client(str_field(fields, "client")?)?.handle;
                 let name = str_field(fields, "databaseName")?;
@@ -262,7 +272,7 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
             | "observeSensitiveCommands"
             | "observeLogMessages"
             | "serverApi" => {}
-            // One address per topology here: there is never more than one mongos to use.
+            // Chosen in `Entities::create`: the base URI names one mongos or all.
             "useMultipleMongoses" => {}
             // minPoolSize still goes to the driver in the URI; the runner does not wait
             // for the pool to fill (the driver does not fill pools in the background).

@@ -6,23 +6,42 @@ use super::matching::number;
 use bson::{Bson, Document};
 use std::fmt;
 
-/// The topologies spec-runner can present (both through the failpoint proxy).
+/// The topologies spec-runner can present (all through the failpoint proxy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Topology {
     ReplicaSet,
     Single,
+    /// Two mongoses, each with fail points of its own.
+    Sharded,
+    /// A load balancer in front of a mongos; clients say `loadBalanced=true`.
+    LoadBalanced,
 }
 
 impl Topology {
-    /// The order tests are placed in: most tests need, or at least allow, a replica set.
-    pub const PREFERENCE: [Topology; 2] = [Topology::ReplicaSet, Topology::Single];
+    /// The order tests are placed in: most tests need, or at least allow, a replica
+    /// set; a cluster gets only the tests that need one.
+    pub const PREFERENCE: [Topology; 4] = [
+        Topology::ReplicaSet,
+        Topology::Single,
+        Topology::Sharded,
+        Topology::LoadBalanced,
+    ];
 
     /// The unified format's name for it.
     pub fn name(self) -> &'static str {
         match self {
             Topology::ReplicaSet => "replicaset",
             Topology::Single => "single",
+            Topology::Sharded => "sharded",
+            Topology::LoadBalanced => "load-balanced",
         }
+    }
+
+    /// Whether a `topologies` entry names it. The cluster's mongoses front the
+    /// same backend as the replica set presentation, which accepts transactions
+    /// and retryable writes like a replica-set shard: it is `sharded-replicaset` too.
+    fn named(self, name: &str) -> bool {
+        name == self.name() || (self == Topology::Sharded && name == "sharded-replicaset")
     }
 }
 
@@ -107,8 +126,7 @@ fn one(req: &Document, topology: Topology, d: &Deployment) -> Result<(), String>
             "topologies" => {
                 let list = value.as_array().ok_or("topologies is not an array")?;
                 let names: Vec<&str> = list.iter().filter_map(Bson::as_str).collect();
-                // "sharded" also covers "sharded-replicaset"; neither is available here.
-                if !names.contains(&topology.name()) {
+                if !names.iter().any(|n| topology.named(n)) {
                     return Err(format!("needs topology {}", names.join("|")));
                 }
             }
@@ -337,11 +355,16 @@ mod tests {
         assert_eq!(choose(None, Some(&single), &d).unwrap(), Topology::Single);
         let sharded =
             bson!([{"minServerVersion": "4.1.8", "topologies": ["sharded", "load-balanced"]}]);
-        let err = choose(Some(&sharded), None, &d).unwrap_err();
+        assert_eq!(choose(Some(&sharded), None, &d).unwrap(), Topology::Sharded);
+        let sharded_rs = bson!([{"topologies": ["sharded-replicaset"]}]);
         assert_eq!(
-            err,
-            "runOnRequirements not met: needs topology sharded|load-balanced"
+            choose(Some(&sharded_rs), None, &d).unwrap(),
+            Topology::Sharded
         );
+        let lb = bson!([{"topologies": ["load-balanced"]}]);
+        assert_eq!(choose(Some(&lb), None, &d).unwrap(), Topology::LoadBalanced);
+        let serverless = bson!([{"topologies": ["load-balanced"], "serverless": "require"}]);
+        assert!(choose(Some(&serverless), None, &d).is_err());
         let file = bson!([{"topologies": ["replicaset"]}]);
         let test = bson!([{"topologies": ["single"]}]);
         assert!(choose(Some(&file), Some(&test), &d).is_err());

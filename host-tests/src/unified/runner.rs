@@ -3,7 +3,7 @@
 
 use super::deployment::Deployment;
 use super::report::{Report, Status, TestResult};
-use super::requirements::{self, parse_version};
+use super::requirements::{self, parse_version, Topology};
 use super::skips::SkipList;
 use super::testcase::{self, Job};
 use super::worker::{self, Verdict};
@@ -29,6 +29,7 @@ pub const ALL_SUITES: &[&str] = &[
     "crud/tests/unified",
     "gridfs/tests",
     "index-management/tests",
+    "load-balancers/tests",
     "mongodb-handshake/tests/unified",
     "retryable-reads/tests/unified",
     "retryable-writes/tests/unified",
@@ -276,12 +277,15 @@ fn decide(
         file: file.clone(),
         test: i,
         uri: dep.uri(topology).to_string(),
+        multi_mongos_uri: (topology == Topology::Sharded).then(|| dep.multi_mongos_uri.clone()),
         allowed: dep.allowed.clone(),
         cap: cfg.cap,
         loop_budget: cfg.loop_budget,
     };
     let finished = worker::run(job);
-    if !finished.cleaned_up {
+    // A cluster's test may have set fail points on the mongos its client did not
+    // clean up through (a targetedFailPoint whose cleanup failed): all go off.
+    if !finished.cleaned_up || topology == Topology::Sharded {
         dep.failpoints_off(topology, &failpoint_names(test));
     }
     match finished.verdict {

@@ -21,6 +21,8 @@ pub struct Job {
     pub test: usize,
     /// The topology's URI: client entities add their uriOptions to it.
     pub uri: String,
+    /// A sharded cluster's URI naming every mongos (`useMultipleMongoses`).
+    pub multi_mongos_uri: Option<String>,
     pub allowed: Vec<SocketAddr>,
     pub cap: Duration,
     /// When the runner asks `loop` operations to stop.
@@ -35,6 +37,8 @@ pub struct TestRun {
     pub uri: String,
     /// Fail points configured by this test, switched off before the assertions.
     pub failpoints: Vec<String>,
+    /// Fail points configured on one mongos (`targetedFailPoint`): name and address.
+    pub targeted: Vec<(String, String)>,
     pub loop_budget: Duration,
 }
 
@@ -49,12 +53,15 @@ pub fn run(job: &Job) -> Step<()> {
         .ok_or_else(|| Fail("no such test".into()))?;
     let mut guest = engine::instantiate(&job.allowed, Some(job.cap))?;
     let internal = internal::connect(&mut guest, &job.uri)?;
+    let mut entities = Entities::default();
+    entities.multi_mongos_uri = job.multi_mongos_uri.clone();
     let mut run = TestRun {
         guest,
-        entities: Entities::default(),
+        entities,
         internal,
         uri: job.uri.clone(),
         failpoints: Vec::new(),
+        targeted: Vec::new(),
         loop_budget: job.loop_budget,
     };
     let result = run.body(&job.file, test);
@@ -197,7 +204,26 @@ impl TestRun {
         for name in std::mem::take(&mut self.failpoints) {
             self.internal_command("admin", &doc! { "configureFailPoint": name, "mode": "off" })?;
         }
+        for (name, address) in std::mem::take(&mut self.targeted) {
+            let off = doc! { "configureFailPoint": name, "mode": "off" };
+            self.command_on(&address, &off)?;
+        }
         Ok(())
+    }
+
+    /// Runs `cmd` on admin at one server (`host:port`) of the topology, through a
+    /// direct connection made for it with the topology URI's credentials and TLS.
+    pub fn command_on(&mut self, address: &str, cmd: &Document) -> Step<Document> {
+        let uri = super::uri::direct(&self.uri, address)?;
+        let client = internal::connect(&mut self.guest, &uri)?;
+        let out = internal::command(&mut self.guest, client, "admin", cmd)?;
+        let g = &mut self.guest;
+        g.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_close(&mut g.store, client)?;
+        client.resource_drop(&mut g.store)?;
+        out.map_err(|e| Fail(format!("{address}: {}", super::errors::describe(&e))))
     }
 
     /// Fail points off, sessions ended (a driver aborts an open transaction then),

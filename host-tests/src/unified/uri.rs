@@ -54,6 +54,26 @@ pub fn client_uri(base: &str, options: &Document) -> Result<String, String> {
     Ok(format!("{head}?{}", query.join("&")))
 }
 
+/// `base` (credentials and options kept) connecting directly to `address` only.
+pub fn direct(base: &str, address: &str) -> Result<String, String> {
+    let (scheme, rest) = base
+        .split_once("://")
+        .ok_or_else(|| format!("not a URI: {base}"))?;
+    let (authority, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let user = authority.rsplit_once('@').map_or("", |(u, _)| u);
+    let at = if user.is_empty() { "" } else { "@" };
+    let query = tail.split_once('?').map_or("", |(_, q)| q);
+    let mut params: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.to_ascii_lowercase().starts_with("directconnection="))
+        .collect();
+    params.push("directConnection=true");
+    Ok(format!(
+        "{scheme}://{user}{at}{address}/?{}",
+        params.join("&")
+    ))
+}
+
 /// `mongodb://user:pw@host/...` without `user:pw@`.
 fn without_credentials(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else {
@@ -107,6 +127,18 @@ fn encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direct_keeps_credentials_and_options() {
+        assert_eq!(
+            direct("mongodb://u:p@a:1,b:2/?tls=true", "b:2").unwrap(),
+            "mongodb://u:p@b:2/?tls=true&directConnection=true"
+        );
+        assert_eq!(
+            direct("mongodb://a:1", "a:1").unwrap(),
+            "mongodb://a:1/?directConnection=true"
+        );
+    }
     use bson::doc;
 
     #[test]

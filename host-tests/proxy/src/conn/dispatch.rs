@@ -87,7 +87,9 @@ impl Conn {
         }
         lock(&self.shared.stats).command(name);
         let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
+        let routing = self.role() == Role::Mongos && crate::mongos::is_router_command(name);
         let known = local
+            || routing
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
             || commands::is_forwarded(name, self.shared.version.max_wire);
@@ -139,6 +141,9 @@ impl Conn {
         let standalone = self.role() == Role::Standalone;
         if let Some(refusal) = crate::cluster_time::snapshot_refusal(standalone, name, body) {
             return Action::Reply(refusal);
+        }
+        if routing {
+            return Action::Reply(crate::mongos::router_command(name, db));
         }
         if local {
             return Action::Reply(self.local_command(name, db, body));
@@ -195,6 +200,21 @@ impl Conn {
                     }
                     None => close_after = close,
                 }
+            }
+        }
+        // Several mongoses: each knows only the transactions started through it.
+        if role == Role::Mongos && self.shared.ports.len() > 1 {
+            let mut txns = lock(&self.shared.transactions);
+            if let Some(reply) = txns.before_forward(self.member, name, body) {
+                drop(txns);
+                // The transaction failed: the shard drops its writes (here nx-27017,
+                // whose uncommitted writes are visible to everyone until aborted).
+                if reply.contains_key("errorLabels") {
+                    if let Err(e) = self.abort_backend_transaction(body) {
+                        self.shared.log(&format!("abort on the backend: {e}"));
+                    }
+                }
+                return Action::Reply(reply);
             }
         }
         Action::Forward {
@@ -497,7 +517,11 @@ impl Conn {
                 if let Some(step) = out.speculative {
                     self.note_auth(&step);
                 }
-                reply
+                let service_id = lock(&self.shared.topology).service_id;
+                match service_id {
+                    Some(id) => crate::load_balancer::hello(body, id, reply),
+                    None => reply,
+                }
             }
             "saslStart" | "saslContinue" | "authenticate" => {
                 let users = lock(&self.shared.users);

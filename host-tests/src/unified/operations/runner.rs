@@ -31,6 +31,16 @@ fn now_secs() -> f64 {
 }
 
 impl TestRun {
+    /// The mongos or load balancer a session entity's transaction is pinned to.
+    fn pinned_server(&mut self, session: &str) -> Step<Option<String>> {
+        let handle = self.entities.session(session)?.handle;
+        let g = &mut self.guest;
+        Ok(g.driver
+            .mongo_wasi_driver_session()
+            .session()
+            .call_pinned_server(&mut g.store, handle)?)
+    }
+
     pub(super) fn runner_operation(&mut self, name: &str, args: Option<&Document>) -> Step<()> {
         match name {
             "failPoint" => {
@@ -46,14 +56,29 @@ impl TestRun {
                     Err(e) => Err(Fail(format!("configureFailPoint: {}", describe(&e)))),
                 }
             }
-            "targetedFailPoint" | "assertSessionPinned" => {
-                self.entities.session(str_arg(args, "session")?)?;
-                Err(Fail(format!(
-                    "{name}: the session is not pinned (only a mongos or load balancer pins one)"
-                )))
+            "targetedFailPoint" => {
+                let fp = arg(args, "failPoint")?
+                    .as_document()
+                    .ok_or_else(|| Fail("failPoint is not a document".into()))?
+                    .clone();
+                let address = self
+                    .pinned_server(str_arg(args, "session")?)?
+                    .ok_or_else(|| Fail(format!("{name}: the session is not pinned")))?;
+                let fp_name = fp.get_str("configureFailPoint").unwrap_or("failCommand");
+                // Recorded before sending: even a half-applied fail point gets switched off.
+                self.targeted.push((fp_name.to_string(), address.clone()));
+                self.command_on(&address, &fp)
+                    .map(drop)
+                    .map_err(|f| Fail(format!("configureFailPoint: {}", f.0)))
             }
-            // Pinning only exists for mongos and load balancers, which these topologies lack.
-            "assertSessionUnpinned" => self.entities.session(str_arg(args, "session")?).map(drop),
+            "assertSessionPinned" => match self.pinned_server(str_arg(args, "session")?)? {
+                Some(_) => Ok(()),
+                None => Err(Fail("the session is not pinned".into())),
+            },
+            "assertSessionUnpinned" => match self.pinned_server(str_arg(args, "session")?)? {
+                None => Ok(()),
+                Some(a) => Err(Fail(format!("the session is pinned to {a}"))),
+            },
             "assertSessionTransactionState" => {
                 let session = self.entities.session(str_arg(args, "session")?)?.handle;
                 let want = str_arg(args, "state")?;
