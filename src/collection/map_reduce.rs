@@ -57,13 +57,17 @@ impl Collection {
         options: &OpOptions,
     ) -> Result<RawDocumentBuf> {
         let (mut body, read) = command(&self.name, map, reduce, out)?;
+        let options = &options.flattened()?;
         let options = match read {
             true => self.reading(options)?,
             false => self.writing(options)?,
         };
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let mut op = match read {
-            true => RunCommand::read(&self.db.name, body),
+            true => RunCommand {
+                criteria: Criteria::Read(options.read_mode()),
+                ..RunCommand::read(&self.db.name, body)
+            },
             false => RunCommand::new(&self.db.name, body, Criteria::Write),
         };
         op.retryability = Retryability::None;

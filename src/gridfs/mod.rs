@@ -121,6 +121,7 @@ impl Bucket {
             batch_size: None,
             extra: None,
             max_time: true,
+            read_mode: crate::sdam::selection::ReadMode::Primary,
         };
         let reply: CursorReply = self.run(&mut op, call)?;
         Ok(reply.batch.into_iter().next())
@@ -284,6 +285,7 @@ impl Bucket {
             batch_size: None,
             extra: None,
             max_time: true,
+            read_mode: crate::sdam::selection::ReadMode::Primary,
         };
         if self.run(&mut probe, call)?.batch.is_empty() {
             self.ensure_index(

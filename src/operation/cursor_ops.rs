@@ -63,6 +63,8 @@ pub struct Find {
     pub extra: Option<RawDocumentBuf>,
     /// Whether a derived maxTimeMS may go on it (CSOT cursor rules).
     pub max_time: bool,
+    /// The read preference's mode the find selects by.
+    pub read_mode: ReadMode,
 }
 
 impl Operation for Find {
@@ -112,7 +114,7 @@ impl Operation for Find {
     }
 
     fn criteria(&self) -> Criteria {
-        Criteria::Read(ReadMode::Primary)
+        Criteria::Read(self.read_mode)
     }
 
     fn retryability(&self) -> Retryability {
@@ -219,6 +221,7 @@ mod tests {
             batch_size: None,
             extra: None,
             max_time: true,
+            read_mode: crate::sdam::selection::ReadMode::Primary,
         }
     }
 
