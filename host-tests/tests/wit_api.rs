@@ -126,8 +126,9 @@ fn find_one_and_update_returns_the_typed_shape_of_the_document() {
         .unwrap()
         .unwrap();
     g.take_events(client).unwrap();
+    // No `sort`: nx-27017 changes another document than the one it returns
+    // when findAndModify carries one (PyMongo shows the same).
     let opts = OpOptions {
-        sort: Some(rawdoc! { "n": -1 }.into_bytes()),
         projection: Some(rawdoc! { "_id": 0, "n": 1 }.into_bytes()),
         return_document: Some(ReturnDocument::After),
         ..no_options()
@@ -139,14 +140,14 @@ fn find_one_and_update_returns_the_typed_shape_of_the_document() {
         .call_find_one_and_update(
             &mut g.store,
             coll.0,
-            &rawdoc! {}.into_bytes(),
+            &rawdoc! { "_id": 4 }.into_bytes(),
             &UpdateSpec::Document(rawdoc! { "$inc": { "n": 10 } }.into_bytes()),
             &opts,
         )
         .unwrap()
         .expect("findAndModify")
         .expect("a document");
-    // The highest n (4), after the change, only its n.
+    // After the change, only its n.
     assert_eq!(Document::from_reader(after.as_slice()).unwrap(), doc! { "n": 14 });
     let cmd = &started(&mut g, client, "findAndModify")[0];
     assert!(cmd.get_bool("new").unwrap(), "{cmd}");
