@@ -196,7 +196,7 @@ impl Client {
                 server_api: options.server_api,
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 closed: Cell::new(false),
-            next_op_id: Cell::new(1),
+                next_op_id: Cell::new(1),
             }),
         })
     }

@@ -122,8 +122,10 @@ impl Error {
         if self.code.is_some_and(|c| DUPLICATE_KEY_CODES.contains(&c)) {
             self.kind = ErrorKind::DuplicateKey;
         } else if self.reply.as_ref().is_some_and(|r| {
-            r.get_document("writeConcernError")
-                .is_ok_and(|w| self.code.is_some() && crate::operation::int_field(w, "code").map(|c| c as i32) == self.code)
+            r.get_document("writeConcernError").is_ok_and(|w| {
+                self.code.is_some()
+                    && crate::operation::int_field(w, "code").map(|c| c as i32) == self.code
+            })
         }) {
             self.kind = ErrorKind::WriteConcern;
         }
@@ -278,14 +280,28 @@ mod tests {
         assert_eq!(dup.clone().settled().kind, ErrorKind::DuplicateKey);
         let mut wce = Error::new(ErrorKind::Server, "waiting for replication timed out");
         wce.code = Some(64);
-        assert_eq!(wce.clone().settled().kind, ErrorKind::Server, "no reply: a plain error");
-        wce.reply = Some(Box::new(bson::rawdoc! { "ok": 1, "writeConcernError": { "code": 64 } }));
+        assert_eq!(
+            wce.clone().settled().kind,
+            ErrorKind::Server,
+            "no reply: a plain error"
+        );
+        wce.reply = Some(Box::new(
+            bson::rawdoc! { "ok": 1, "writeConcernError": { "code": 64 } },
+        ));
         assert_eq!(wce.clone().settled().kind, ErrorKind::WriteConcern);
         wce.code = Some(91);
-        assert_eq!(wce.settled().kind, ErrorKind::Server, "another code: not the concern's");
+        assert_eq!(
+            wce.settled().kind,
+            ErrorKind::Server,
+            "another code: not the concern's"
+        );
         let mut timeout = Error::timeout("x");
         timeout.code = Some(11000);
-        assert_eq!(timeout.settled().kind, ErrorKind::Timeout, "only server errors");
+        assert_eq!(
+            timeout.settled().kind,
+            ErrorKind::Timeout,
+            "only server errors"
+        );
     }
 
     #[test]

@@ -347,7 +347,11 @@ impl Guest {
     }
 
     /// `cursor.collect(max)`.
-    pub fn collect(&mut self, cursor: Cursor, max: u32) -> Result<WitResult<Vec<bson::RawDocumentBuf>>> {
+    pub fn collect(
+        &mut self,
+        cursor: Cursor,
+        max: u32,
+    ) -> Result<WitResult<Vec<bson::RawDocumentBuf>>> {
         let r = self
             .driver
             .mongo_wasi_driver_cursor()

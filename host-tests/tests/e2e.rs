@@ -394,10 +394,17 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
     assert_eq!(r.modified_count, 1);
     assert_eq!(r.upserted_count, 1);
     assert_eq!(r.deleted_count, 1);
-    let ids: Vec<(u32, bson::Bson)> = r.inserted_ids.iter().map(|i| (i.index, unvalue(&i.id))).collect();
+    let ids: Vec<(u32, bson::Bson)> = r
+        .inserted_ids
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
     assert_eq!(ids, [(0, bson::Bson::Int32(1)), (1, bson::Bson::Int32(2))]);
     assert_eq!(r.upserted_ids.len(), 1);
-    assert_eq!((r.upserted_ids[0].index, unvalue(&r.upserted_ids[0].id)), (3, bson::Bson::Int32(3)));
+    assert_eq!(
+        (r.upserted_ids[0].index, unvalue(&r.upserted_ids[0].id)),
+        (3, bson::Bson::Int32(3))
+    );
     let names: Vec<String> = g
         .take_events(client)
         .unwrap()
@@ -426,11 +433,22 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
     assert_eq!(err.code, Some(11000));
     assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
     assert_eq!(err.write_errors.len(), 1, "{err:?}");
-    assert_eq!((err.write_errors[0].index, err.write_errors[0].code), (1, 11000));
+    assert_eq!(
+        (err.write_errors[0].index, err.write_errors[0].code),
+        (1, 11000)
+    );
     let partial = err.partial_result.as_ref().expect("what was written");
     assert_eq!(partial.inserted_count, 1);
-    let written: Vec<(u32, bson::Bson)> = partial.inserted_ids.iter().map(|i| (i.index, unvalue(&i.id))).collect();
-    assert_eq!(written, [(0, bson::Bson::Int32(4))], "ordered: nothing after the failure");
+    let written: Vec<(u32, bson::Bson)> = partial
+        .inserted_ids
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
+    assert_eq!(
+        written,
+        [(0, bson::Bson::Int32(4))],
+        "ordered: nothing after the failure"
+    );
     let reply = bson::RawDocument::from_bytes(err.reply.as_deref().unwrap()).unwrap();
     let partial = reply.get_document("partialResult").unwrap();
     assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);

@@ -26,7 +26,9 @@ fn setup(test: &str) -> (Guest, Client, Database, Collection) {
     let (uri, addr) = host_tests::test_server();
     let mut g = Guest::new(&[addr]).unwrap();
     let client = g.connect(&uri, None, true).unwrap().expect("connect");
-    let db = g.database(client, &format!("wit_api_{test}"), None).unwrap();
+    let db = g
+        .database(client, &format!("wit_api_{test}"), None)
+        .unwrap();
     g.run_command(db, &rawdoc! { "dropDatabase": 1 }, None)
         .unwrap()
         .expect("dropDatabase");
@@ -87,10 +89,18 @@ fn typed_write_options_reach_the_commands_and_win_over_extra() {
     assert_eq!(r.upserted_id.as_deref().map(unvalue), Some(Bson::Int32(7)));
     let update = &started(&mut g, client, "update")[0];
     assert_eq!(update.get_str("comment").unwrap(), "typed", "{update}");
-    assert_eq!(update.get_document("writeConcern").unwrap(), &doc! { "w": 1 });
-    let statement = update.get_array("updates").unwrap()[0].as_document().unwrap();
+    assert_eq!(
+        update.get_document("writeConcern").unwrap(),
+        &doc! { "w": 1 }
+    );
+    let statement = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap();
     assert!(statement.get_bool("upsert").unwrap(), "{statement}");
-    assert!(!update.contains_key("upsert"), "a statement field: {update}");
+    assert!(
+        !update.contains_key("upsert"),
+        "a statement field: {update}"
+    );
 
     // Array filters go in the statement too.
     let opts = OpOptions {
@@ -111,7 +121,9 @@ fn typed_write_options_reach_the_commands_and_win_over_extra() {
         )
         .unwrap();
     let update = &started(&mut g, client, "update")[0];
-    let statement = update.get_array("updates").unwrap()[0].as_document().unwrap();
+    let statement = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap();
     assert_eq!(
         statement.get_array("arrayFilters").unwrap(),
         &vec![Bson::Document(doc! { "e": { "$gte": 2 } })]
@@ -148,10 +160,16 @@ fn find_one_and_update_returns_the_typed_shape_of_the_document() {
         .expect("findAndModify")
         .expect("a document");
     // After the change, only its n.
-    assert_eq!(Document::from_reader(after.as_slice()).unwrap(), doc! { "n": 14 });
+    assert_eq!(
+        Document::from_reader(after.as_slice()).unwrap(),
+        doc! { "n": 14 }
+    );
     let cmd = &started(&mut g, client, "findAndModify")[0];
     assert!(cmd.get_bool("new").unwrap(), "{cmd}");
-    assert_eq!(cmd.get_document("fields").unwrap(), &doc! { "_id": 0, "n": 1 });
+    assert_eq!(
+        cmd.get_document("fields").unwrap(),
+        &doc! { "_id": 0, "n": 1 }
+    );
     assert!(!cmd.contains_key("returnDocument") && !cmd.contains_key("projection"));
 }
 
@@ -224,7 +242,10 @@ fn reads_honour_the_read_preference_given() {
         read_preference: secondary,
         ..no_options()
     };
-    let n = g.count_documents(coll, &rawdoc! {}, &opts).unwrap().unwrap();
+    let n = g
+        .count_documents(coll, &rawdoc! {}, &opts)
+        .unwrap()
+        .unwrap();
     assert_eq!(n, 1);
     let aggregate = &started_events(&mut g, client, "aggregate")[0];
     assert_ne!(aggregate.server_address, primary);
@@ -243,19 +264,30 @@ fn reads_honour_the_read_preference_given() {
 fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
     let (mut g, client, _db, coll) = setup("insert_many");
     let ids = g
-        .insert_many(coll, &[rawdoc! { "_id": 1 }, rawdoc! { "x": 2 }], &no_options())
+        .insert_many(
+            coll,
+            &[rawdoc! { "_id": 1 }, rawdoc! { "x": 2 }],
+            &no_options(),
+        )
         .unwrap()
         .expect("insert-many");
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0], Bson::Int32(1));
-    assert!(matches!(ids[1], Bson::ObjectId(_)), "a generated id: {ids:?}");
+    assert!(
+        matches!(ids[1], Bson::ObjectId(_)),
+        "a generated id: {ids:?}"
+    );
 
     g.take_events(client).unwrap();
     let unordered = OpOptions {
         ordered: Some(false),
         ..no_options()
     };
-    let docs = [rawdoc! { "_id": 3 }, rawdoc! { "_id": 1 }, rawdoc! { "_id": 4 }];
+    let docs = [
+        rawdoc! { "_id": 3 },
+        rawdoc! { "_id": 1 },
+        rawdoc! { "_id": 4 },
+    ];
     let err = g
         .insert_many(coll, &docs, &unordered)
         .unwrap()
@@ -263,7 +295,10 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
     assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
     assert_eq!(err.code, Some(11000));
     assert_eq!(err.write_errors.len(), 1);
-    assert_eq!((err.write_errors[0].index, err.write_errors[0].code), (1, 11000));
+    assert_eq!(
+        (err.write_errors[0].index, err.write_errors[0].code),
+        (1, 11000)
+    );
     let partial = err.partial_result.as_ref().expect("what was written");
     assert_eq!(partial.inserted_count, 2);
     let written: Vec<(u32, Bson)> = partial
@@ -285,13 +320,23 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
 #[test]
 fn distinct_answers_a_list_of_values() {
     let (mut g, _client, _db, coll) = setup("distinct");
-    let docs = [rawdoc! { "k": "a" }, rawdoc! { "k": "b" }, rawdoc! { "k": "a" }];
+    let docs = [
+        rawdoc! { "k": "a" },
+        rawdoc! { "k": "b" },
+        rawdoc! { "k": "a" },
+    ];
     g.insert_many(coll, &docs, &no_options()).unwrap().unwrap();
     let values = g
         .driver
         .mongo_wasi_driver_collection()
         .collection()
-        .call_distinct(&mut g.store, coll.0, "k", &rawdoc! {}.into_bytes(), &no_options())
+        .call_distinct(
+            &mut g.store,
+            coll.0,
+            "k",
+            &rawdoc! {}.into_bytes(),
+            &no_options(),
+        )
         .unwrap()
         .expect("distinct");
     let mut values: Vec<String> = values
@@ -319,18 +364,35 @@ fn cursor_next_and_collect_share_one_buffer() {
     g.take_events(client).unwrap();
     let first = g.next(cursor).unwrap().unwrap().expect("a document");
     assert_eq!(n(&first), 0);
-    assert!(started(&mut g, client, "getMore").is_empty(), "from the find's batch");
-    let four: Vec<i32> = g.collect(cursor, 4).unwrap().unwrap().iter().map(n).collect();
+    assert!(
+        started(&mut g, client, "getMore").is_empty(),
+        "from the find's batch"
+    );
+    let four: Vec<i32> = g
+        .collect(cursor, 4)
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
     assert_eq!(four, [1, 2, 3, 4]);
     assert_eq!(started(&mut g, client, "getMore").len(), 1);
     // What collect fetched beyond its max comes first.
     let batch = g.next_batch(cursor).unwrap().unwrap();
-    let rest: Vec<i32> = batch.documents.iter().map(|d| {
-        n(&RawDocumentBuf::from_bytes(d.clone()).unwrap())
-    }).collect();
+    let rest: Vec<i32> = batch
+        .documents
+        .iter()
+        .map(|d| n(&RawDocumentBuf::from_bytes(d.clone()).unwrap()))
+        .collect();
     assert_eq!(rest, [5]);
     assert!(!batch.exhausted);
-    let all: Vec<i32> = g.collect(cursor, 100).unwrap().unwrap().iter().map(n).collect();
+    let all: Vec<i32> = g
+        .collect(cursor, 100)
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
     assert_eq!(all, [6, 7, 8, 9]);
     assert_eq!(g.next(cursor).unwrap().unwrap(), None);
     assert_eq!(g.cursor_id(cursor).unwrap(), 0);
@@ -358,7 +420,10 @@ fn a_closed_client_answers_closed() {
     assert_eq!(err.kind, ErrorKind::Closed, "{err:?}");
     let err = g.next_batch(cursor).unwrap().unwrap_err();
     assert_eq!(err.kind, ErrorKind::Closed, "the getMore: {err:?}");
-    let err = g.run_command(db, &rawdoc! { "ping": 1 }, None).unwrap().unwrap_err();
+    let err = g
+        .run_command(db, &rawdoc! { "ping": 1 }, None)
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Closed);
     g.close(client).unwrap();
 }
@@ -386,7 +451,12 @@ fn proxied() -> (Guest, Client, Database, Proxy) {
 }
 
 fn end_sessions(proxy: &Proxy) -> u64 {
-    proxy.stats().commands.get("endSessions").copied().unwrap_or(0)
+    proxy
+        .stats()
+        .commands
+        .get("endSessions")
+        .copied()
+        .unwrap_or(0)
 }
 
 #[test]

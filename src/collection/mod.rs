@@ -5,9 +5,9 @@ mod map_reduce;
 mod options;
 pub(crate) mod writes;
 
+pub use crate::sdam::selection::ReadMode;
 pub use options::{Hint, ReadConcern, ReturnDocument, WriteConcern};
 pub use writes::{DeleteModel, UpdateModel, WriteModel};
-pub use crate::sdam::selection::ReadMode;
 
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
@@ -538,10 +538,7 @@ pub(crate) fn distinct_values(reply: &RawDocument) -> Result<Vec<RawBson>> {
     let values = reply
         .get_array("values")
         .map_err(|_| Error::protocol("distinct reply has no values"))?;
-    values
-        .into_iter()
-        .map(|v| Ok(RawBson::from(v?)))
-        .collect()
+    values.into_iter().map(|v| Ok(RawBson::from(v?))).collect()
 }
 
 pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {

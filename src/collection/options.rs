@@ -98,7 +98,10 @@ pub(crate) struct Typed<'o> {
 impl Typed<'_> {
     /// `extra` with each typed field set by its server name (replacing the
     /// same field in `extra`); `extra` unchanged when none is set.
-    pub(crate) fn merged_into(&self, extra: Option<&RawDocumentBuf>) -> Result<Option<RawDocumentBuf>> {
+    pub(crate) fn merged_into(
+        &self,
+        extra: Option<&RawDocumentBuf>,
+    ) -> Result<Option<RawDocumentBuf>> {
         let mut typed: Vec<(&'static str, RawBson)> = Vec::new();
         let mut put = |name: &'static str, v: Option<RawBson>| {
             if let Some(v) = v {
@@ -130,7 +133,10 @@ impl Typed<'_> {
                 })
             }),
         );
-        put("projection", self.projection.cloned().map(RawBson::Document));
+        put(
+            "projection",
+            self.projection.cloned().map(RawBson::Document),
+        );
         put("sort", self.sort.cloned().map(RawBson::Document));
         put(
             "bypassDocumentValidation",
@@ -143,11 +149,13 @@ impl Typed<'_> {
         );
         put(
             "readConcern",
-            self.read_concern.map(|c| RawBson::Document(c.to_document())),
+            self.read_concern
+                .map(|c| RawBson::Document(c.to_document())),
         );
         put(
             "writeConcern",
-            self.write_concern.map(|c| RawBson::Document(c.to_document())),
+            self.write_concern
+                .map(|c| RawBson::Document(c.to_document())),
         );
         if typed.is_empty() {
             return Ok(extra.cloned());

@@ -46,22 +46,23 @@ pub enum WriteModel {
 impl WriteModel {
     /// The model in the planner's shape (`{updateOne: {filter, update, ...}}`).
     fn to_document(&self) -> Result<RawDocumentBuf> {
-        let statement_options = |d: &mut RawDocumentBuf,
-                                 collation: &Option<RawDocumentBuf>,
-                                 hint: &Option<Hint>| {
-            if let Some(c) = collation {
-                d.append(cstr!("collation"), c.clone());
-            }
-            match hint {
-                Some(Hint::Name(n)) => d.append(cstr!("hint"), n.as_str()),
-                Some(Hint::Keys(k)) => d.append(cstr!("hint"), k.clone()),
-                None => {}
-            }
-        };
+        let statement_options =
+            |d: &mut RawDocumentBuf, collation: &Option<RawDocumentBuf>, hint: &Option<Hint>| {
+                if let Some(c) = collation {
+                    d.append(cstr!("collation"), c.clone());
+                }
+                match hint {
+                    Some(Hint::Name(n)) => d.append(cstr!("hint"), n.as_str()),
+                    Some(Hint::Keys(k)) => d.append(cstr!("hint"), k.clone()),
+                    None => {}
+                }
+            };
         let update = |name: &str, m: &UpdateModel| -> Result<RawDocumentBuf> {
             let mut d = rawdoc! { "filter": m.filter.clone() };
             match (&m.update, name) {
-                (UpdateSpec::Document(r), "replaceOne") => d.append(cstr!("replacement"), r.clone()),
+                (UpdateSpec::Document(r), "replaceOne") => {
+                    d.append(cstr!("replacement"), r.clone())
+                }
                 (UpdateSpec::Pipeline(_), "replaceOne") => {
                     return Err(Error::invalid_argument(
                         "replace-one needs a replacement document, not a pipeline",
@@ -113,7 +114,11 @@ impl Collection {
     /// limits allow, all under one deadline; returns the `_id`s in order.
     /// A write error fails it with the errors and the ids inserted
     /// (`Error::write_failure`, CRUD spec BulkWriteException).
-    pub fn insert_many(&self, docs: &[RawDocumentBuf], options: &OpOptions) -> Result<Vec<RawBson>> {
+    pub fn insert_many(
+        &self,
+        docs: &[RawDocumentBuf],
+        options: &OpOptions,
+    ) -> Result<Vec<RawBson>> {
         let options = &options.flattened()?;
         if docs.is_empty() {
             return Err(Error::invalid_argument(
@@ -209,10 +214,16 @@ impl Collection {
     /// `Error::write_failure` (the errors and the partial result), the same
     /// in the error's reply as `writeErrors`, `writeConcernErrors` and
     /// `partialResult`.
-    pub fn bulk_write(&self, models: &[WriteModel], options: &OpOptions) -> Result<BulkWriteResult> {
+    pub fn bulk_write(
+        &self,
+        models: &[WriteModel],
+        options: &OpOptions,
+    ) -> Result<BulkWriteResult> {
         let options = &options.flattened()?;
-        let models: Vec<RawDocumentBuf> =
-            models.iter().map(WriteModel::to_document).collect::<Result<_>>()?;
+        let models: Vec<RawDocumentBuf> = models
+            .iter()
+            .map(WriteModel::to_document)
+            .collect::<Result<_>>()?;
         let bulk::Plan { runs, inserted } = bulk::plan(&models)?;
         let ordered = ordered(options);
         let mut total = Totals::default();
@@ -423,7 +434,11 @@ impl Totals {
         self.write_concern_errors.extend(r.write_concern_errors);
     }
 
-    pub(crate) fn finish(self, inserted: &[(usize, RawBson)], ordered: bool) -> Result<BulkWriteResult> {
+    pub(crate) fn finish(
+        self,
+        inserted: &[(usize, RawBson)],
+        ordered: bool,
+    ) -> Result<BulkWriteResult> {
         let failed = |i: usize| self.write_errors.iter().any(|(at, _)| *at == i);
         let first_failure = self.write_errors.iter().map(|(at, _)| *at).min();
         let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
@@ -442,7 +457,11 @@ impl Totals {
             deleted_count: self.deleted,
             upserted_count: self.upserted.len() as i64,
             inserted_ids,
-            upserted_ids: self.upserted.iter().map(|(i, id)| (index(*i), id.clone())).collect(),
+            upserted_ids: self
+                .upserted
+                .iter()
+                .map(|(i, id)| (index(*i), id.clone()))
+                .collect(),
         };
         if self.write_errors.is_empty() && self.write_concern_errors.is_empty() {
             return Ok(result);
@@ -494,7 +513,8 @@ impl Totals {
             .collect();
         let mut errors_doc = RawArrayBuf::new();
         for e in &write_errors {
-            let mut d = rawdoc! { "index": e.index as i32, "code": e.code, "errmsg": e.message.as_str() };
+            let mut d =
+                rawdoc! { "index": e.index as i32, "code": e.code, "errmsg": e.message.as_str() };
             if let Some(name) = &e.code_name {
                 d.append(cstr!("codeName"), name.as_str());
             }
@@ -521,9 +541,11 @@ impl Totals {
 /// A write error's `errInfo`, when its reply kept one.
 fn err_info(e: &Error) -> Option<RawDocumentBuf> {
     let reply = e.reply.as_deref()?;
-    let info = reply
-        .get_document("errInfo")
-        .or_else(|_| reply.get_document("writeConcernError").and_then(|w| w.get_document("errInfo")));
+    let info = reply.get_document("errInfo").or_else(|_| {
+        reply
+            .get_document("writeConcernError")
+            .and_then(|w| w.get_document("errInfo"))
+    });
     info.ok().map(|d| d.to_owned())
 }
 
@@ -705,7 +727,10 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::DuplicateKey);
         let failure = err.write_failure.as_ref().unwrap();
         assert_eq!(failure.write_errors[0].index, 1);
-        assert_eq!(failure.partial_result.inserted_ids, vec![(0, RawBson::Int32(1))]);
+        assert_eq!(
+            failure.partial_result.inserted_ids,
+            vec![(0, RawBson::Int32(1))]
+        );
         let reply = err.reply.unwrap();
         let partial = reply.get_document("partialResult").unwrap();
         assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);

@@ -59,7 +59,11 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
                     details: w.details.map(|d| d.into_bytes()),
                 })
                 .collect();
-            (write_errors, concern_errors, Some(bulk_write_result(f.partial_result)))
+            (
+                write_errors,
+                concern_errors,
+                Some(bulk_write_result(f.partial_result)),
+            )
         }
     };
     wit::Error {

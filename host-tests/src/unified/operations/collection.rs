@@ -35,7 +35,10 @@ fn typed_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOption
     let bypass_document_validation = args.bool("bypassDocumentValidation")?;
     let hint = hint(args.take("hint"))?;
     let collation = args.doc("collation")?.map(|d| bytes(&d)).transpose()?;
-    let comment = args.take("comment").map(|c| bytes(&doc! { "v": c })).transpose()?;
+    let comment = args
+        .take("comment")
+        .map(|c| bytes(&doc! { "v": c }))
+        .transpose()?;
     let let_ = args.doc("let")?.map(|d| bytes(&d)).transpose()?;
     let array_filters = doc_list(args.take("arrayFilters"))?;
     Ok(OpOptions {
@@ -157,7 +160,9 @@ fn hint(v: Option<Bson>) -> Step<Option<Hint>> {
 fn write_model(model: &Document) -> Step<WriteModel> {
     let mut it = model.iter();
     let (Some((name, Bson::Document(args))), None) = (it.next(), it.next()) else {
-        return Err(Fail(format!("a write model is one named document: {model}")));
+        return Err(Fail(format!(
+            "a write model is one named document: {model}"
+        )));
     };
     let mut args = args.clone();
     let filter = |args: &mut Document| match args.remove("filter") {
@@ -183,7 +188,9 @@ fn write_model(model: &Document) -> Step<WriteModel> {
             let update = match name.as_str() {
                 "replaceOne" => match args.remove("replacement") {
                     Some(Bson::Document(d)) => UpdateSpec::Document(bytes(&d)?),
-                    other => return Err(Fail(format!("replaceOne needs a replacement: {other:?}"))),
+                    other => {
+                        return Err(Fail(format!("replaceOne needs a replacement: {other:?}")))
+                    }
                 },
                 _ => {
                     let mut a = Args::new("update", Some(&doc! { "u": args.remove("update") }));
@@ -218,7 +225,9 @@ fn write_model(model: &Document) -> Step<WriteModel> {
         other => return Err(Fail(format!("unknown write model {other}"))),
     };
     match args.keys().next() {
-        Some(k) => Err(Fail(format!("{name}: the typed model has no field for {k}"))),
+        Some(k) => Err(Fail(format!(
+            "{name}: the typed model has no field for {k}"
+        ))),
         None => Ok(model),
     }
 }
@@ -327,7 +336,8 @@ impl TestRun {
             }
             "insertMany" => {
                 let docs: Step<Vec<Vec<u8>>> = args.docs("documents")?.iter().map(bytes).collect();
-                let r = api.call_insert_many(s, coll, &docs?, &typed_options(&mut args, session)?)?;
+                let r =
+                    api.call_insert_many(s, coll, &docs?, &typed_options(&mut args, session)?)?;
                 output(r, |r| {
                     let mut ids = Document::new();
                     for (i, id) in r.inserted_ids.iter().enumerate() {
@@ -444,8 +454,12 @@ impl TestRun {
             }
             "countDocuments" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r =
-                    api.call_count_documents(s, coll, &filter, &typed_options(&mut args, session)?)?;
+                let r = api.call_count_documents(
+                    s,
+                    coll,
+                    &filter,
+                    &typed_options(&mut args, session)?,
+                )?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "count" => {
@@ -454,18 +468,28 @@ impl TestRun {
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "estimatedDocumentCount" => {
-                let r =
-                    api.call_estimated_document_count(s, coll, &typed_options(&mut args, session)?)?;
+                let r = api.call_estimated_document_count(
+                    s,
+                    coll,
+                    &typed_options(&mut args, session)?,
+                )?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "distinct" => {
                 let field = args.req_string("fieldName")?;
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r =
-                    api.call_distinct(s, coll, &field, &filter, &typed_options(&mut args, session)?)?;
+                let r = api.call_distinct(
+                    s,
+                    coll,
+                    &field,
+                    &filter,
+                    &typed_options(&mut args, session)?,
+                )?;
                 output(r, |values| {
-                    let values: Step<Vec<Bson>> =
-                        values.iter().map(|v| unwrap_v(v, "a distinct value")).collect();
+                    let values: Step<Vec<Bson>> = values
+                        .iter()
+                        .map(|v| unwrap_v(v, "a distinct value"))
+                        .collect();
                     Ok(Output::Value(Bson::Array(values?)))
                 })
             }
@@ -491,7 +515,8 @@ impl TestRun {
             "bulkWrite" => {
                 let models: Step<Vec<WriteModel>> =
                     args.docs("requests")?.iter().map(write_model).collect();
-                let r = api.call_bulk_write(s, coll, &models?, &typed_options(&mut args, session)?)?;
+                let r =
+                    api.call_bulk_write(s, coll, &models?, &typed_options(&mut args, session)?)?;
                 output(r, |r| Ok(Output::Value(bulk_result_document(&r)?.into())))
             }
             // Index options belong in the index model, not on the command: create-indexes
@@ -513,7 +538,8 @@ impl TestRun {
             }
             "dropIndex" => {
                 let index = args.req_string("name")?;
-                let r = api.call_drop_index(s, coll, &index, &typed_options(&mut args, session)?)?;
+                let r =
+                    api.call_drop_index(s, coll, &index, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
             }
             "dropIndexes" => {
