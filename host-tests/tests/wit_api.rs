@@ -225,7 +225,7 @@ fn reads_honour_the_read_preference_given() {
         mode: ReadMode::Secondary,
     });
     let opts = FindOptions {
-        read_preference: secondary.clone(),
+        read_preference: secondary,
         ..find_options()
     };
     let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().expect("find");
