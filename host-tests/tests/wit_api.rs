@@ -491,3 +491,32 @@ fn dropping_the_client_ends_its_sessions_once_and_briefly() {
     assert!(took >= Duration::from_millis(900), "it did wait: {took:?}");
     assert!(took < Duration::from_millis(2_500), "bounded: {took:?}");
 }
+
+#[test]
+fn a_write_concern_error_is_its_own_kind() {
+    let mut s = host_tests::guest::proxied_collection("wit_api_wce", "");
+    let admin = s.guest.database(s.client, "admin", None).unwrap();
+    let fail = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 1 },
+        "data": {
+            "failCommands": ["insert"],
+            "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" },
+        },
+    };
+    s.guest.run_command(admin, &fail, None).unwrap().unwrap();
+    let err = s
+        .guest
+        .insert_one(s.coll, &rawdoc! { "x": 2 }, &no_options())
+        .unwrap()
+        .expect_err("the write concern error");
+    assert_eq!(err.kind, ErrorKind::WriteConcern, "{err:?}");
+    assert_eq!(err.code, Some(64));
+    // The write itself was applied (the concern was not met).
+    let n = s
+        .guest
+        .count_documents(s.coll, &rawdoc! { "x": 2 }, &no_options())
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 1);
+}
