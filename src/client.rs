@@ -56,6 +56,8 @@ pub(crate) struct ClientInner {
     pub(crate) server_api: Option<ServerApi>,
     events: RefCell<Option<Vec<CommandEvent>>>,
     next_op_id: Cell<i64>,
+    /// Set by `close`: every later operation fails with `Closed`.
+    closed: Cell<bool>,
 }
 
 impl ClientInner {
@@ -76,6 +78,14 @@ impl ClientInner {
             .description
             .logical_session_timeout_minutes;
         Session::new(&self.sessions, minutes, true, None)
+    }
+
+    /// `Closed` once the client was closed (checked before every operation).
+    pub(crate) fn check_open(&self) -> Result<()> {
+        match self.closed.get() {
+            true => Err(Error::closed("client")),
+            false => Ok(()),
+        }
     }
 
     pub(crate) fn next_operation_id(&self) -> i64 {
@@ -189,6 +199,7 @@ impl Client {
                 cluster_time: RefCell::new(None),
                 server_api: options.server_api,
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
+                closed: Cell::new(false),
                 next_op_id: Cell::new(1),
             }),
         })
@@ -270,9 +281,34 @@ impl Client {
         self.inner.topology.borrow().description.clone()
     }
 
-    /// Ends the pooled server sessions (best effort, bounded) and closes
-    /// every pooled connection.
+    /// Ends the pooled server sessions (best effort, under the client's
+    /// timeoutMS, else the legacy timeouts) and closes every pooled
+    /// connection. The client stays closed: every later operation of it or
+    /// of its databases, collections, cursors and sessions fails with
+    /// `Closed`; a second close does nothing.
     pub fn close(&self) {
+        let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
+        self.close_within(timeout_ms);
+    }
+
+    /// The bound on the endSessions a dropped client sends (`close_on_drop`).
+    pub const DROP_END_SESSIONS_MS: u64 = 1000;
+
+    /// `close` for a client dropped without it: endSessions bounded by
+    /// `DROP_END_SESSIONS_MS`, or by the client's timeoutMS when smaller, so
+    /// a forgotten close neither leaks server sessions nor blocks long.
+    pub fn close_on_drop(&self) {
+        let bound = match self.inner.timeout_ms {
+            Some(ms) if ms > 0 => ms.min(Self::DROP_END_SESSIONS_MS),
+            _ => Self::DROP_END_SESSIONS_MS,
+        };
+        self.close_within(Some(bound));
+    }
+
+    fn close_within(&self, timeout_ms: Option<u64>) {
+        if self.inner.closed.get() {
+            return;
+        }
         let ids = self.inner.sessions.drain();
         // endSessions takes at most 10,000 ids per command (Driver Sessions spec).
         for chunk in ids.chunks(10_000) {
@@ -285,8 +321,6 @@ impl Client {
                 rawdoc! { "endSessions": arr },
                 Criteria::read(ReadMode::PrimaryPreferred),
             );
-            // The client's timeoutMS, else the legacy timeouts (CSOT spec).
-            let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
             let budget = self.start_timeout(timeout_ms);
             let ctx = Context {
                 timeout: budget,
@@ -296,6 +330,7 @@ impl Client {
             let _ = executor::execute_without_session(&self.inner, &mut op, &ctx);
         }
         self.inner.topology.borrow_mut().close();
+        self.inner.closed.set(true);
     }
 
     /// Behind a load balancer: returns the connection pinned to cursor `id`, if any.
@@ -345,6 +380,7 @@ impl Client {
         batch_size: Option<u32>,
         options: &crate::OpOptions,
     ) -> Result<crate::Cursor> {
+        let options = &options.flattened()?;
         let mut extra = rawdoc! { "allChangesForCluster": true };
         crate::operation::merge_extra(&mut extra, options.extra.as_deref())?;
         let options = crate::OpOptions {
@@ -371,6 +407,7 @@ impl Client {
         name_only: bool,
         options: &crate::OpOptions,
     ) -> Result<Vec<RawDocumentBuf>> {
+        let options = &options.flattened()?;
         let mut cmd = rawdoc! { "listDatabases": 1, "filter": filter };
         if name_only {
             cmd.append(bson::cstr!("nameOnly"), true);
@@ -379,7 +416,10 @@ impl Client {
             crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.inner.timeout_ms]);
         let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
         crate::operation::merge_extra(&mut cmd, extra.as_deref())?;
-        let mut op = RunCommand::read("admin", cmd);
+        let mut op = RunCommand {
+            criteria: Criteria::Read(options.read_preference_or_primary()),
+            ..RunCommand::read("admin", cmd)
+        };
         let reply = self.execute(&mut op, timeout_ms, options.session)?;
         let list = reply
             .get_array("databases")

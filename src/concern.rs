@@ -4,25 +4,18 @@
 //! the caller set one already.
 
 use crate::error::Result;
-use crate::uri::{UriOptions, W};
+use crate::uri::UriOptions;
 use bson::raw::CStr;
 use bson::{cstr, RawDocumentBuf};
 
 /// The URI's `w`, `journal` and `wtimeoutMS` as a write concern document.
 pub fn write_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
-    let mut wc = RawDocumentBuf::new();
-    match &o.w {
-        Some(W::Nodes(n)) => wc.append(cstr!("w"), *n as i32),
-        Some(W::Majority) => wc.append(cstr!("w"), "majority"),
-        Some(W::Tag(t)) => wc.append(cstr!("w"), t.as_str()),
-        None => {}
+    let wc = crate::collection::WriteConcern {
+        w: o.w.clone(),
+        journal: o.journal,
+        wtimeout_ms: o.w_timeout_ms,
     }
-    if let Some(j) = o.journal {
-        wc.append(cstr!("j"), j);
-    }
-    if let Some(ms) = o.w_timeout_ms {
-        wc.append(cstr!("wtimeout"), ms as i64);
-    }
+    .to_document();
     wc.iter().next().is_some().then_some(wc)
 }
 

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunCommand};
 use crate::session::Session;
 use bson::RawDocumentBuf;
+use std::collections::VecDeque;
 
 pub use crate::csot::TimeoutMode;
 
@@ -50,6 +51,9 @@ pub struct Cursor {
     /// The server's postBatchResumeToken for `pending`: the resume token
     /// once that batch is handed out.
     batch_token: Option<RawDocumentBuf>,
+    /// Documents fetched for `next`/`collect` and not handed out yet; every
+    /// way of reading hands these out first.
+    ready: VecDeque<RawDocumentBuf>,
 }
 
 impl Cursor {
@@ -86,6 +90,7 @@ impl Cursor {
             stream: None,
             resume_next: false,
             batch_token: None,
+            ready: VecDeque::new(),
         })
     }
 
@@ -110,6 +115,63 @@ impl Cursor {
     /// tailable cursor, a change stream, a server that answers nothing yet).
     /// The caller decides whether to ask again; one call never loops.
     pub fn next_batch(&mut self) -> Result<Batch> {
+        if !self.ready.is_empty() {
+            return Ok(Batch {
+                documents: self.ready.drain(..).collect(),
+                exhausted: self.id == 0 && self.pending.is_empty(),
+            });
+        }
+        self.fetch_batch()
+    }
+
+    /// The next document: the first one buffered, else from at most one
+    /// getMore (one call never loops). None when that brought nothing: the
+    /// cursor is exhausted (`id` 0), or a tailable cursor or change stream
+    /// has nothing yet.
+    #[allow(clippy::should_implement_trait)] // fallible: not an Iterator
+    pub fn next(&mut self) -> Result<Option<RawDocumentBuf>> {
+        if self.ready.is_empty() {
+            let batch = self.fetch_batch()?;
+            self.ready.extend(batch.documents);
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// Up to `max` documents (0 is invalid), fetching until it has them, the
+    /// cursor is exhausted or a getMore brings nothing; documents beyond
+    /// `max` stay buffered. On an error the documents gathered stay
+    /// buffered too, for the next call.
+    pub fn collect(&mut self, max: u32) -> Result<Vec<RawDocumentBuf>> {
+        if max == 0 {
+            return Err(Error::invalid_argument("collect needs a max above 0"));
+        }
+        let max = max as usize;
+        let mut out = Vec::new();
+        loop {
+            while out.len() < max {
+                match self.ready.pop_front() {
+                    Some(d) => out.push(d),
+                    None => break,
+                }
+            }
+            if out.len() == max {
+                return Ok(out);
+            }
+            match self.fetch_batch() {
+                Ok(batch) if batch.documents.is_empty() => return Ok(out),
+                Ok(batch) => self.ready.extend(batch.documents),
+                Err(e) => {
+                    for d in out.into_iter().rev() {
+                        self.ready.push_front(d);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The pending batch, else one from the server (one getMore at most).
+    fn fetch_batch(&mut self) -> Result<Batch> {
         if self.stream.is_some() {
             return self.next_changes();
         }

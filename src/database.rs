@@ -167,13 +167,17 @@ impl Database {
         options: &OpOptions,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
+        let options = &options.flattened()?;
         let mut cursor_opts = RawDocumentBuf::new();
         if let Some(b) = batch_size {
             cursor_opts.append(bson::cstr!("batchSize"), i64::from(b));
         }
         let mut command = rawdoc! { "listCollections": 1, "filter": filter, "cursor": cursor_opts };
         self.merge_options(&mut command, options)?;
-        let op = RunCommand::read(&self.name, command);
+        let op = RunCommand {
+            criteria: Criteria::Read(options.read_preference_or_primary()),
+            ..RunCommand::read(&self.name, command)
+        };
         self.cursor_command(
             op,
             options.timeout_ms,
@@ -192,12 +196,16 @@ impl Database {
         options: &OpOptions,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
+        let options = &options.flattened()?;
         let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
         self.merge_options(&mut command, options)?;
         let op = if crate::collection::pipeline_writes(pipeline) {
             RunCommand::new(&self.name, command, Criteria::Write)
         } else {
-            RunCommand::read(&self.name, command)
+            RunCommand {
+                criteria: Criteria::Read(options.read_preference_or_primary()),
+                ..RunCommand::read(&self.name, command)
+            }
         };
         self.cursor_command(
             op,
@@ -301,6 +309,7 @@ impl Database {
         options: &OpOptions,
     ) -> Result<Cursor> {
         self.check()?;
+        let options = &options.flattened()?;
         let timeout_ms =
             crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         crate::change_stream::open(

@@ -21,6 +21,44 @@ pub enum ErrorKind {
     /// when name lookup is not allowed): its policy, so never retried, and
     /// server selection fails at once. The message names the address.
     AccessDenied,
+    /// A write would duplicate a unique index key (codes 11000, 11001, 12582).
+    DuplicateKey,
+    /// The write was applied but its write concern was not satisfied.
+    WriteConcern,
+}
+
+/// The server codes of a duplicate key (DuplicateKey and its legacy forms).
+const DUPLICATE_KEY_CODES: [i32; 3] = [11000, 11001, 12582];
+
+/// One write error of a write command (CRUD spec, WriteError).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteError {
+    /// The position of the failed document or model in the caller's list.
+    pub index: u32,
+    pub code: i32,
+    pub code_name: Option<String>,
+    pub message: String,
+    /// The server's `errInfo`.
+    pub details: Option<RawDocumentBuf>,
+}
+
+/// A write concern error (CRUD spec, WriteConcernError).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteConcernError {
+    pub code: i32,
+    pub code_name: Option<String>,
+    pub message: String,
+    /// The server's `errInfo`.
+    pub details: Option<RawDocumentBuf>,
+}
+
+/// What a failed insert-many or bulk write reports (CRUD spec,
+/// BulkWriteException): its errors and what it wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteFailure {
+    pub write_errors: Vec<WriteError>,
+    pub write_concern_errors: Vec<WriteConcernError>,
+    pub partial_result: crate::collection::BulkWriteResult,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +73,9 @@ pub struct Error {
     pub cause: Option<Box<Cause>>,
     /// Boxed: rarely set, and it keeps `Result<T>` small on the hot path.
     pub reply: Option<Box<RawDocumentBuf>>,
+    /// The write errors and partial result of a failed insert-many or
+    /// bulk write. Boxed, as `reply`.
+    pub write_failure: Option<Box<WriteFailure>>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -65,7 +106,30 @@ impl Error {
             message: message.into(),
             cause: None,
             reply: None,
+            write_failure: None,
         }
+    }
+
+    /// The kind a caller branches on, decided once an error is final (after
+    /// retries, which look at `Server` errors' codes): a server error with a
+    /// duplicate key code is `DuplicateKey`; one made from a reply's
+    /// `writeConcernError` (the reply carries it, with the error's code) is
+    /// `WriteConcern`.
+    pub fn settled(mut self) -> Error {
+        if self.kind != ErrorKind::Server {
+            return self;
+        }
+        if self.code.is_some_and(|c| DUPLICATE_KEY_CODES.contains(&c)) {
+            self.kind = ErrorKind::DuplicateKey;
+        } else if self.reply.as_ref().is_some_and(|r| {
+            r.get_document("writeConcernError").is_ok_and(|w| {
+                self.code.is_some()
+                    && crate::operation::int_field(w, "code").map(|c| c as i32) == self.code
+            })
+        }) {
+            self.kind = ErrorKind::WriteConcern;
+        }
+        self
     }
 
     /// A deadline expired while `section` was waiting.
@@ -207,6 +271,37 @@ mod tests {
         let text = t.clone().with_cause("text");
         assert!(text.cause_error().is_none());
         assert!(text.to_string().ends_with("caused by text"));
+    }
+
+    #[test]
+    fn settled_kinds_name_duplicate_keys_and_write_concern_errors() {
+        let mut dup = Error::new(ErrorKind::Server, "E11000");
+        dup.code = Some(11000);
+        assert_eq!(dup.clone().settled().kind, ErrorKind::DuplicateKey);
+        let mut wce = Error::new(ErrorKind::Server, "waiting for replication timed out");
+        wce.code = Some(64);
+        assert_eq!(
+            wce.clone().settled().kind,
+            ErrorKind::Server,
+            "no reply: a plain error"
+        );
+        wce.reply = Some(Box::new(
+            bson::rawdoc! { "ok": 1, "writeConcernError": { "code": 64 } },
+        ));
+        assert_eq!(wce.clone().settled().kind, ErrorKind::WriteConcern);
+        wce.code = Some(91);
+        assert_eq!(
+            wce.settled().kind,
+            ErrorKind::Server,
+            "another code: not the concern's"
+        );
+        let mut timeout = Error::timeout("x");
+        timeout.code = Some(11000);
+        assert_eq!(
+            timeout.settled().kind,
+            ErrorKind::Timeout,
+            "only server errors"
+        );
     }
 
     #[test]

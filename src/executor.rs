@@ -43,8 +43,10 @@ struct Attempts {
 }
 
 /// Runs `op` with the context's session, or an implicit one.
+/// A final error gets its settled kind (`Error::settled`: duplicate key,
+/// write concern) only here, after the retry loop looked at its code.
 pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
-    match ctx.session {
+    let result = match ctx.session {
         // A withTransaction body's deadline bounds every operation on its session.
         Some(s) => {
             let ctx = Context {
@@ -61,7 +63,8 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
             };
             run(client, op, &ctx)
         }
-    }
+    };
+    result.map_err(Error::settled)
 }
 
 /// Runs `op` with no session at all (endSessions itself).
@@ -75,6 +78,7 @@ pub fn execute_without_session<O: Operation>(
 
 /// The retry loop: once without timeoutMS, as often as the deadline allows with it.
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+    client.check_open()?;
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
     // A session used outside a transaction is no longer pinned (Transactions spec).
     if let (false, false, Some(s)) = (in_txn, op.ends_transaction(), ctx.session) {

@@ -43,17 +43,20 @@ mod session;
 mod topology;
 pub mod versioned_api;
 
-// Export names such as `mongo-wasi:driver/client@0.1.0` only link into a
+// Export names such as `mongo-wasi:driver/client@0.2.0` only link into a
 // wasm component; a native cdylib's linker rejects them.
 #[cfg(all(feature = "component", target_arch = "wasm32"))]
 mod component;
 
 pub use client::{Client, ClientOptions};
-pub use collection::{Collection, FindOptions, OpOptions, UpdateResult, UpdateSpec};
+pub use collection::{
+    BulkWriteResult, Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadConcern, ReadMode,
+    ReturnDocument, UpdateModel, UpdateResult, UpdateSpec, WriteConcern, WriteModel,
+};
 pub use cursor::{Batch, Cursor, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
-pub use error::{Cause, Error, ErrorKind, Result};
+pub use error::{Cause, Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };

@@ -32,14 +32,30 @@ pub struct Collection(pub ResourceAny);
 #[derive(Clone, Copy, Debug)]
 pub struct Cursor(pub ResourceAny);
 
+/// Op options with nothing set (`..no_options()` fills the rest of a literal).
 pub fn no_options() -> OpOptions {
     OpOptions {
         timeout_ms: None,
         session: None,
         extra: None,
+        upsert: None,
+        ordered: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        array_filters: None,
+        return_document: None,
+        projection: None,
+        sort: None,
+        bypass_document_validation: None,
+        read_concern: None,
+        write_concern: None,
+        read_preference: None,
     }
 }
 
+/// Find options with nothing set.
 pub fn find_options() -> FindOptions {
     FindOptions {
         timeout_ms: None,
@@ -51,7 +67,46 @@ pub fn find_options() -> FindOptions {
         batch_size: None,
         timeout_mode: None,
         extra: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        max_await_time_ms: None,
+        read_concern: None,
+        read_preference: None,
     }
+}
+
+/// Aggregate options with nothing set.
+pub fn aggregate_options() -> AggregateOptions {
+    AggregateOptions {
+        timeout_ms: None,
+        session: None,
+        batch_size: None,
+        timeout_mode: None,
+        extra: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        max_await_time_ms: None,
+        read_concern: None,
+        write_concern: None,
+        read_preference: None,
+    }
+}
+
+/// One BSON value as the WIT `value` shape, `{v: <value>}`.
+pub fn value(v: impl Into<bson::Bson>) -> Vec<u8> {
+    bson::doc! { "v": v.into() }
+        .to_vec()
+        .expect("a value encodes")
+}
+
+/// The BSON value inside a WIT `value` (`{v: <value>}`).
+pub fn unvalue(bytes: &[u8]) -> bson::Bson {
+    let d = bson::Document::from_reader(bytes).expect("a value is BSON");
+    d.get("v").cloned().expect("a value has v")
 }
 
 impl Guest {
@@ -186,14 +241,14 @@ impl Guest {
         coll: Collection,
         docs: &[bson::RawDocumentBuf],
         opts: &OpOptions,
-    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+    ) -> Result<WitResult<Vec<bson::Bson>>> {
         let bytes: Vec<Vec<u8>> = docs.iter().map(|d| d.as_bytes().to_vec()).collect();
         let r = self
             .driver
             .mongo_wasi_driver_collection()
             .collection()
             .call_insert_many(&mut self.store, coll.0, &bytes, opts)?;
-        Ok(r.map(|res| bson::RawDocumentBuf::from_bytes(res.inserted_ids).expect("ids are BSON")))
+        Ok(r.map(|res| res.inserted_ids.iter().map(|id| unvalue(id)).collect()))
     }
 
     pub fn insert_one(
@@ -201,13 +256,13 @@ impl Guest {
         coll: Collection,
         doc: &bson::RawDocument,
         opts: &OpOptions,
-    ) -> Result<WitResult<bson::RawDocumentBuf>> {
+    ) -> Result<WitResult<bson::Bson>> {
         let r = self
             .driver
             .mongo_wasi_driver_collection()
             .collection()
             .call_insert_one(&mut self.store, coll.0, &doc.as_bytes().to_vec(), opts)?;
-        Ok(r.map(|res| bson::RawDocumentBuf::from_bytes(res.inserted_id).expect("id is BSON")))
+        Ok(r.map(|res| unvalue(&res.inserted_id)))
     }
 
     /// `mapReduce` with JavaScript `map`/`reduce` into `out`.
@@ -279,6 +334,34 @@ impl Guest {
             .mongo_wasi_driver_cursor()
             .cursor()
             .call_next_batch(&mut self.store, cursor.0)
+    }
+
+    /// `cursor.next`: one document, at most one getMore.
+    pub fn next(&mut self, cursor: Cursor) -> Result<WitResult<Option<bson::RawDocumentBuf>>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_next(&mut self.store, cursor.0)?;
+        Ok(r.map(|d| d.map(|d| bson::RawDocumentBuf::from_bytes(d).expect("a document"))))
+    }
+
+    /// `cursor.collect(max)`.
+    pub fn collect(
+        &mut self,
+        cursor: Cursor,
+        max: u32,
+    ) -> Result<WitResult<Vec<bson::RawDocumentBuf>>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_collect(&mut self.store, cursor.0, max)?;
+        Ok(r.map(|docs| {
+            docs.into_iter()
+                .map(|d| bson::RawDocumentBuf::from_bytes(d).expect("a document"))
+                .collect()
+        }))
     }
 
     pub fn cursor_id(&mut self, cursor: Cursor) -> Result<i64> {

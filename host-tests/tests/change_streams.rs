@@ -13,11 +13,8 @@ use wasmtime::component::ResourceAny;
 
 fn agg(extra: Option<RawDocumentBuf>) -> AggregateOptions {
     AggregateOptions {
-        timeout_ms: None,
-        session: None,
-        batch_size: None,
-        timeout_mode: None,
         extra: extra.map(|d| d.into_bytes()),
+        ..host_tests::guest::aggregate_options()
     }
 }
 

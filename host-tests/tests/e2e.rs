@@ -5,8 +5,11 @@
 #![allow(clippy::result_large_err)]
 
 use bson::{rawdoc, RawDocumentBuf};
+use host_tests::bindings::exports::mongo_wasi::driver::collection::{
+    DeleteModel, UpdateModel, UpdateSpec, WriteModel,
+};
 use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
-use host_tests::guest::{find_options, no_options, Client, Database, Guest};
+use host_tests::guest::{find_options, no_options, unvalue, Client, Database, Guest};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
@@ -56,7 +59,7 @@ fn insert_a_thousand_then_iterate_them_all_with_get_more() {
         .insert_many(coll, &thousand_docs(), &no_options())
         .unwrap()
         .expect("insert_many");
-    assert_eq!(ids.iter().count(), 1000, "one generated _id per document");
+    assert_eq!(ids.len(), 1000, "one generated _id per document");
     assert_eq!(
         g.count_documents(coll, &rawdoc! {}, &no_options())
             .unwrap()
@@ -168,7 +171,7 @@ fn dropping_an_open_cursor_kills_it_too() {
 }
 
 #[test]
-fn duplicate_key_is_a_server_error_with_its_code() {
+fn duplicate_key_is_its_own_kind_with_its_code() {
     let (mut g, _client, db) = setup("dupkey");
     let coll = g.collection(db, "docs", None).unwrap();
     g.insert_one(coll, &rawdoc! { "_id": 1 }, &no_options())
@@ -178,7 +181,7 @@ fn duplicate_key_is_a_server_error_with_its_code() {
         .insert_one(coll, &rawdoc! { "_id": 1 }, &no_options())
         .unwrap()
         .expect_err("duplicate _id");
-    assert_eq!(err.kind, ErrorKind::Server);
+    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
     assert_eq!(err.code, Some(11000), "{err:?}");
 }
 
@@ -359,16 +362,25 @@ fn host_names_resolve_through_wasi_name_lookup() {
 fn bulk_write_runs_mixed_models_and_reports_partial_results() {
     let (mut g, client, db) = setup("bulk");
     let coll = g.collection(db, "c", None).unwrap();
-    let models: Vec<Vec<u8>> = [
-        rawdoc! { "insertOne": { "document": { "_id": 1, "n": 1 } } },
-        rawdoc! { "insertOne": { "document": { "_id": 2, "n": 2 } } },
-        rawdoc! { "updateOne": { "filter": { "_id": 1 }, "update": { "$set": { "n": 10 } } } },
-        rawdoc! { "updateOne": { "filter": { "_id": 3 }, "update": { "$set": { "n": 3 } }, "upsert": true } },
-        rawdoc! { "deleteOne": { "filter": { "_id": 2 } } },
-    ]
-    .iter()
-    .map(|d| d.as_bytes().to_vec())
-    .collect();
+    let update = |filter: RawDocumentBuf, set: RawDocumentBuf, upsert| UpdateModel {
+        filter: filter.into_bytes(),
+        update: UpdateSpec::Document(rawdoc! { "$set": set }.into_bytes()),
+        upsert,
+        collation: None,
+        hint: None,
+        array_filters: None,
+    };
+    let models = vec![
+        WriteModel::InsertOne(rawdoc! { "_id": 1, "n": 1 }.into_bytes()),
+        WriteModel::InsertOne(rawdoc! { "_id": 2, "n": 2 }.into_bytes()),
+        WriteModel::UpdateOne(update(rawdoc! { "_id": 1 }, rawdoc! { "n": 10 }, None)),
+        WriteModel::UpdateOne(update(rawdoc! { "_id": 3 }, rawdoc! { "n": 3 }, Some(true))),
+        WriteModel::DeleteOne(DeleteModel {
+            filter: rawdoc! { "_id": 2 }.into_bytes(),
+            collation: None,
+            hint: None,
+        }),
+    ];
     g.take_events(client).unwrap();
     let r = g
         .driver
@@ -377,12 +389,22 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         .call_bulk_write(&mut g.store, coll.0, &models, &no_options())
         .unwrap()
         .expect("bulk write");
-    let r = bson::RawDocument::from_bytes(&r).unwrap();
-    assert_eq!(r.get_i64("insertedCount").unwrap(), 2);
-    assert_eq!(r.get_i64("matchedCount").unwrap(), 1);
-    assert_eq!(r.get_i64("modifiedCount").unwrap(), 1);
-    assert_eq!(r.get_i64("upsertedCount").unwrap(), 1);
-    assert_eq!(r.get_i64("deletedCount").unwrap(), 1);
+    assert_eq!(r.inserted_count, 2);
+    assert_eq!(r.matched_count, 1);
+    assert_eq!(r.modified_count, 1);
+    assert_eq!(r.upserted_count, 1);
+    assert_eq!(r.deleted_count, 1);
+    let ids: Vec<(u32, bson::Bson)> = r
+        .inserted_ids
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
+    assert_eq!(ids, [(0, bson::Bson::Int32(1)), (1, bson::Bson::Int32(2))]);
+    assert_eq!(r.upserted_ids.len(), 1);
+    assert_eq!(
+        (r.upserted_ids[0].index, unvalue(&r.upserted_ids[0].id)),
+        (3, bson::Bson::Int32(3))
+    );
     let names: Vec<String> = g
         .take_events(client)
         .unwrap()
@@ -397,14 +419,10 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
     );
 
     // An ordered bulk write stops at a duplicate key and reports what it did.
-    let models: Vec<Vec<u8>> = [
-        rawdoc! { "insertOne": { "document": { "_id": 4 } } },
-        rawdoc! { "insertOne": { "document": { "_id": 1 } } },
-        rawdoc! { "insertOne": { "document": { "_id": 5 } } },
-    ]
-    .iter()
-    .map(|d| d.as_bytes().to_vec())
-    .collect();
+    let models: Vec<WriteModel> = [4, 1, 5]
+        .into_iter()
+        .map(|id| WriteModel::InsertOne(rawdoc! { "_id": id }.into_bytes()))
+        .collect();
     let err = g
         .driver
         .mongo_wasi_driver_collection()
@@ -413,6 +431,24 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         .unwrap()
         .expect_err("duplicate _id");
     assert_eq!(err.code, Some(11000));
+    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.write_errors.len(), 1, "{err:?}");
+    assert_eq!(
+        (err.write_errors[0].index, err.write_errors[0].code),
+        (1, 11000)
+    );
+    let partial = err.partial_result.as_ref().expect("what was written");
+    assert_eq!(partial.inserted_count, 1);
+    let written: Vec<(u32, bson::Bson)> = partial
+        .inserted_ids
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
+    assert_eq!(
+        written,
+        [(0, bson::Bson::Int32(4))],
+        "ordered: nothing after the failure"
+    );
     let reply = bson::RawDocument::from_bytes(err.reply.as_deref().unwrap()).unwrap();
     let partial = reply.get_document("partialResult").unwrap();
     assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);

@@ -172,10 +172,8 @@ fn aggregate_options(
 ) -> AggregateOptions {
     AggregateOptions {
         timeout_ms,
-        session: None,
-        batch_size: None,
-        timeout_mode: None,
         extra: extra.map(|d| d.into_bytes()),
+        ..host_tests::guest::aggregate_options()
     }
 }
 

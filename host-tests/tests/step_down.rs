@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 fn timeout(ms: u64) -> OpOptions {
     OpOptions {
         timeout_ms: Some(ms),
-        session: None,
-        extra: None,
+        ..host_tests::guest::no_options()
     }
 }
 

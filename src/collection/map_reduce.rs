@@ -57,6 +57,7 @@ impl Collection {
         options: &OpOptions,
     ) -> Result<RawDocumentBuf> {
         let (mut body, read) = command(&self.name, map, reduce, out)?;
+        let options = &options.flattened()?;
         let options = match read {
             true => self.reading(options)?,
             false => self.writing(options)?,

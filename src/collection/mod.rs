@@ -2,7 +2,12 @@
 
 mod indexes;
 mod map_reduce;
+mod options;
 pub(crate) mod writes;
+
+pub use crate::sdam::selection::ReadMode;
+pub use options::{Hint, ReadConcern, ReturnDocument, WriteConcern};
+pub use writes::{DeleteModel, UpdateModel, WriteModel};
 
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
@@ -27,13 +32,31 @@ pub struct Collection {
     config_error: Option<Error>,
 }
 
-/// Options every operation takes; `extra` holds further command fields by
-/// their server names (hint, collation, comment, upsert, ordered...).
+/// Options every operation takes (WIT `op-options`): the CRUD spec's
+/// everyday options typed, and `extra` for further command fields by their
+/// server names. A typed field replaces the same field in `extra`.
 #[derive(Default, Clone)]
 pub struct OpOptions<'a> {
     pub timeout_ms: Option<u64>,
     pub session: Option<&'a Session>,
     pub extra: Option<RawDocumentBuf>,
+    pub upsert: Option<bool>,
+    pub ordered: Option<bool>,
+    pub hint: Option<Hint>,
+    pub collation: Option<RawDocumentBuf>,
+    pub comment: Option<RawBson>,
+    /// The CRUD spec's `let`.
+    pub let_vars: Option<RawDocumentBuf>,
+    pub array_filters: Option<Vec<RawDocumentBuf>>,
+    pub return_document: Option<ReturnDocument>,
+    pub projection: Option<RawDocumentBuf>,
+    pub sort: Option<RawDocumentBuf>,
+    pub bypass_document_validation: Option<bool>,
+    /// For the cursor operations that take aggregate options (WIT
+    /// `aggregate-options`), which the Rust API passes as op options.
+    pub max_await_time_ms: Option<u64>,
+    pub read_concern: Option<ReadConcern>,
+    pub write_concern: Option<WriteConcern>,
     /// For the reads that may use a secondary (find, aggregate without
     /// $out/$merge, count, count-documents, estimated-document-count,
     /// distinct, inline map-reduce); unset: the collection's default.
@@ -52,6 +75,13 @@ pub struct FindOptions<'a> {
     pub batch_size: Option<u32>,
     pub timeout_mode: Option<TimeoutMode>,
     pub extra: Option<RawDocumentBuf>,
+    pub hint: Option<Hint>,
+    pub collation: Option<RawDocumentBuf>,
+    pub comment: Option<RawBson>,
+    /// The CRUD spec's `let`.
+    pub let_vars: Option<RawDocumentBuf>,
+    pub max_await_time_ms: Option<u64>,
+    pub read_concern: Option<ReadConcern>,
     /// Where the find may run; unset: the collection's default.
     pub read_preference: Option<ReadPreference>,
 }
@@ -60,8 +90,22 @@ pub struct FindOptions<'a> {
 pub struct UpdateResult {
     pub matched: i64,
     pub modified: i64,
-    /// `{v: <id>}` when the update upserted.
-    pub upserted_id: Option<RawDocumentBuf>,
+    /// The `_id` of the upserted document, when the update upserted.
+    pub upserted_id: Option<RawBson>,
+}
+
+/// The result of a bulk write (CRUD spec, BulkWriteResult).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BulkWriteResult {
+    pub inserted_count: i64,
+    pub matched_count: i64,
+    pub modified_count: i64,
+    pub deleted_count: i64,
+    pub upserted_count: i64,
+    /// (model index, `_id`) of each applied insert.
+    pub inserted_ids: Vec<(u32, RawBson)>,
+    /// (model index, `_id`) of each upsert.
+    pub upserted_ids: Vec<(u32, RawBson)>,
 }
 
 /// An update document, or a pipeline.
@@ -197,6 +241,19 @@ impl Collection {
     }
 
     pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
+        let typed = options::Typed {
+            hint: options.hint.as_ref(),
+            collation: options.collation.as_ref(),
+            comment: options.comment.as_ref(),
+            let_vars: options.let_vars.as_ref(),
+            max_await_time_ms: options.max_await_time_ms,
+            read_concern: options.read_concern.as_ref(),
+            ..Default::default()
+        };
+        let options = &FindOptions {
+            extra: typed.merged_into(options.extra.as_ref())?,
+            ..options.clone()
+        };
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         let flag = |name: &str| {
             options
@@ -279,6 +336,7 @@ impl Collection {
         options: &OpOptions,
         timeout_mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
+        let options = &options.flattened()?;
         let body = aggregate_command(self.name.as_str().into(), pipeline, batch_size);
         // $out/$merge write: not retried as a read, and the write concern applies.
         let writes = pipeline_writes(pipeline);
@@ -299,6 +357,7 @@ impl Collection {
         retry: Retryability,
         writes: bool,
     ) -> Result<Cursor> {
+        let options = &options.flattened()?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         // maxAwaitTimeMS is for getMore, not for the command itself.
         let (max_await, extra) = max_await_time(options.extra.as_ref(), timeout_ms)?;
@@ -346,6 +405,7 @@ impl Collection {
         options: &OpOptions,
         retry: Retryability,
     ) -> Result<RawDocumentBuf> {
+        let options = &options.flattened()?;
         let options = match retry {
             Retryability::Read => self.reading(options)?,
             _ => self.writing(options)?,
@@ -364,6 +424,7 @@ impl Collection {
         batch_size: Option<u32>,
         options: &OpOptions,
     ) -> Result<Cursor> {
+        let options = &options.flattened()?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
         let target = RawBson::String(self.name.clone());
         crate::change_stream::open(
@@ -379,6 +440,7 @@ impl Collection {
 
     /// Renames this collection within its database (`renameCollection` on admin).
     pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
+        let options = &options.flattened()?;
         let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };
         crate::operation::merge_extra(&mut body, self.writing(options)?.extra.as_deref())?;
         let mut op = RunCommand::new("admin", body, Criteria::Write);
@@ -390,6 +452,7 @@ impl Collection {
     }
 
     pub fn count_documents(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
+        let options = &options.flattened()?;
         let mut pipeline = vec![rawdoc! { "$match": filter }];
         let extra = options.extra.as_ref();
         if let Some(skip) = extra.and_then(|e| e.get("skip").ok().flatten()) {
@@ -424,13 +487,13 @@ impl Collection {
         number(&reply, "n")
     }
 
-    /// The distinct values as `{values: [...]}`.
+    /// The distinct values, in the server's order.
     pub fn distinct(
         &self,
         field: &str,
         filter: RawDocumentBuf,
         options: &OpOptions,
-    ) -> Result<RawDocumentBuf> {
+    ) -> Result<Vec<RawBson>> {
         let body = rawdoc! { "distinct": self.name.as_str(), "key": field, "query": filter };
         let reply = self.command(body, options, Retryability::Read)?;
         distinct_values(&reply)
@@ -509,12 +572,12 @@ fn array(docs: &[RawDocumentBuf]) -> RawArrayBuf {
     arr
 }
 
-/// The distinct values of a reply, as `{values: [...]}`.
-pub(crate) fn distinct_values(reply: &RawDocument) -> Result<RawDocumentBuf> {
+/// The distinct values of a reply.
+pub(crate) fn distinct_values(reply: &RawDocument) -> Result<Vec<RawBson>> {
     let values = reply
         .get_array("values")
         .map_err(|_| Error::protocol("distinct reply has no values"))?;
-    Ok(rawdoc! { "values": values.to_owned() })
+    values.into_iter().map(|v| Ok(RawBson::from(v?))).collect()
 }
 
 pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {

@@ -2,9 +2,9 @@
 //! bulk writes share one path (`WriteCommand`, batched to the server's
 //! limits, retryable when single-document); findAndModify is its own command.
 
-use super::{array, Collection, OpOptions, UpdateResult, UpdateSpec};
+use super::{array, BulkWriteResult, Collection, Hint, OpOptions, UpdateResult, UpdateSpec};
 use crate::csot::OpTimeout;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
 use crate::operation::write::{with_id, WriteCommand, WriteKind, WriteResult};
@@ -15,37 +15,131 @@ use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 /// Per-statement options a caller passes in `extra` (CRUD spec names).
 const STATEMENT_OPTIONS: &[&str] = &["upsert", "collation", "hint", "arrayFilters"];
 
+/// The filter, change and statement options of an update or replace model.
+pub struct UpdateModel {
+    pub filter: RawDocumentBuf,
+    /// The update, or (replace-one) the replacement as `UpdateSpec::Document`.
+    pub update: UpdateSpec,
+    pub upsert: Option<bool>,
+    pub collation: Option<RawDocumentBuf>,
+    pub hint: Option<Hint>,
+    pub array_filters: Option<Vec<RawDocumentBuf>>,
+}
+
+/// The filter and statement options of a delete model.
+pub struct DeleteModel {
+    pub filter: RawDocumentBuf,
+    pub collation: Option<RawDocumentBuf>,
+    pub hint: Option<Hint>,
+}
+
+/// One write of a bulk write (CRUD spec, WriteModel).
+pub enum WriteModel {
+    InsertOne(RawDocumentBuf),
+    UpdateOne(UpdateModel),
+    UpdateMany(UpdateModel),
+    ReplaceOne(UpdateModel),
+    DeleteOne(DeleteModel),
+    DeleteMany(DeleteModel),
+}
+
+impl WriteModel {
+    /// The model in the planner's shape (`{updateOne: {filter, update, ...}}`).
+    fn to_document(&self) -> Result<RawDocumentBuf> {
+        let statement_options =
+            |d: &mut RawDocumentBuf, collation: &Option<RawDocumentBuf>, hint: &Option<Hint>| {
+                if let Some(c) = collation {
+                    d.append(cstr!("collation"), c.clone());
+                }
+                match hint {
+                    Some(Hint::Name(n)) => d.append(cstr!("hint"), n.as_str()),
+                    Some(Hint::Keys(k)) => d.append(cstr!("hint"), k.clone()),
+                    None => {}
+                }
+            };
+        let update = |name: &str, m: &UpdateModel| -> Result<RawDocumentBuf> {
+            let mut d = rawdoc! { "filter": m.filter.clone() };
+            match (&m.update, name) {
+                (UpdateSpec::Document(r), "replaceOne") => {
+                    d.append(cstr!("replacement"), r.clone())
+                }
+                (UpdateSpec::Pipeline(_), "replaceOne") => {
+                    return Err(Error::invalid_argument(
+                        "replace-one needs a replacement document, not a pipeline",
+                    ))
+                }
+                (UpdateSpec::Document(u), _) => d.append(cstr!("update"), u.clone()),
+                (UpdateSpec::Pipeline(p), _) => d.append(cstr!("update"), array(p)),
+            }
+            if let Some(u) = m.upsert {
+                d.append(cstr!("upsert"), u);
+            }
+            if let Some(f) = &m.array_filters {
+                d.append(cstr!("arrayFilters"), array(f));
+            }
+            statement_options(&mut d, &m.collation, &m.hint);
+            let mut model = RawDocumentBuf::new();
+            model.append(key(name)?, d);
+            Ok(model)
+        };
+        let delete = |name: &str, m: &DeleteModel| -> Result<RawDocumentBuf> {
+            let mut d = rawdoc! { "filter": m.filter.clone() };
+            statement_options(&mut d, &m.collation, &m.hint);
+            let mut model = RawDocumentBuf::new();
+            model.append(key(name)?, d);
+            Ok(model)
+        };
+        match self {
+            WriteModel::InsertOne(doc) => Ok(rawdoc! { "insertOne": { "document": doc.clone() } }),
+            WriteModel::UpdateOne(m) => update("updateOne", m),
+            WriteModel::UpdateMany(m) => update("updateMany", m),
+            WriteModel::ReplaceOne(m) => update("replaceOne", m),
+            WriteModel::DeleteOne(m) => delete("deleteOne", m),
+            WriteModel::DeleteMany(m) => delete("deleteMany", m),
+        }
+    }
+}
+
 impl Collection {
-    /// Inserts one document; returns its `_id` as `{v: <id>}`.
-    pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawDocumentBuf> {
+    /// Inserts one document; returns its `_id`.
+    pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawBson> {
+        let options = &options.flattened()?;
         let (doc, id) = with_id(doc)?;
         let op = self.write_op(WriteKind::Insert, vec![doc], 0);
         raise(&self.write(op, options)?)?;
-        Ok(rawdoc! { "v": id })
+        Ok(id)
     }
 
     /// Inserts many documents in as few `insert` commands as the server's
-    /// limits allow, all under one deadline; returns `{"0": id, "1": id, ...}`.
+    /// limits allow, all under one deadline; returns the `_id`s in order.
+    /// A write error fails it with the errors and the ids inserted
+    /// (`Error::write_failure`, CRUD spec BulkWriteException).
     pub fn insert_many(
         &self,
         docs: &[RawDocumentBuf],
         options: &OpOptions,
-    ) -> Result<RawDocumentBuf> {
+    ) -> Result<Vec<RawBson>> {
+        let options = &options.flattened()?;
         if docs.is_empty() {
             return Err(Error::invalid_argument(
                 "insert-many needs at least one document",
             ));
         }
-        let mut ids = RawDocumentBuf::new();
+        let mut ids = Vec::with_capacity(docs.len());
         let mut prepared = Vec::with_capacity(docs.len());
         for (i, doc) in docs.iter().enumerate() {
             let (doc, id) = with_id(doc)?;
-            ids.append(key(&i.to_string())?, id);
+            ids.push((i, id));
             prepared.push(doc);
         }
         let op = self.write_op(WriteKind::Insert, prepared, 0);
-        raise(&self.write(op, options)?)?;
-        Ok(ids)
+        let r = self.write(op, options)?;
+        if r.write_errors.is_empty() && r.write_concern_errors.is_empty() {
+            return Ok(ids.into_iter().map(|(_, id)| id).collect());
+        }
+        let mut total = Totals::default();
+        total.add(WriteKind::Insert, r);
+        total.finish(&ids, ordered(options)).map(|_| Vec::new())
     }
 
     pub fn update_one(
@@ -91,6 +185,7 @@ impl Collection {
         multi: bool,
         options: &OpOptions,
     ) -> Result<UpdateResult> {
+        let options = &options.flattened()?;
         let mut stmt = rawdoc! { "q": filter, "u": u };
         if multi {
             stmt.append(cstr!("multi"), true);
@@ -104,6 +199,7 @@ impl Collection {
     }
 
     fn delete(&self, filter: RawDocumentBuf, many: bool, options: &OpOptions) -> Result<i64> {
+        let options = &options.flattened()?;
         let mut stmt = rawdoc! { "q": filter, "limit": if many { 0 } else { 1 } };
         move_fields(&mut stmt, options, &["collation", "hint"])?;
         let mut op = self.write_op(WriteKind::Delete, vec![stmt], 0);
@@ -113,16 +209,22 @@ impl Collection {
         Ok(r.n)
     }
 
-    /// Runs each model (`{insertOne: {...}}`, `{updateMany: {...}}`...) in
-    /// order, one write command per run of one kind; returns the CRUD spec's
-    /// BulkWriteResult as a document. Write errors fail it with the partial
-    /// result, `writeErrors` and `writeConcernErrors` in the error's reply.
+    /// Runs each model in order, one write command per run of one kind;
+    /// returns the CRUD spec's BulkWriteResult. Write errors fail it with
+    /// `Error::write_failure` (the errors and the partial result), the same
+    /// in the error's reply as `writeErrors`, `writeConcernErrors` and
+    /// `partialResult`.
     pub fn bulk_write(
         &self,
-        models: &[RawDocumentBuf],
+        models: &[WriteModel],
         options: &OpOptions,
-    ) -> Result<RawDocumentBuf> {
-        let bulk::Plan { runs, inserted } = bulk::plan(models)?;
+    ) -> Result<BulkWriteResult> {
+        let options = &options.flattened()?;
+        let models: Vec<RawDocumentBuf> = models
+            .iter()
+            .map(WriteModel::to_document)
+            .collect::<Result<_>>()?;
+        let bulk::Plan { runs, inserted } = bulk::plan(&models)?;
         let ordered = ordered(options);
         let mut total = Totals::default();
         // One deadline bounds the whole bulk write, every run of it.
@@ -153,6 +255,7 @@ impl Collection {
         change: Option<RawBson>,
         options: &OpOptions,
     ) -> Result<Option<RawDocumentBuf>> {
+        let options = &options.flattened()?;
         let mut body = rawdoc! { "findAndModify": self.name.as_str(), "query": filter };
         match change {
             None => body.append(cstr!("remove"), true),
@@ -268,10 +371,7 @@ fn ordered(options: &OpOptions) -> bool {
 /// An update's result from what the server reported.
 pub(crate) fn update_result(r: &WriteResult) -> Result<UpdateResult> {
     raise(r)?;
-    let upserted_id = r
-        .upserted
-        .first()
-        .map(|(_, id)| rawdoc! { "v": id.clone() });
+    let upserted_id = r.upserted.first().map(|(_, id)| id.clone());
     Ok(UpdateResult {
         matched: r.n.saturating_sub(r.upserted.len() as i64),
         modified: r.n_modified,
@@ -288,16 +388,18 @@ pub(crate) fn find_and_modify_value(reply: &RawDocument) -> Result<Option<RawDoc
     }
 }
 
-/// The first write error, else the first write concern error, as the error.
+/// The first write error, else the first write concern error, as the error
+/// (of its settled kind: `DuplicateKey`, `WriteConcern`...).
 pub(crate) fn raise(r: &WriteResult) -> Result<()> {
     if let Some((_, e)) = r.write_errors.first() {
         let mut e = e.clone();
         e.message = format!("write error: {}", e.message);
-        return Err(e);
+        return Err(e.settled());
     }
     if let Some(e) = r.write_concern_errors.first() {
         let mut e = e.clone();
         e.message = format!("write concern error: {}", e.message);
+        e.kind = ErrorKind::WriteConcern;
         return Err(e);
     }
     Ok(())
@@ -336,67 +438,136 @@ impl Totals {
         self,
         inserted: &[(usize, RawBson)],
         ordered: bool,
-    ) -> Result<RawDocumentBuf> {
+    ) -> Result<BulkWriteResult> {
         let failed = |i: usize| self.write_errors.iter().any(|(at, _)| *at == i);
         let first_failure = self.write_errors.iter().map(|(at, _)| *at).min();
-        let mut inserted_ids = RawDocumentBuf::new();
-        for (i, id) in inserted {
-            let sent = !ordered || first_failure.is_none_or(|f| *i < f);
-            if sent && !failed(*i) {
-                inserted_ids.append(key(&i.to_string())?, id.clone());
-            }
-        }
-        let mut upserted_ids = RawDocumentBuf::new();
-        for (i, id) in &self.upserted {
-            upserted_ids.append(key(&i.to_string())?, id.clone());
-        }
-        let result = rawdoc! {
-            "insertedCount": self.inserted,
-            "matchedCount": self.matched,
-            "modifiedCount": self.modified,
-            "deletedCount": self.deleted,
-            "upsertedCount": self.upserted.len() as i64,
-            "insertedIds": inserted_ids,
-            "upsertedIds": upserted_ids,
+        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        let inserted_ids = inserted
+            .iter()
+            .filter(|(i, _)| {
+                let sent = !ordered || first_failure.is_none_or(|f| *i < f);
+                sent && !failed(*i)
+            })
+            .map(|(i, id)| (index(*i), id.clone()))
+            .collect();
+        let result = BulkWriteResult {
+            inserted_count: self.inserted,
+            matched_count: self.matched,
+            modified_count: self.modified,
+            deleted_count: self.deleted,
+            upserted_count: self.upserted.len() as i64,
+            inserted_ids,
+            upserted_ids: self
+                .upserted
+                .iter()
+                .map(|(i, id)| (index(*i), id.clone()))
+                .collect(),
         };
         if self.write_errors.is_empty() && self.write_concern_errors.is_empty() {
             return Ok(result);
         }
-        let first = self
-            .write_errors
-            .first()
-            .map(|(_, e)| e)
-            .or(self.write_concern_errors.first());
+        // The first write error decides the kind (a duplicate key...); with
+        // only write concern errors it is `WriteConcern`.
         let mut err = Error::new(ErrorKind::Server, "bulk write failed");
-        if let Some(first) = first {
-            err.code = first.code;
-            err.code_name = first.code_name.clone();
-            err.message = format!("bulk write failed: {}", first.message);
+        match self.write_errors.first() {
+            Some((_, first)) => {
+                err.code = first.code;
+                err.code_name = first.code_name.clone();
+                err.message = format!("bulk write failed: {}", first.message);
+                err = err.settled();
+            }
+            None => {
+                if let Some(first) = self.write_concern_errors.first() {
+                    err.code = first.code;
+                    err.code_name = first.code_name.clone();
+                    err.message = format!("bulk write failed: {}", first.message);
+                }
+                err.kind = ErrorKind::WriteConcern;
+            }
         }
         for e in &self.write_concern_errors {
             for l in &e.labels {
                 err.add_label(l);
             }
         }
-        let mut write_errors = RawArrayBuf::new();
-        for (i, e) in &self.write_errors {
-            let mut d = rawdoc! { "index": *i as i32, "errmsg": e.message.as_str() };
-            if let Some(code) = e.code {
-                d.append(cstr!("code"), code);
+        let write_errors: Vec<WriteError> = self
+            .write_errors
+            .iter()
+            .map(|(i, e)| WriteError {
+                index: index(*i),
+                code: e.code.unwrap_or(0),
+                code_name: e.code_name.clone(),
+                message: e.message.clone(),
+                details: err_info(e),
+            })
+            .collect();
+        let write_concern_errors: Vec<WriteConcernError> = self
+            .write_concern_errors
+            .iter()
+            .map(|e| WriteConcernError {
+                code: e.code.unwrap_or(0),
+                code_name: e.code_name.clone(),
+                message: e.message.clone(),
+                details: err_info(e),
+            })
+            .collect();
+        let mut errors_doc = RawArrayBuf::new();
+        for e in &write_errors {
+            let mut d =
+                rawdoc! { "index": e.index as i32, "code": e.code, "errmsg": e.message.as_str() };
+            if let Some(name) = &e.code_name {
+                d.append(cstr!("codeName"), name.as_str());
             }
-            write_errors.push(d);
+            errors_doc.push(d);
         }
         let mut wces = RawArrayBuf::new();
-        for e in &self.write_concern_errors {
-            wces.push(rawdoc! { "code": e.code.unwrap_or(0), "errmsg": e.message.as_str() });
+        for e in &write_concern_errors {
+            wces.push(rawdoc! { "code": e.code, "errmsg": e.message.as_str() });
         }
         err.reply = Some(Box::new(rawdoc! {
-            "writeErrors": write_errors,
+            "writeErrors": errors_doc,
             "writeConcernErrors": wces,
-            "partialResult": result,
+            "partialResult": result_document(&result)?,
+        }));
+        err.write_failure = Some(Box::new(WriteFailure {
+            write_errors,
+            write_concern_errors,
+            partial_result: result,
         }));
         Err(err)
     }
+}
+
+/// A write error's `errInfo`, when its reply kept one.
+fn err_info(e: &Error) -> Option<RawDocumentBuf> {
+    let reply = e.reply.as_deref()?;
+    let info = reply.get_document("errInfo").or_else(|_| {
+        reply
+            .get_document("writeConcernError")
+            .and_then(|w| w.get_document("errInfo"))
+    });
+    info.ok().map(|d| d.to_owned())
+}
+
+/// The CRUD spec's BulkWriteResult as a document (the error reply's
+/// `partialResult`): counts, and ids keyed by their model's index.
+pub fn result_document(r: &BulkWriteResult) -> Result<RawDocumentBuf> {
+    let ids = |list: &[(u32, RawBson)]| -> Result<RawDocumentBuf> {
+        let mut d = RawDocumentBuf::new();
+        for (i, id) in list {
+            d.append(key(&i.to_string())?, id.clone());
+        }
+        Ok(d)
+    };
+    Ok(rawdoc! {
+        "insertedCount": r.inserted_count,
+        "matchedCount": r.matched_count,
+        "modifiedCount": r.modified_count,
+        "deletedCount": r.deleted_count,
+        "upsertedCount": r.upserted_count,
+        "insertedIds": ids(&r.inserted_ids)?,
+        "upsertedIds": ids(&r.upserted_ids)?,
+    })
 }
 
 /// A replacement is a plain document: update operators there are a mistake (CRUD spec).
@@ -462,6 +633,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn typed_models_take_the_planner_shape() {
+        let m = WriteModel::UpdateMany(UpdateModel {
+            filter: rawdoc! { "a": 1 },
+            update: UpdateSpec::Document(rawdoc! { "$set": { "b": 1 } }),
+            upsert: Some(true),
+            collation: None,
+            hint: Some(Hint::Name("a_1".into())),
+            array_filters: Some(vec![rawdoc! { "x": 1 }]),
+        });
+        assert_eq!(
+            m.to_document().unwrap(),
+            rawdoc! { "updateMany": { "filter": { "a": 1 }, "update": { "$set": { "b": 1 } }, "upsert": true, "arrayFilters": [{ "x": 1 }], "hint": "a_1" } }
+        );
+        let r = WriteModel::ReplaceOne(UpdateModel {
+            filter: rawdoc! {},
+            update: UpdateSpec::Pipeline(vec![]),
+            upsert: None,
+            collation: None,
+            hint: None,
+            array_filters: None,
+        });
+        assert!(r.to_document().is_err(), "a replacement is a document");
+        let d = WriteModel::DeleteOne(DeleteModel {
+            filter: rawdoc! { "a": 1 },
+            collation: Some(rawdoc! { "locale": "fr" }),
+            hint: None,
+        });
+        assert_eq!(
+            d.to_document().unwrap(),
+            rawdoc! { "deleteOne": { "filter": { "a": 1 }, "collation": { "locale": "fr" } } }
+        );
+        let plan = bulk::plan(&[m.to_document().unwrap(), d.to_document().unwrap()]).unwrap();
+        assert_eq!(plan.runs.len(), 2);
+    }
+
+    #[test]
     fn update_documents_must_use_operators() {
         assert!(update_value(UpdateSpec::Document(rawdoc! { "x": 1 })).is_err());
         assert!(update_value(UpdateSpec::Document(rawdoc! { "$set": { "x": 1 } })).is_ok());
@@ -517,6 +724,13 @@ mod tests {
         ];
         let err = t.finish(&ids, true).unwrap_err();
         assert_eq!(err.code, Some(11000));
+        assert_eq!(err.kind, ErrorKind::DuplicateKey);
+        let failure = err.write_failure.as_ref().unwrap();
+        assert_eq!(failure.write_errors[0].index, 1);
+        assert_eq!(
+            failure.partial_result.inserted_ids,
+            vec![(0, RawBson::Int32(1))]
+        );
         let reply = err.reply.unwrap();
         let partial = reply.get_document("partialResult").unwrap();
         assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);
@@ -555,11 +769,13 @@ mod tests {
             },
         );
         let r = t.finish(&[], true).unwrap();
-        assert_eq!(r.get_i64("matchedCount").unwrap(), 2);
-        assert_eq!(r.get_i64("modifiedCount").unwrap(), 2);
-        assert_eq!(r.get_i64("deletedCount").unwrap(), 5);
-        assert_eq!(r.get_i64("upsertedCount").unwrap(), 1);
-        assert_eq!(r.get_document("upsertedIds").unwrap(), &*rawdoc! { "4": 9 });
+        assert_eq!(r.matched_count, 2);
+        assert_eq!(r.modified_count, 2);
+        assert_eq!(r.deleted_count, 5);
+        assert_eq!(r.upserted_count, 1);
+        assert_eq!(r.upserted_ids, vec![(4, RawBson::Int32(9))]);
+        let d = result_document(&r).unwrap();
+        assert_eq!(d.get_document("upsertedIds").unwrap(), &*rawdoc! { "4": 9 });
     }
 
     #[test]
@@ -586,6 +802,6 @@ mod tests {
             );
         }
         let r = t.finish(&[], true).unwrap();
-        assert_eq!(r.get_i64("modifiedCount").unwrap(), i64::MAX);
+        assert_eq!(r.modified_count, i64::MAX);
     }
 }

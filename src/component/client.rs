@@ -14,6 +14,15 @@ use crate::Client;
 
 pub struct ClientRes(pub Client);
 
+/// A client resource dropped without `close` still ends its server
+/// sessions (bounded by `Client::DROP_END_SESSIONS_MS`); after `close`
+/// this does nothing.
+impl Drop for ClientRes {
+    fn drop(&mut self) {
+        self.0.close_on_drop();
+    }
+}
+
 impl wit_client::Guest for Component {
     type Client = ClientRes;
 }

@@ -1,14 +1,18 @@
 use super::exports::mongo_wasi::driver::collection::{
-    self as wit_collection, AggregateOptions, FindOptions, GuestCollection, OpOptions, UpdateSpec,
+    self as wit_collection, AggregateOptions, FindOptions, GuestCollection, Hint, OpOptions,
+    ReturnDocument, UpdateSpec, WriteModel,
 };
 use super::exports::mongo_wasi::driver::cursor::{
     self as wit_cursor, Cursor as WitCursor, GuestCursor, TimeoutMode,
 };
 use super::exports::mongo_wasi::driver::types::{
-    Batch, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
+    Batch, BulkWriteResult, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
 };
 use super::session::SessionRes;
-use super::{doc, docs, opt_doc, wrap, Component, WitResult};
+use super::{
+    doc, docs, opt_doc, read_concern, read_preference, to_value, value, wrap, write_concern,
+    Component, WitResult,
+};
 use crate::{Collection, Cursor};
 use std::cell::RefCell;
 
@@ -36,13 +40,42 @@ fn mode(m: Option<TimeoutMode>) -> Option<crate::TimeoutMode> {
     })
 }
 
+fn hint(h: Option<Hint>) -> WitResult<Option<crate::Hint>> {
+    Ok(match h {
+        None => None,
+        Some(Hint::Name(n)) => Some(crate::Hint::Name(n)),
+        Some(Hint::Keys(k)) => Some(crate::Hint::Keys(doc(k)?)),
+    })
+}
+
+fn opt_value(v: Option<Vec<u8>>) -> WitResult<Option<bson::RawBson>> {
+    v.map(value).transpose()
+}
+
 /// The Rust options of a WIT op-options record.
 pub fn op_options<'a>(o: &OpOptions<'a>) -> WitResult<crate::OpOptions<'a>> {
     Ok(crate::OpOptions {
         timeout_ms: o.timeout_ms,
         session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
         extra: opt_doc(o.extra.clone())?,
-        read_preference: None,
+        upsert: o.upsert,
+        ordered: o.ordered,
+        hint: hint(o.hint.clone())?,
+        collation: opt_doc(o.collation.clone())?,
+        comment: opt_value(o.comment.clone())?,
+        let_vars: opt_doc(o.let_.clone())?,
+        array_filters: o.array_filters.clone().map(docs).transpose()?,
+        return_document: o.return_document.map(|r| match r {
+            ReturnDocument::Before => crate::ReturnDocument::Before,
+            ReturnDocument::After => crate::ReturnDocument::After,
+        }),
+        projection: opt_doc(o.projection.clone())?,
+        sort: opt_doc(o.sort.clone())?,
+        bypass_document_validation: o.bypass_document_validation,
+        max_await_time_ms: None,
+        read_concern: o.read_concern.clone().map(read_concern),
+        write_concern: o.write_concern.clone().map(write_concern),
+        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
     })
 }
 
@@ -58,9 +91,70 @@ pub fn aggregate_parts<'a>(
         timeout_ms: o.timeout_ms,
         session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
         extra: opt_doc(o.extra.clone())?,
-        read_preference: None,
+        hint: hint(o.hint.clone())?,
+        collation: opt_doc(o.collation.clone())?,
+        comment: opt_value(o.comment.clone())?,
+        let_vars: opt_doc(o.let_.clone())?,
+        max_await_time_ms: o.max_await_time_ms,
+        read_concern: o.read_concern.clone().map(read_concern),
+        write_concern: o.write_concern.clone().map(write_concern),
+        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
+        ..Default::default()
     };
     Ok((opts, o.batch_size, mode(o.timeout_mode)))
+}
+
+/// The Rust options of a WIT find-options record (`find-one` ignores the
+/// cursor's fields).
+fn find_options<'a>(o: &FindOptions<'a>, one: bool) -> WitResult<crate::FindOptions<'a>> {
+    Ok(crate::FindOptions {
+        timeout_ms: o.timeout_ms,
+        session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+        sort: opt_doc(o.sort.clone())?,
+        projection: opt_doc(o.projection.clone())?,
+        skip: o.skip,
+        limit: if one { None } else { o.limit },
+        batch_size: if one { None } else { o.batch_size },
+        timeout_mode: if one { None } else { mode(o.timeout_mode) },
+        extra: opt_doc(o.extra.clone())?,
+        hint: hint(o.hint.clone())?,
+        collation: opt_doc(o.collation.clone())?,
+        comment: opt_value(o.comment.clone())?,
+        let_vars: opt_doc(o.let_.clone())?,
+        max_await_time_ms: o.max_await_time_ms,
+        read_concern: o.read_concern.clone().map(read_concern),
+        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
+    })
+}
+
+fn update_model(m: wit_collection::UpdateModel) -> WitResult<crate::UpdateModel> {
+    Ok(crate::UpdateModel {
+        filter: doc(m.filter)?,
+        update: update_spec(m.update)?,
+        upsert: m.upsert,
+        collation: opt_doc(m.collation)?,
+        hint: hint(m.hint)?,
+        array_filters: m.array_filters.map(docs).transpose()?,
+    })
+}
+
+fn delete_model(m: wit_collection::DeleteModel) -> WitResult<crate::DeleteModel> {
+    Ok(crate::DeleteModel {
+        filter: doc(m.filter)?,
+        collation: opt_doc(m.collation)?,
+        hint: hint(m.hint)?,
+    })
+}
+
+fn write_model(m: WriteModel) -> WitResult<crate::WriteModel> {
+    Ok(match m {
+        WriteModel::InsertOne(d) => crate::WriteModel::InsertOne(doc(d)?),
+        WriteModel::UpdateOne(m) => crate::WriteModel::UpdateOne(update_model(m)?),
+        WriteModel::UpdateMany(m) => crate::WriteModel::UpdateMany(update_model(m)?),
+        WriteModel::ReplaceOne(m) => crate::WriteModel::ReplaceOne(update_model(m)?),
+        WriteModel::DeleteOne(m) => crate::WriteModel::DeleteOne(delete_model(m)?),
+        WriteModel::DeleteMany(m) => crate::WriteModel::DeleteMany(delete_model(m)?),
+    })
 }
 
 fn update_spec(u: UpdateSpec) -> WitResult<crate::UpdateSpec> {
@@ -74,7 +168,7 @@ fn update_result(r: crate::UpdateResult) -> UpdateResult {
     UpdateResult {
         matched_count: r.matched,
         modified_count: r.modified,
-        upserted_id: r.upserted_id.map(|d| d.into_bytes()),
+        upserted_id: r.upserted_id.map(to_value),
     }
 }
 
@@ -90,7 +184,7 @@ impl GuestCollection for CollectionRes {
     fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
         let id = wrap(self.0.insert_one(&doc(document)?, &op_options(&options)?))?;
         Ok(InsertOneResult {
-            inserted_id: id.into_bytes(),
+            inserted_id: to_value(id),
         })
     }
 
@@ -104,39 +198,17 @@ impl GuestCollection for CollectionRes {
                 .insert_many(&docs(documents)?, &op_options(&options)?),
         )?;
         Ok(InsertManyResult {
-            inserted_ids: ids.into_bytes(),
+            inserted_ids: ids.into_iter().map(to_value).collect(),
         })
     }
 
     fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {
-        let opts = crate::FindOptions {
-            timeout_ms: options.timeout_ms,
-            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
-            sort: opt_doc(options.sort)?,
-            projection: opt_doc(options.projection)?,
-            skip: options.skip,
-            limit: options.limit,
-            batch_size: options.batch_size,
-            timeout_mode: mode(options.timeout_mode),
-            extra: opt_doc(options.extra)?,
-            read_preference: None,
-        };
+        let opts = find_options(&options, false)?;
         Ok(CursorRes::wit(wrap(self.0.find(doc(filter)?, &opts))?))
     }
 
     fn find_one(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<Option<Vec<u8>>> {
-        let opts = crate::FindOptions {
-            timeout_ms: options.timeout_ms,
-            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
-            sort: opt_doc(options.sort)?,
-            projection: opt_doc(options.projection)?,
-            skip: options.skip,
-            limit: None,
-            batch_size: None,
-            timeout_mode: None,
-            extra: opt_doc(options.extra)?,
-            read_preference: None,
-        };
+        let opts = find_options(&options, true)?;
         Ok(wrap(self.0.find_one(doc(filter)?, &opts))?.map(|d| d.into_bytes()))
     }
 
@@ -252,12 +324,12 @@ impl GuestCollection for CollectionRes {
         field_name: String,
         filter: Vec<u8>,
         options: OpOptions<'_>,
-    ) -> WitResult<Vec<u8>> {
+    ) -> WitResult<Vec<Vec<u8>>> {
         let values = wrap(
             self.0
                 .distinct(&field_name, doc(filter)?, &op_options(&options)?),
         )?;
-        Ok(values.into_bytes())
+        Ok(values.into_iter().map(to_value).collect())
     }
 
     fn map_reduce(
@@ -276,9 +348,17 @@ impl GuestCollection for CollectionRes {
         Ok(wrap(r)?.into_bytes())
     }
 
-    fn bulk_write(&self, models: Vec<Vec<u8>>, options: OpOptions<'_>) -> WitResult<Vec<u8>> {
-        let r = self.0.bulk_write(&docs(models)?, &op_options(&options)?);
-        Ok(wrap(r)?.into_bytes())
+    fn bulk_write(
+        &self,
+        models: Vec<WriteModel>,
+        options: OpOptions<'_>,
+    ) -> WitResult<BulkWriteResult> {
+        let models = models
+            .into_iter()
+            .map(write_model)
+            .collect::<WitResult<Vec<_>>>()?;
+        let r = self.0.bulk_write(&models, &op_options(&options)?);
+        Ok(super::bulk_write_result(wrap(r)?))
     }
 
     fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
@@ -355,5 +435,14 @@ impl GuestCursor for CursorRes {
 
     fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
         wrap(self.0.borrow_mut().close(timeout_ms))
+    }
+
+    fn next(&self) -> WitResult<Option<Vec<u8>>> {
+        Ok(wrap(self.0.borrow_mut().next())?.map(|d| d.into_bytes()))
+    }
+
+    fn collect(&self, max: u32) -> WitResult<Vec<Vec<u8>>> {
+        let docs = wrap(self.0.borrow_mut().collect(max))?;
+        Ok(docs.into_iter().map(|d| d.into_bytes()).collect())
     }
 }

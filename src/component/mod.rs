@@ -1,6 +1,10 @@
 //! The WIT export glue: a thin skin over the Rust API. Each resource wraps
 //! the Rust type; documents cross as raw BSON bytes, errors as the WIT record.
 
+// The WIT error record (with 0.2.0's write errors and partial result) goes
+// by value, as the generated trait signatures return it.
+#![allow(clippy::result_large_err)]
+
 mod client;
 mod collection;
 mod database;
@@ -11,7 +15,7 @@ wit_bindgen::generate!({ path: "wit", world: "driver" });
 
 use self::exports::mongo_wasi::driver::types as wit;
 use crate::error::{Error, ErrorKind};
-use bson::RawDocumentBuf;
+use bson::{RawBson, RawDocumentBuf};
 
 pub struct Component;
 
@@ -31,6 +35,40 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         ErrorKind::Closed => wit::ErrorKind::Closed,
         ErrorKind::Authentication => wit::ErrorKind::Authentication,
         ErrorKind::AccessDenied => wit::ErrorKind::AccessDenied,
+        ErrorKind::DuplicateKey => wit::ErrorKind::DuplicateKey,
+        ErrorKind::WriteConcern => wit::ErrorKind::WriteConcern,
+    };
+    let (write_errors, write_concern_errors, partial_result) = match e.write_failure {
+        None => (Vec::new(), Vec::new(), None),
+        Some(f) => {
+            let f = *f;
+            let write_errors = f
+                .write_errors
+                .into_iter()
+                .map(|w| wit::WriteError {
+                    index: w.index,
+                    code: w.code,
+                    code_name: w.code_name,
+                    message: w.message,
+                    details: w.details.map(|d| d.into_bytes()),
+                })
+                .collect();
+            let concern_errors = f
+                .write_concern_errors
+                .into_iter()
+                .map(|w| wit::WriteConcernError {
+                    code: w.code,
+                    code_name: w.code_name,
+                    message: w.message,
+                    details: w.details.map(|d| d.into_bytes()),
+                })
+                .collect();
+            (
+                write_errors,
+                concern_errors,
+                Some(bulk_write_result(f.partial_result)),
+            )
+        }
     };
     wit::Error {
         kind,
@@ -40,6 +78,80 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         message: e.message,
         cause: e.cause.map(|c| c.to_string()),
         reply: e.reply.map(|r| r.into_bytes()),
+        write_errors,
+        write_concern_errors,
+        partial_result,
+    }
+}
+
+/// One BSON value as the WIT `value` shape, `{v: <value>}`.
+pub(crate) fn to_value(v: RawBson) -> Vec<u8> {
+    bson::rawdoc! { "v": v }.into_bytes()
+}
+
+/// A WIT `value` (`{v: <value>}`) from the caller: the value, or
+/// `invalid-argument` when it is not that shape.
+pub(crate) fn value(bytes: Vec<u8>) -> WitResult<RawBson> {
+    let d = doc(bytes)?;
+    match d.get("v") {
+        Ok(Some(v)) => Ok(RawBson::from(v)),
+        _ => Err(to_wit(Error::invalid_argument(
+            "a value must be the document {v: <value>}",
+        ))),
+    }
+}
+
+pub(crate) fn bulk_write_result(r: crate::BulkWriteResult) -> wit::BulkWriteResult {
+    let ids = |list: Vec<(u32, RawBson)>| {
+        list.into_iter()
+            .map(|(index, id)| wit::IndexedId {
+                index,
+                id: to_value(id),
+            })
+            .collect()
+    };
+    wit::BulkWriteResult {
+        inserted_count: r.inserted_count,
+        matched_count: r.matched_count,
+        modified_count: r.modified_count,
+        deleted_count: r.deleted_count,
+        upserted_count: r.upserted_count,
+        inserted_ids: ids(r.inserted_ids),
+        upserted_ids: ids(r.upserted_ids),
+    }
+}
+
+/// A WIT read preference (its mode only) as the driver's.
+pub(crate) fn read_preference(m: wit::ReadMode) -> crate::sdam::selection::ReadPreference {
+    crate::sdam::selection::ReadPreference {
+        mode: read_mode(m),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn read_mode(m: wit::ReadMode) -> crate::ReadMode {
+    match m {
+        wit::ReadMode::Primary => crate::ReadMode::Primary,
+        wit::ReadMode::PrimaryPreferred => crate::ReadMode::PrimaryPreferred,
+        wit::ReadMode::Secondary => crate::ReadMode::Secondary,
+        wit::ReadMode::SecondaryPreferred => crate::ReadMode::SecondaryPreferred,
+        wit::ReadMode::Nearest => crate::ReadMode::Nearest,
+    }
+}
+
+pub(crate) fn read_concern(c: wit::ReadConcern) -> crate::ReadConcern {
+    crate::ReadConcern { level: c.level }
+}
+
+pub(crate) fn write_concern(c: wit::WriteConcern) -> crate::WriteConcern {
+    crate::WriteConcern {
+        w: c.w.map(|w| match w {
+            wit::Acknowledgement::Nodes(n) => crate::uri::W::Nodes(n),
+            wit::Acknowledgement::Majority => crate::uri::W::Majority,
+            wit::Acknowledgement::Tag(t) => crate::uri::W::Tag(t),
+        }),
+        journal: c.journal,
+        wtimeout_ms: c.wtimeout_ms,
     }
 }
 

@@ -44,6 +44,8 @@ fn from_wit(e: wit::Error) -> Error {
         wit::ErrorKind::Closed => ErrorKind::Closed,
         wit::ErrorKind::Authentication => ErrorKind::Authentication,
         wit::ErrorKind::AccessDenied => ErrorKind::AccessDenied,
+        wit::ErrorKind::DuplicateKey => ErrorKind::DuplicateKey,
+        wit::ErrorKind::WriteConcern => ErrorKind::WriteConcern,
     };
     // A malformed reply document is dropped rather than refused: the error
     // itself is what the caller reports.
@@ -59,6 +61,8 @@ fn from_wit(e: wit::Error) -> Error {
         message: e.message,
         cause: e.cause.map(|c| Box::new(crate::error::Cause::Text(c))),
         reply,
+        // The body's outcome decides a retry by its kind and labels only.
+        write_failure: None,
     }
 }
 

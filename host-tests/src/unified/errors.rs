@@ -29,7 +29,11 @@ pub fn describe(e: &Error) -> String {
 
 /// Not derived from a server response: validation, network, selection, deadline.
 pub fn is_client_error(e: &Error) -> bool {
-    e.kind != ErrorKind::Server && e.reply.is_none()
+    let server = matches!(
+        e.kind,
+        ErrorKind::Server | ErrorKind::DuplicateKey | ErrorKind::WriteConcern
+    );
+    !server && e.reply.is_none()
 }
 
 /// The errors a reply aggregates: itself, its write errors, its write concern error.
@@ -112,11 +116,19 @@ pub fn check(expected: &Document, e: &Error, lookup: &dyn Lookup) -> Result<(), 
                 matching::matches(want, Some(&Bson::Document(reply.clone())), true, lookup)
                     .map_err(|m| format!("errorResponse: {m}"))?;
             }
-            // A partial result (BulkWriteException.writeResult): the WIT error has none, so
-            // only an optional one ($$unsetOrMatches) can match.
-            "expectResult" => matching::matches(want, None, true, lookup).map_err(|m| {
-                format!("expectError.expectResult: the WIT error carries no partial result: {m}")
-            })?,
+            // A partial result (BulkWriteException.writeResult): the WIT error's
+            // `partial-result` (insert-many and bulk-write), else nothing.
+            "expectResult" => {
+                let partial = match &e.partial_result {
+                    Some(r) => Some(Bson::Document(
+                        crate::unified::operations::collection::bulk_result_document(r)
+                            .map_err(|f| f.0)?,
+                    )),
+                    None => None,
+                };
+                matching::matches(want, partial.as_ref(), true, lookup)
+                    .map_err(|m| format!("expectError.expectResult: {m}"))?
+            }
             "writeErrors" | "writeConcernErrors" => {
                 return Err(format!(
                     "expectError.{key} (client bulk write) is not available from the WIT error"
@@ -147,6 +159,9 @@ mod tests {
             message: "write failed".into(),
             cause: None,
             reply: Some(reply.as_bytes().to_vec()),
+            write_errors: Vec::new(),
+            write_concern_errors: Vec::new(),
+            partial_result: None,
         }
     }
 

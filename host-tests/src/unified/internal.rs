@@ -28,9 +28,8 @@ fn no_options() -> CollectionOptions {
 
 fn op(extra: Option<Document>) -> Step<OpOptions> {
     Ok(OpOptions {
-        timeout_ms: None,
-        session: None,
         extra: extra.as_ref().map(bytes).transpose()?,
+        ..crate::guest::no_options()
     })
 }
 
@@ -170,15 +169,9 @@ impl TestRun {
         let coll = self.internal_collection(db, name)?;
         let g = &mut self.guest;
         let opts = FindOptions {
-            timeout_ms: None,
-            session: None,
             sort: Some(bytes(&doc! { "_id": 1 })?),
-            projection: None,
-            skip: None,
-            limit: None,
-            batch_size: None,
-            timeout_mode: None,
             extra: Some(bytes(&doc! { "readConcern": { "level": "local" } })?),
+            ..crate::guest::find_options()
         };
         let found = g
             .driver

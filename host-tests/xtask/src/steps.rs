@@ -184,7 +184,7 @@ fn wit_package(ctx: &Ctx) -> Result<()> {
         .map_err(|e| format!("{}: {e}", out.display()))?
         .len();
     println!(
-        "  {}: {size} bytes, package mongo-wasi:driver@0.1.0",
+        "  {}: {size} bytes, package mongo-wasi:driver@0.2.0",
         out.display()
     );
     Ok(())

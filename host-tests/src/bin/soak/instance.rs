@@ -266,10 +266,8 @@ impl Instance {
     ) -> Result<WitResult<ResourceAny>> {
         let opts = AggregateOptions {
             timeout_ms,
-            session: None,
             batch_size: Some(batch_size),
-            timeout_mode: None,
-            extra: None,
+            ..host_tests::guest::aggregate_options()
         };
         self.driver
             .mongo_wasi_driver_collection()

@@ -405,7 +405,8 @@ struct Done {
 fn end_of(e: &Error) -> End {
     match e.kind {
         ErrorKind::Timeout => End::Timeout,
-        ErrorKind::Server => End::Server,
+        // A failpoint's 11000 is a duplicate key since WIT 0.2.0.
+        ErrorKind::Server | ErrorKind::DuplicateKey | ErrorKind::WriteConcern => End::Server,
         ErrorKind::Network | ErrorKind::Closed => End::Network,
         ErrorKind::ServerSelection => End::ServerSelection,
         _ => End::Other,

@@ -3,10 +3,11 @@
 use super::cursor;
 use super::{decode, output, unwrap_v, OpResult, Output};
 use crate::bindings::exports::mongo_wasi::driver::collection::{
-    AggregateOptions, FindOptions, OpOptions, UpdateSpec,
+    AggregateOptions, DeleteModel, FindOptions, Hint, OpOptions, UpdateModel, UpdateSpec,
+    WriteModel,
 };
 use crate::bindings::exports::mongo_wasi::driver::cursor::TimeoutMode;
-use crate::bindings::exports::mongo_wasi::driver::types::UpdateResult;
+use crate::bindings::exports::mongo_wasi::driver::types::{BulkWriteResult, UpdateResult};
 use crate::unified::args::{bytes, Args};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
@@ -21,7 +22,52 @@ pub fn op_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOptio
         timeout_ms,
         session,
         extra: rest.extra()?,
+        ..crate::guest::no_options()
     })
+}
+
+/// `op_options` with the CRUD spec's everyday options in their typed fields
+/// (as a WIT caller writes them since 0.2.0), so the spec suites exercise
+/// them; what has no typed field still goes in `extra`.
+fn typed_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOptions> {
+    let upsert = args.bool("upsert")?;
+    let ordered = args.bool("ordered")?;
+    let bypass_document_validation = args.bool("bypassDocumentValidation")?;
+    let hint = hint(args.take("hint"))?;
+    let collation = args.doc("collation")?.map(|d| bytes(&d)).transpose()?;
+    let comment = args
+        .take("comment")
+        .map(|c| bytes(&doc! { "v": c }))
+        .transpose()?;
+    let let_ = args.doc("let")?.map(|d| bytes(&d)).transpose()?;
+    let array_filters = doc_list(args.take("arrayFilters"))?;
+    Ok(OpOptions {
+        upsert,
+        ordered,
+        bypass_document_validation,
+        hint,
+        collation,
+        comment,
+        let_,
+        array_filters,
+        ..op_options(args, session)?
+    })
+}
+
+/// A list of documents, each encoded.
+fn doc_list(v: Option<Bson>) -> Step<Option<Vec<Vec<u8>>>> {
+    match v {
+        None => Ok(None),
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|d| match d {
+                Bson::Document(d) => bytes(d),
+                other => Err(Fail(format!("{other} is not a document"))),
+            })
+            .collect::<Step<Vec<_>>>()
+            .map(Some),
+        Some(other) => Err(Fail(format!("{other} is not a list"))),
+    }
 }
 
 pub fn timeout_mode(args: &mut Args) -> Step<Option<TimeoutMode>> {
@@ -58,6 +104,7 @@ pub fn aggregate_options(args: &mut Args, session: Option<ResourceAny>) -> Step<
         batch_size,
         timeout_mode,
         extra: o.extra,
+        ..crate::guest::aggregate_options()
     })
 }
 
@@ -77,6 +124,7 @@ fn find_options(args: &mut Args, session: Option<ResourceAny>) -> Step<FindOptio
         batch_size: a.batch_size,
         timeout_mode: a.timeout_mode,
         extra: a.extra,
+        ..crate::guest::find_options()
     })
 }
 
@@ -97,6 +145,111 @@ fn update_spec(args: &mut Args, key: &str) -> Step<UpdateSpec> {
             "{key} should be a document or a pipeline, not {other:?}"
         ))),
     }
+}
+
+fn hint(v: Option<Bson>) -> Step<Option<Hint>> {
+    match v {
+        None => Ok(None),
+        Some(Bson::String(name)) => Ok(Some(Hint::Name(name))),
+        Some(Bson::Document(keys)) => Ok(Some(Hint::Keys(bytes(&keys)?))),
+        Some(other) => Err(Fail(format!("hint is neither a name nor keys: {other}"))),
+    }
+}
+
+/// A unified-format model (`{updateOne: {filter, update, ...}}`) as a typed WIT model.
+fn write_model(model: &Document) -> Step<WriteModel> {
+    let mut it = model.iter();
+    let (Some((name, Bson::Document(args))), None) = (it.next(), it.next()) else {
+        return Err(Fail(format!(
+            "a write model is one named document: {model}"
+        )));
+    };
+    let mut args = args.clone();
+    let filter = |args: &mut Document| match args.remove("filter") {
+        Some(Bson::Document(f)) => bytes(&f),
+        other => Err(Fail(format!("{name} needs a filter, not {other:?}"))),
+    };
+    let upsert = |args: &mut Document| match args.remove("upsert") {
+        None => Ok(None),
+        Some(Bson::Boolean(b)) => Ok(Some(b)),
+        Some(other) => Err(Fail(format!("upsert is not a bool: {other}"))),
+    };
+    let collation = |args: &mut Document| match args.remove("collation") {
+        None => Ok(None),
+        Some(Bson::Document(c)) => bytes(&c).map(Some),
+        Some(other) => Err(Fail(format!("collation is not a document: {other}"))),
+    };
+    let model = match name.as_str() {
+        "insertOne" => match args.remove("document") {
+            Some(Bson::Document(d)) => WriteModel::InsertOne(bytes(&d)?),
+            other => return Err(Fail(format!("insertOne needs a document, not {other:?}"))),
+        },
+        "updateOne" | "updateMany" | "replaceOne" => {
+            let update = match name.as_str() {
+                "replaceOne" => match args.remove("replacement") {
+                    Some(Bson::Document(d)) => UpdateSpec::Document(bytes(&d)?),
+                    other => {
+                        return Err(Fail(format!("replaceOne needs a replacement: {other:?}")))
+                    }
+                },
+                _ => {
+                    let mut a = Args::new("update", Some(&doc! { "u": args.remove("update") }));
+                    update_spec(&mut a, "u")?
+                }
+            };
+            let m = UpdateModel {
+                filter: filter(&mut args)?,
+                update,
+                upsert: upsert(&mut args)?,
+                collation: collation(&mut args)?,
+                hint: hint(args.remove("hint"))?,
+                array_filters: doc_list(args.remove("arrayFilters"))?,
+            };
+            match name.as_str() {
+                "updateOne" => WriteModel::UpdateOne(m),
+                "updateMany" => WriteModel::UpdateMany(m),
+                _ => WriteModel::ReplaceOne(m),
+            }
+        }
+        "deleteOne" | "deleteMany" => {
+            let m = DeleteModel {
+                filter: filter(&mut args)?,
+                collation: collation(&mut args)?,
+                hint: hint(args.remove("hint"))?,
+            };
+            match name.as_str() {
+                "deleteOne" => WriteModel::DeleteOne(m),
+                _ => WriteModel::DeleteMany(m),
+            }
+        }
+        other => return Err(Fail(format!("unknown write model {other}"))),
+    };
+    match args.keys().next() {
+        Some(k) => Err(Fail(format!(
+            "{name}: the typed model has no field for {k}"
+        ))),
+        None => Ok(model),
+    }
+}
+
+/// The CRUD spec's BulkWriteResult document from the WIT record.
+pub fn bulk_result_document(r: &BulkWriteResult) -> Step<Document> {
+    let ids = |list: &[crate::bindings::exports::mongo_wasi::driver::types::IndexedId]| {
+        let mut d = Document::new();
+        for i in list {
+            d.insert(i.index.to_string(), unwrap_v(&i.id, "an id")?);
+        }
+        Ok::<_, Fail>(d)
+    };
+    Ok(doc! {
+        "insertedCount": r.inserted_count,
+        "matchedCount": r.matched_count,
+        "modifiedCount": r.modified_count,
+        "deletedCount": r.deleted_count,
+        "upsertedCount": r.upserted_count,
+        "insertedIds": ids(&r.inserted_ids)?,
+        "upsertedIds": ids(&r.upserted_ids)?,
+    })
 }
 
 fn update_result(r: UpdateResult) -> Step<Output> {
@@ -174,7 +327,7 @@ impl TestRun {
         match name {
             "insertOne" => {
                 let d = bytes(&args.req_doc("document")?)?;
-                let r = api.call_insert_one(s, coll, &d, &op_options(&mut args, session)?)?;
+                let r = api.call_insert_one(s, coll, &d, &typed_options(&mut args, session)?)?;
                 output(r, |r| {
                     Ok(Output::Value(
                         doc! { "insertedId": unwrap_v(&r.inserted_id, "inserted-id")? }.into(),
@@ -183,11 +336,14 @@ impl TestRun {
             }
             "insertMany" => {
                 let docs: Step<Vec<Vec<u8>>> = args.docs("documents")?.iter().map(bytes).collect();
-                let r = api.call_insert_many(s, coll, &docs?, &op_options(&mut args, session)?)?;
+                let r =
+                    api.call_insert_many(s, coll, &docs?, &typed_options(&mut args, session)?)?;
                 output(r, |r| {
-                    Ok(Output::Value(
-                        doc! { "insertedIds": decode(&r.inserted_ids, "inserted-ids")? }.into(),
-                    ))
+                    let mut ids = Document::new();
+                    for (i, id) in r.inserted_ids.iter().enumerate() {
+                        ids.insert(i.to_string(), unwrap_v(id, "an inserted id")?);
+                    }
+                    Ok(Output::Value(doc! { "insertedIds": ids }.into()))
                 })
             }
             "find" | "createFindCursor" => {
@@ -213,7 +369,7 @@ impl TestRun {
                             coll,
                             &filter,
                             &replacement,
-                            &op_options(&mut args, session)?,
+                            &typed_options(&mut args, session)?,
                         )?
                     }
                     "updateOne" => {
@@ -223,7 +379,7 @@ impl TestRun {
                             coll,
                             &filter,
                             &update,
-                            &op_options(&mut args, session)?,
+                            &typed_options(&mut args, session)?,
                         )?
                     }
                     _ => {
@@ -233,7 +389,7 @@ impl TestRun {
                             coll,
                             &filter,
                             &update,
-                            &op_options(&mut args, session)?,
+                            &typed_options(&mut args, session)?,
                         )?
                     }
                 };
@@ -241,7 +397,7 @@ impl TestRun {
             }
             "deleteOne" | "deleteMany" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let o = op_options(&mut args, session)?;
+                let o = typed_options(&mut args, session)?;
                 let r = match name {
                     "deleteOne" => api.call_delete_one(s, coll, &filter, &o)?,
                     _ => api.call_delete_many(s, coll, &filter, &o)?,
@@ -260,7 +416,7 @@ impl TestRun {
                         s,
                         coll,
                         &filter,
-                        &op_options(&mut args, session)?,
+                        &typed_options(&mut args, session)?,
                     )?,
                     "findOneAndUpdate" => {
                         let update = update_spec(&mut args, "update")?;
@@ -269,7 +425,7 @@ impl TestRun {
                             coll,
                             &filter,
                             &update,
-                            &op_options(&mut args, session)?,
+                            &typed_options(&mut args, session)?,
                         )?
                     }
                     _ => {
@@ -279,7 +435,7 @@ impl TestRun {
                             coll,
                             &filter,
                             &replacement,
-                            &op_options(&mut args, session)?,
+                            &typed_options(&mut args, session)?,
                         )?
                     }
                 };
@@ -298,31 +454,43 @@ impl TestRun {
             }
             "countDocuments" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r =
-                    api.call_count_documents(s, coll, &filter, &op_options(&mut args, session)?)?;
+                let r = api.call_count_documents(
+                    s,
+                    coll,
+                    &filter,
+                    &typed_options(&mut args, session)?,
+                )?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "count" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r = api.call_count(s, coll, &filter, &op_options(&mut args, session)?)?;
+                let r = api.call_count(s, coll, &filter, &typed_options(&mut args, session)?)?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "estimatedDocumentCount" => {
-                let r =
-                    api.call_estimated_document_count(s, coll, &op_options(&mut args, session)?)?;
+                let r = api.call_estimated_document_count(
+                    s,
+                    coll,
+                    &typed_options(&mut args, session)?,
+                )?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "distinct" => {
                 let field = args.req_string("fieldName")?;
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r =
-                    api.call_distinct(s, coll, &field, &filter, &op_options(&mut args, session)?)?;
-                output(r, |d| {
-                    let mut d = decode(&d, "distinct's result")?;
-                    let values = d
-                        .remove("values")
-                        .ok_or_else(|| Fail("distinct's result has no values".into()))?;
-                    Ok(Output::Value(values))
+                let r = api.call_distinct(
+                    s,
+                    coll,
+                    &field,
+                    &filter,
+                    &typed_options(&mut args, session)?,
+                )?;
+                output(r, |values| {
+                    let values: Step<Vec<Bson>> = values
+                        .iter()
+                        .map(|v| unwrap_v(v, "a distinct value"))
+                        .collect();
+                    Ok(Output::Value(Bson::Array(values?)))
                 })
             }
             "mapReduce" => {
@@ -332,7 +500,7 @@ impl TestRun {
                 };
                 let (map, reduce) = (code(&mut args, "map")?, code(&mut args, "reduce")?);
                 let out = bytes(&args.req_doc("out")?)?;
-                let opts = op_options(&mut args, session)?;
+                let opts = typed_options(&mut args, session)?;
                 let r = api.call_map_reduce(s, coll, &map, &reduce, &out, &opts)?;
                 output(r, |d| {
                     let mut d = decode(&d, "mapReduce's result")?;
@@ -345,11 +513,11 @@ impl TestRun {
                 })
             }
             "bulkWrite" => {
-                let models: Step<Vec<Vec<u8>>> = args.docs("requests")?.iter().map(bytes).collect();
-                let r = api.call_bulk_write(s, coll, &models?, &op_options(&mut args, session)?)?;
-                output(r, |d| {
-                    Ok(Output::Value(decode(&d, "the bulk write result")?.into()))
-                })
+                let models: Step<Vec<WriteModel>> =
+                    args.docs("requests")?.iter().map(write_model).collect();
+                let r =
+                    api.call_bulk_write(s, coll, &models?, &typed_options(&mut args, session)?)?;
+                output(r, |r| Ok(Output::Value(bulk_result_document(&r)?.into())))
             }
             // Index options belong in the index model, not on the command: create-indexes
             // with one model says so, where create-index's `extra` would not.
@@ -361,7 +529,7 @@ impl TestRun {
                         model.insert(if *key == "version" { "v" } else { *key }, v);
                     }
                 }
-                let o = op_options(&mut args, session)?;
+                let o = typed_options(&mut args, session)?;
                 let r = api.call_create_indexes(s, coll, &[bytes(&model)?], &o)?;
                 output(r, |names| match names.into_iter().next() {
                     Some(n) => Ok(Output::Value(Bson::String(n))),
@@ -370,11 +538,12 @@ impl TestRun {
             }
             "dropIndex" => {
                 let index = args.req_string("name")?;
-                let r = api.call_drop_index(s, coll, &index, &op_options(&mut args, session)?)?;
+                let r =
+                    api.call_drop_index(s, coll, &index, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
             }
             "dropIndexes" => {
-                let r = api.call_drop_indexes(s, coll, &op_options(&mut args, session)?)?;
+                let r = api.call_drop_indexes(s, coll, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
             }
             "listIndexes" | "listIndexNames" => {
@@ -389,12 +558,12 @@ impl TestRun {
                 Ok(Ok(Output::Value(Bson::Array(names.collect()))))
             }
             "drop" => {
-                let r = api.call_drop(s, coll, &op_options(&mut args, session)?)?;
+                let r = api.call_drop(s, coll, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
             }
             "rename" => {
                 let to = args.req_string("to")?;
-                let r = api.call_rename(s, coll, &to, &op_options(&mut args, session)?)?;
+                let r = api.call_rename(s, coll, &to, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
             }
             "createChangeStream" => {

@@ -3,7 +3,7 @@
 
 mod bucket;
 mod client;
-mod collection;
+pub(crate) mod collection;
 pub mod cursor;
 mod database;
 mod runner;
