@@ -262,9 +262,11 @@ fn attempt<O: Operation>(
     // Every command is checked before it is sent (csot.rs). A refused one was
     // never sent: its connection goes back to the pool, and the error is final.
     let mut sent_max_time = false;
+    // One reading of the clock for the check and the round trip's start.
+    let started = runtime::now();
     match ctx
         .timeout
-        .before_send(runtime::now(), min_rtt, op.sends_max_time())
+        .before_send(started, min_rtt, op.sends_max_time())
     {
         Ok(Some(ms)) => {
             body.append(cstr!("maxTimeMS"), ms as i64);
@@ -320,7 +322,6 @@ fn attempt<O: Operation>(
             None,
         );
     }
-    let started = runtime::now();
     let deadline = ctx.timeout.io_deadline(started);
     let result = conn
         .send(request_id, &body, &sequences, deadline)
