@@ -282,7 +282,7 @@ fn attempt<O: Operation>(
     let sequences: Vec<(&str, &[RawDocumentBuf])> = cmd
         .sequences
         .iter()
-        .map(|(id, docs)| (id.as_str(), docs.as_slice()))
+        .map(|(id, docs)| (id.as_str(), &docs[..]))
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
@@ -472,12 +472,12 @@ fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBu
 /// as the command monitoring spec requires.
 fn with_sequences(
     body: &RawDocumentBuf,
-    sequences: &[(&'static bson::raw::CStr, Vec<RawDocumentBuf>)],
+    sequences: &[(&'static bson::raw::CStr, std::rc::Rc<[RawDocumentBuf]>)],
 ) -> RawDocumentBuf {
     let mut out = body.clone();
     for (id, docs) in sequences {
         let mut arr = bson::RawArrayBuf::new();
-        for d in docs {
+        for d in docs.iter() {
             arr.push(d.clone());
         }
         out.append(*id, arr);
