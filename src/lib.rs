@@ -48,7 +48,7 @@ mod component;
 
 pub use client::{Client, ClientOptions};
 pub use collection::{Collection, FindOptions, OpOptions, UpdateResult, UpdateSpec};
-pub use cursor::{Batch, Cursor, TimeoutMode};
+pub use cursor::{Batch, Cursor, PackedBatch, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
 pub use error::{Cause, Error, ErrorKind, Result};

@@ -5,6 +5,7 @@ use crate::bindings::exports::mongo_wasi::driver::client::ClientOptions;
 use crate::bindings::exports::mongo_wasi::driver::collection::{
     AggregateOptions, FindOptions, OpOptions,
 };
+use crate::bindings::exports::mongo_wasi::driver::cursor::PackedBatch;
 use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
@@ -279,6 +280,14 @@ impl Guest {
             .mongo_wasi_driver_cursor()
             .cursor()
             .call_next_batch(&mut self.store, cursor.0)
+    }
+
+    /// `next-batch-packed`: the documents back to back in one buffer.
+    pub fn next_batch_packed(&mut self, cursor: Cursor) -> Result<WitResult<PackedBatch>> {
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_next_batch_packed(&mut self.store, cursor.0)
     }
 
     pub fn cursor_id(&mut self, cursor: Cursor) -> Result<i64> {

@@ -7,7 +7,7 @@ mod end_transaction;
 mod run_command;
 pub mod write;
 
-pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
+pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors, Packed};
 pub use end_transaction::EndTransaction;
 pub use run_command::{CursorCommand, RunCommand};
 
