@@ -25,6 +25,12 @@ static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
 /// A new connection's buffer: most requests and replies fit.
 const INITIAL_BUFFER: usize = 16 * 1024;
 
+/// The first read of a reply asks for the length and body together: twice
+/// the connection's last reply, within these bounds (the host zeroes what
+/// is asked before reading into it, so asking far more than comes costs).
+const FIRST_READ_MIN: usize = 4 * 1024;
+const FIRST_READ_MAX: usize = 64 * 1024;
+
 pub fn next_request_id() -> i32 {
     NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
 }
@@ -32,7 +38,10 @@ pub fn next_request_id() -> i32 {
 pub struct Connection {
     /// Plain TCP, or TLS over it.
     stream: Stream,
+    /// The message being sent, then its reply (and nothing after it).
     buf: Vec<u8>,
+    /// How much the first read of the next reply asks for.
+    first_read: usize,
     /// Driver-side id, unique per client.
     pub id: u64,
     /// The pool generation it was created in (cleared pools drop older ones).
@@ -104,6 +113,7 @@ impl Connection {
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(INITIAL_BUFFER),
+            first_read: FIRST_READ_MIN,
             id,
             generation,
             address: address.to_string(),
@@ -274,10 +284,12 @@ impl Connection {
         };
         let now = runtime::now();
         let want = self.buf.len() + 1;
-        match self
-            .stream
-            .read_to_len(&mut self.buf, want, Deadline::after(now, ALIVENESS_PROBE))
-        {
+        match self.stream.read_up_to(
+            &mut self.buf,
+            want,
+            want,
+            Deadline::after(now, ALIVENESS_PROBE),
+        ) {
             Ok(()) => {
                 pending.alive(runtime::now(), self.buf.len());
                 self.pending = Some(pending);
@@ -299,7 +311,9 @@ impl Connection {
         let Some(pending) = self.pending else {
             return Ok(());
         };
+        let mut unsolicited = false;
         let r = self.read_frame(deadline).and_then(|len| {
+            unsolicited = self.buf.len() > len;
             match wire::check_reply(&self.buf[..len], pending.request_id, wire::OP_MSG) {
                 Ok(_) => Ok(()),
                 Err(mut e) => {
@@ -311,6 +325,8 @@ impl Connection {
         match &r {
             Ok(()) => {
                 self.pending = None;
+                // Bytes after the drained reply answer nothing: closed at check-in.
+                self.broken |= unsolicited;
                 self.buf.clear();
                 self.buf.shrink_to(INITIAL_BUFFER);
             }
@@ -362,8 +378,10 @@ impl Connection {
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
         self.buf.clear();
+        let mut unsolicited = false;
         let r = self.read_frame(deadline).and_then(|len| {
             let range = wire::check_reply(&self.buf[..len], request_id, op_code)?;
+            unsolicited = self.buf.len() > len;
             wire::take_document(&mut self.buf, range)
         });
         match &r {
@@ -372,25 +390,36 @@ impl Connection {
                 self.pending = Some(PendingResponse::timed_out(request_id, read, runtime::now()));
             }
             Err(_) => self.broken = true,
+            // Bytes after the reply answer nothing the driver sent: the reply
+            // stands, and the connection is closed at check-in.
+            Ok(_) if unsolicited => self.broken = true,
             Ok(_) => {}
         }
         r
     }
 
     /// Reads one frame into the buffer, resuming after what it already holds;
-    /// returns the frame's length. The buffer grows once, to exactly the
-    /// frame (at most `wire::MAX_MESSAGE_SIZE`), and a heap that cannot
-    /// give that much is an error, not a trap.
+    /// returns the frame's length. The first read takes the length and
+    /// (usually) the whole body; anything read past the frame stays after
+    /// it in the buffer. The buffer grows once, to exactly the frame (at
+    /// most `wire::MAX_MESSAGE_SIZE`), and a heap that cannot give that much
+    /// is an error, not a trap.
     fn read_frame(&mut self, deadline: Deadline) -> Result<usize> {
-        self.stream.read_to_len(&mut self.buf, 4, deadline)?;
+        if self.buf.len() < 4 {
+            let first = self.first_read;
+            self.stream.read_up_to(&mut self.buf, 4, first, deadline)?;
+        }
         let prefix = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
         let len = wire::frame_length(prefix, self.max_message_size())?;
-        self.buf
-            .try_reserve_exact(len.saturating_sub(self.buf.len()))
-            .map_err(|e| {
-                Error::protocol(format!("no memory for a reply of {len} bytes")).with_cause(e)
-            })?;
-        self.stream.read_to_len(&mut self.buf, len, deadline)?;
+        if self.buf.len() < len {
+            self.buf
+                .try_reserve_exact(len - self.buf.len())
+                .map_err(|e| {
+                    Error::protocol(format!("no memory for a reply of {len} bytes")).with_cause(e)
+                })?;
+            self.stream.read_up_to(&mut self.buf, len, len, deadline)?;
+        }
+        self.first_read = len.saturating_mul(2).clamp(FIRST_READ_MIN, FIRST_READ_MAX);
         Ok(len)
     }
 

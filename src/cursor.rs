@@ -5,7 +5,7 @@ use crate::change_stream::{self, StreamState};
 use crate::client::Client;
 use crate::csot::{resolve_timeout_ms, OpTimeout};
 use crate::error::{Error, Result};
-use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, RunCommand};
+use crate::operation::{CursorCommand, CursorReply, GetMore, KillCursors, Packed, RunCommand};
 use crate::session::Session;
 use bson::RawDocumentBuf;
 use std::collections::VecDeque;
@@ -29,6 +29,14 @@ pub struct Batch {
     pub exhausted: bool,
 }
 
+/// A batch as one buffer: its documents back to back.
+pub struct PackedBatch {
+    pub documents: Vec<u8>,
+    pub count: usize,
+    /// The server has no more (the cursor id is 0).
+    pub exhausted: bool,
+}
+
 pub struct Cursor {
     client: Client,
     db: String,
@@ -38,7 +46,7 @@ pub struct Cursor {
     /// behind a load balancer its connection is pinned under it.
     server_id: i64,
     address: String,
-    pending: Vec<RawDocumentBuf>,
+    pending: Packed,
     settings: CursorSettings,
     /// The budget started by the command that opened the cursor.
     lifetime: OpTimeout,
@@ -175,6 +183,35 @@ impl Cursor {
         if self.stream.is_some() {
             return self.next_changes();
         }
+        let documents = self.next_packed()?.into_documents();
+        Ok(Batch {
+            documents,
+            exhausted: self.id == 0,
+        })
+    }
+
+    /// As `next_batch`, the documents back to back in one buffer (one
+    /// allocation per batch, not per document).
+    pub fn next_batch_packed(&mut self) -> Result<PackedBatch> {
+        let packed = if self.stream.is_some() {
+            let batch = self.next_changes()?;
+            let mut bytes = Vec::new();
+            for d in &batch.documents {
+                bytes.extend_from_slice(d.as_bytes());
+            }
+            (bytes, batch.documents.len())
+        } else {
+            self.next_packed()?.into_bytes()
+        };
+        Ok(PackedBatch {
+            documents: packed.0,
+            count: packed.1,
+            exhausted: self.id == 0,
+        })
+    }
+
+    /// The buffered documents, else one getMore's (not for change streams).
+    fn next_packed(&mut self) -> Result<Packed> {
         if self.pending.is_empty() && self.id != 0 {
             let budget = match self.settings.mode {
                 TimeoutMode::CursorLifetime => self.lifetime,
@@ -202,10 +239,7 @@ impl Cursor {
                 self.resume_token = reply.post_batch_resume_token;
             }
         }
-        Ok(Batch {
-            documents: std::mem::take(&mut self.pending),
-            exhausted: self.id == 0,
-        })
+        Ok(std::mem::take(&mut self.pending))
     }
 
     /// A change stream's next batch: each call has its own budget; a
@@ -238,7 +272,7 @@ impl Cursor {
                 }
             }
         }
-        let documents = std::mem::take(&mut self.pending);
+        let documents = std::mem::take(&mut self.pending).into_documents();
         let batch_token = self.batch_token.take();
         if let Some(token) = change_stream::token_after(&documents, batch_token.as_ref())? {
             self.resume_token = Some(token);
@@ -302,6 +336,11 @@ impl Cursor {
     /// when the cursor's own budget is spent (CSOT spec, "Cursors"). Without
     /// timeoutMS the legacy socket timeouts apply.
     pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+        if self.id == 0 {
+            // Nothing to kill: no deadline to start (a findOne's cursor ends here).
+            self.pending = Packed::default();
+            return Ok(());
+        }
         let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);
         let budget = self.client.start_timeout(timeout_ms);
         self.close_within(&budget)
@@ -309,7 +348,7 @@ impl Cursor {
 
     /// Kills the server cursor under `budget` (a GridFS stream's lifetime).
     pub(crate) fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
-        self.pending.clear();
+        self.pending = Packed::default();
         if self.id == 0 {
             // Lost or exhausted: a connection still pinned to it is returned.
             self.client.release_cursor_connection(self.server_id);

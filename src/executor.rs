@@ -329,9 +329,11 @@ fn attempt<O: Operation>(
     // Every command is checked before it is sent (csot.rs). A refused one was
     // never sent: its connection goes back to the pool, and the error is final.
     let mut sent_max_time = false;
+    // One reading of the clock for the check and the round trip's start.
+    let started = runtime::now();
     match ctx
         .timeout
-        .before_send(runtime::now(), min_rtt, op.sends_max_time())
+        .before_send(started, min_rtt, op.sends_max_time())
     {
         Ok(Some(ms)) => {
             body.append(cstr!("maxTimeMS"), ms as i64);
@@ -347,7 +349,7 @@ fn attempt<O: Operation>(
     let sequences: Vec<(&str, &[RawDocumentBuf])> = cmd
         .sequences
         .iter()
-        .map(|(id, docs)| (id.as_str(), docs.as_slice()))
+        .map(|(id, docs)| (id.as_str(), &docs[..]))
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
@@ -389,7 +391,6 @@ fn attempt<O: Operation>(
             None,
         );
     }
-    let started = runtime::now();
     let deadline = ctx.timeout.io_deadline(started);
     let result = conn
         .send(request_id, &body, &sequences, deadline)
@@ -622,12 +623,12 @@ fn open_cursor(reply: &RawDocumentBuf) -> Option<i64> {
 /// as the command monitoring spec requires.
 fn with_sequences(
     body: &RawDocumentBuf,
-    sequences: &[(&'static bson::raw::CStr, Vec<RawDocumentBuf>)],
+    sequences: &[(&'static bson::raw::CStr, std::rc::Rc<[RawDocumentBuf]>)],
 ) -> RawDocumentBuf {
     let mut out = body.clone();
     for (id, docs) in sequences {
         let mut arr = bson::RawArrayBuf::new();
-        for d in docs {
+        for d in docs.iter() {
             arr.push(d.clone());
         }
         out.append(*id, arr);

@@ -53,7 +53,7 @@ pub use collection::{
     BulkWriteResult, Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadConcern, ReadMode,
     ReturnDocument, UpdateModel, UpdateResult, UpdateSpec, WriteConcern, WriteModel,
 };
-pub use cursor::{Batch, Cursor, TimeoutMode};
+pub use cursor::{Batch, Cursor, PackedBatch, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
 pub use error::{Cause, Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};

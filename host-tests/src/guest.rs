@@ -5,6 +5,7 @@ use crate::bindings::exports::mongo_wasi::driver::client::ClientOptions;
 use crate::bindings::exports::mongo_wasi::driver::collection::{
     AggregateOptions, FindOptions, OpOptions,
 };
+use crate::bindings::exports::mongo_wasi::driver::cursor::PackedBatch;
 use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
@@ -362,6 +363,14 @@ impl Guest {
                 .map(|d| bson::RawDocumentBuf::from_bytes(d).expect("a document"))
                 .collect()
         }))
+    }
+
+    /// `next-batch-packed`: the documents back to back in one buffer.
+    pub fn next_batch_packed(&mut self, cursor: Cursor) -> Result<WitResult<PackedBatch>> {
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_next_batch_packed(&mut self.store, cursor.0)
     }
 
     pub fn cursor_id(&mut self, cursor: Cursor) -> Result<i64> {

@@ -87,7 +87,14 @@ pub fn component_path() -> PathBuf {
 
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::new(&Config::new()).expect("wasmtime engine"))
+    ENGINE.get_or_init(|| {
+        let mut config = Config::new();
+        // For `perf record`: JIT code named in /tmp/perf-<pid>.map.
+        if std::env::var_os("MONGO_WASI_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
+        Engine::new(&config).expect("wasmtime engine")
+    })
 }
 
 /// Loads the component at `path` for the default engine.

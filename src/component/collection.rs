@@ -3,7 +3,7 @@ use super::exports::mongo_wasi::driver::collection::{
     ReturnDocument, UpdateSpec, WriteModel,
 };
 use super::exports::mongo_wasi::driver::cursor::{
-    self as wit_cursor, Cursor as WitCursor, GuestCursor, TimeoutMode,
+    self as wit_cursor, Cursor as WitCursor, GuestCursor, PackedBatch, TimeoutMode,
 };
 use super::exports::mongo_wasi::driver::types::{
     Batch, BulkWriteResult, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
@@ -421,6 +421,16 @@ impl GuestCursor for CursorRes {
                 .into_iter()
                 .map(|d| d.into_bytes())
                 .collect(),
+            exhausted: batch.exhausted,
+        })
+    }
+
+    fn next_batch_packed(&self) -> WitResult<PackedBatch> {
+        let batch = wrap(self.0.borrow_mut().next_batch_packed())?;
+        Ok(PackedBatch {
+            documents: batch.documents,
+            // A reply holds at most 48 MB of documents of 5 bytes or more.
+            count: u32::try_from(batch.count).unwrap_or(u32::MAX),
             exhausted: batch.exhausted,
         })
     }

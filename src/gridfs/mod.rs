@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operation::{CursorCommand, CursorReply, Find, Operation, RunCommand};
 use crate::sdam::selection::Criteria;
 use crate::session::Session;
-use bson::{rawdoc, RawBson, RawDocumentBuf};
+use bson::{rawdoc, RawBson, RawDocument, RawDocumentBuf};
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -124,7 +124,8 @@ impl Bucket {
             read_preference: crate::sdam::selection::ReadPreference::primary(),
         };
         let reply: CursorReply = self.run(&mut op, call)?;
-        Ok(reply.batch.into_iter().next())
+        let first = reply.batch.iter().next().map(RawDocument::to_owned);
+        Ok(first)
     }
 
     pub fn upload_from_bytes(
@@ -319,7 +320,7 @@ impl Bucket {
         let existing = match self.run(&mut list, call) {
             Ok(reply) => reply.batch,
             // NamespaceNotFound: the collection does not exist yet.
-            Err(e) if e.code == Some(26) => Vec::new(),
+            Err(e) if e.code == Some(26) => Default::default(),
             Err(e) => return Err(e),
         };
         if existing

@@ -1,19 +1,19 @@
 //! Commands that open or drive a server cursor.
 
-use super::{documents_of, Command, Operation};
+use super::{Command, Operation};
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
 use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use bson::cstr;
-use bson::{RawDocument, RawDocumentBuf};
+use bson::{RawArray, RawDocument, RawDocumentBuf};
 
 /// What a cursor-returning reply holds.
 #[derive(Debug)]
 pub struct CursorReply {
     pub id: i64,
     pub ns: String,
-    pub batch: Vec<RawDocumentBuf>,
+    pub batch: Packed,
     pub post_batch_resume_token: Option<RawDocumentBuf>,
     /// The server that owns the cursor: getMore must go there.
     pub address: String,
@@ -34,7 +34,7 @@ impl CursorReply {
             cursor.get_array("firstBatch"),
             cursor.get_array("nextBatch"),
         ) {
-            (Ok(b), _) | (_, Ok(b)) => documents_of(b)?,
+            (Ok(b), _) | (_, Ok(b)) => Packed::of(b)?,
             _ => return Err(Error::protocol("cursor has no batch")),
         };
         Ok(CursorReply {
@@ -47,6 +47,60 @@ impl CursorReply {
                 .map(|d| d.to_owned()),
             address: address.to_string(),
         })
+    }
+}
+
+/// A batch's documents back to back in one buffer, as the reply that
+/// brought them was checked (`wire::check_reply`): one allocation per
+/// batch, not per document, and handed out whole (`into_bytes`) or split.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Packed {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Packed {
+    /// The documents of a reply's batch array; a non-document is a protocol error.
+    pub fn of(array: &RawArray) -> Result<Packed> {
+        let mut packed = Packed {
+            bytes: Vec::with_capacity(array.as_bytes().len()),
+            count: 0,
+        };
+        for value in array {
+            let doc = value?
+                .as_document()
+                .ok_or_else(|| Error::protocol("batch holds a non-document"))?;
+            packed.bytes.extend_from_slice(doc.as_bytes());
+            packed.count += 1;
+        }
+        Ok(packed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The documents in order, borrowed.
+    pub fn iter(&self) -> impl Iterator<Item = &RawDocument> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let len = self.bytes.get(at..at + 4)?;
+            let len = i32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            // Each was a whole document of the checked reply.
+            let doc = RawDocument::from_bytes(&self.bytes[at..at + len]).ok()?;
+            at += len;
+            Some(doc)
+        })
+    }
+
+    /// One owned document each.
+    pub fn into_documents(self) -> Vec<RawDocumentBuf> {
+        self.iter().map(RawDocument::to_owned).collect()
+    }
+
+    /// The documents back to back, and how many there are.
+    pub fn into_bytes(self) -> (Vec<u8>, usize) {
+        (self.bytes, self.count)
     }
 }
 
@@ -261,11 +315,37 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_batch_holds_its_documents_back_to_back() {
+        let r = rawdoc! { "b": [{ "a": 1 }, {}, { "s": "x", "n": { "m": [1] } }] };
+        let p = Packed::of(r.get_array("b").unwrap()).unwrap();
+        assert_eq!(p.iter().count(), 3);
+        let docs = [
+            rawdoc! { "a": 1 },
+            rawdoc! {},
+            rawdoc! { "s": "x", "n": { "m": [1] } },
+        ];
+        assert!(p.iter().eq(docs.iter().map(|d| &**d)));
+        assert_eq!(p.clone().into_documents(), docs);
+        let (bytes, count) = p.into_bytes();
+        assert_eq!(count, 3);
+        assert_eq!(
+            bytes,
+            docs.iter()
+                .flat_map(|d| d.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        );
+        let bad = rawdoc! { "b": [{ "a": 1 }, 2] };
+        assert!(Packed::of(bad.get_array("b").unwrap()).is_err());
+        assert!(Packed::default().is_empty());
+    }
+
+    #[test]
     fn cursor_reply_parses_first_and_next_batch() {
         let r =
             rawdoc! { "cursor": { "id": 5i64, "ns": "d.c", "firstBatch": [{ "a": 1 }] }, "ok": 1 };
         let c = CursorReply::parse(&r, "h:1").unwrap();
-        assert_eq!((c.id, c.ns.as_str(), c.batch.len()), (5, "d.c", 1));
+        assert_eq!((c.id, c.ns.as_str(), c.batch.iter().count()), (5, "d.c", 1));
+        assert_eq!(c.batch.into_documents(), vec![rawdoc! { "a": 1 }]);
         let r = rawdoc! { "cursor": { "id": 0i64, "nextBatch": [] }, "ok": 1 };
         assert_eq!(CursorReply::parse(&r, "h:1").unwrap().id, 0);
         assert!(CursorReply::parse(&rawdoc! { "ok": 1 }, "h:1").is_err());

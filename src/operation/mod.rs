@@ -7,7 +7,7 @@ mod end_transaction;
 mod run_command;
 pub mod write;
 
-pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors};
+pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors, Packed};
 pub use end_transaction::EndTransaction;
 pub use run_command::{CursorCommand, RunCommand};
 
@@ -17,6 +17,7 @@ use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
 use bson::{RawArray, RawDocument, RawDocumentBuf};
+use std::rc::Rc;
 
 #[derive(Debug)]
 /// A command ready to send (without `$db`, `lsid`, `maxTimeMS`: the executor adds those).
@@ -24,8 +25,9 @@ pub struct Command {
     pub name: String,
     pub db: String,
     pub body: RawDocumentBuf,
-    /// OP_MSG kind-1 sections, e.g. ("documents", [...]).
-    pub sequences: Vec<(&'static bson::raw::CStr, Vec<RawDocumentBuf>)>,
+    /// OP_MSG kind-1 sections, e.g. ("documents", [...]). Shared with the
+    /// operation (a retry resends the same batch), never copied.
+    pub sequences: Vec<(&'static bson::raw::CStr, Rc<[RawDocumentBuf]>)>,
 }
 
 pub trait Operation {

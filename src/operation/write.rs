@@ -11,6 +11,7 @@ use crate::retryable::Retryability;
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawDocument, RawDocumentBuf};
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 /// Room left in a message for the command body and framing.
 const MESSAGE_OVERHEAD: usize = 16 * 1024;
@@ -62,7 +63,7 @@ pub struct WriteCommand {
     /// Multi-document statements make the whole command non-retryable.
     pub retryable: bool,
     /// The batch being sent: a retry sends exactly these again.
-    in_flight: Vec<RawDocumentBuf>,
+    in_flight: Rc<[RawDocumentBuf]>,
     /// Index of `in_flight[0]` among all statements (`index_base` first).
     batch_start: usize,
     next_index: usize,
@@ -87,7 +88,7 @@ impl WriteCommand {
             ordered: true,
             extra: None,
             retryable: true,
-            in_flight: Vec::new(),
+            in_flight: Rc::new([]),
             batch_start: index_base,
             next_index: index_base,
             result: WriteResult::default(),
@@ -102,7 +103,7 @@ impl WriteCommand {
     /// Done with the current batch (it succeeded, or its error was final).
     /// An ordered write stops at its first write error.
     pub fn finish_batch(&mut self) {
-        self.in_flight.clear();
+        self.in_flight = Rc::new([]);
         if self.ordered && !self.result.write_errors.is_empty() {
             self.pending.clear();
         }
@@ -180,13 +181,13 @@ impl Operation for WriteCommand {
         body.append(cstr!("ordered"), self.ordered);
         super::merge_extra(&mut body, self.extra.as_deref())?;
         if self.in_flight.is_empty() {
-            self.in_flight = self.next_batch(hello, body.as_bytes().len())?;
+            self.in_flight = self.next_batch(hello, body.as_bytes().len())?.into();
         }
         Ok(Command {
             name: self.kind.command().as_str().to_string(),
             db: self.db.clone(),
             body,
-            sequences: vec![(self.kind.sequence(), self.in_flight.clone())],
+            sequences: vec![(self.kind.sequence(), Rc::clone(&self.in_flight))],
         })
     }
 
@@ -229,19 +230,25 @@ fn number(doc: &RawDocument, key: &str) -> i64 {
 }
 
 /// Ensures `_id` comes first, generating an ObjectId when absent (CRUD spec).
-/// Returns the document and its `_id` value.
+/// Returns the document and its `_id` value. A new `_id` is spliced in front
+/// of the document's bytes in one copy, however many fields it has.
 pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
     if let Some(id) = doc.get("_id")? {
         return Ok((doc.to_owned(), RawBson::from(id)));
     }
     let id = bson::oid::ObjectId::new();
-    let mut out = RawDocumentBuf::new();
-    out.append(cstr!("_id"), id);
-    for item in doc {
-        let (k, v) = item?;
-        out.append(k, v);
-    }
-    Ok((out, RawBson::ObjectId(id)))
+    let fields = &doc.as_bytes()[4..];
+    // length, type 0x07 (ObjectId), "_id\0", 12 bytes, then the fields and the terminator.
+    let len = 4 + 1 + 4 + 12 + fields.len();
+    let len32 = i32::try_from(len)
+        .map_err(|_| Error::invalid_argument(format!("document of {len} bytes is too large")))?;
+    let mut bytes = Vec::with_capacity(len);
+    bytes.extend_from_slice(&len32.to_le_bytes());
+    bytes.push(0x07);
+    bytes.extend_from_slice(b"_id\0");
+    bytes.extend_from_slice(&id.bytes());
+    bytes.extend_from_slice(fields);
+    Ok((RawDocumentBuf::from_bytes(bytes)?, RawBson::ObjectId(id)))
 }
 
 #[cfg(test)]
@@ -412,5 +419,25 @@ mod tests {
         let (doc, id) = with_id(&rawdoc! { "x": 1 }).unwrap();
         assert_eq!(doc.iter().next().unwrap().unwrap().0.as_str(), "_id");
         assert_eq!(RawBson::ObjectId(doc.get_object_id("_id").unwrap()), id);
+    }
+
+    #[test]
+    fn a_spliced_id_makes_the_same_document_as_appending_its_fields() {
+        for src in [
+            rawdoc! {},
+            rawdoc! { "x": 1, "s": "text", "n": { "a": [1, 2, { "b": null }] } },
+        ] {
+            let (doc, id) = with_id(&src).unwrap();
+            let RawBson::ObjectId(oid) = id else {
+                panic!("{id:?}")
+            };
+            let mut expected = rawdoc! { "_id": oid };
+            for item in &src {
+                let (k, v) = item.unwrap();
+                expected.append(k, v);
+            }
+            assert_eq!(doc, expected);
+            assert!(doc.iter().all(|e| e.is_ok()));
+        }
     }
 }

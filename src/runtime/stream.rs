@@ -43,15 +43,19 @@ impl Stream {
         }
     }
 
-    /// Appends to `buf` until it holds at least `want` bytes.
-    pub fn read_to_len(
+    /// Appends to `buf` until it holds at least `want` bytes, taking what
+    /// has arrived up to `max` (at least `want`) in all: a reply's length
+    /// and body usually come in one read.
+    pub fn read_up_to(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
+        max: usize,
         deadline: Deadline,
     ) -> Result<()> {
         match self {
-            Stream::Plain(s) => s.read_to_len(buf, want, deadline),
+            Stream::Plain(s) => s.read_up_to(buf, want, max, deadline),
+            // rustls holds what follows: no socket call is saved by taking more.
             Stream::Tls(s) => s.read_to_len(buf, want, deadline),
         }
     }

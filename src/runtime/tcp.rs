@@ -6,6 +6,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::RefCell;
 use std::net::IpAddr;
+use wasi::io::poll::Pollable;
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
 use wasi::sockets::instance_network::instance_network;
 use wasi::sockets::network::{
@@ -20,10 +21,19 @@ const READ_CHUNK: u64 = 64 * 1024;
 pub struct TcpStream {
     /// `None` only once `Drop` has taken it to `close`.
     parts: Option<Parts>,
+    /// Bytes the output stream accepts in its next `write`, from the last
+    /// `check-write` (a permit stays good until that write): a message
+    /// usually goes out without asking again.
+    permit: u64,
 }
 
-/// Field order is drop order: the streams are children of the socket.
+/// Field order is drop order: pollables are children of their streams, and
+/// the streams children of the socket.
 struct Parts {
+    /// Each stream's pollable, made at its first wait and kept for the
+    /// connection's life (one less resource made and dropped per message).
+    input_ready: Option<Pollable>,
+    output_ready: Option<Pollable>,
     input: InputStream,
     output: OutputStream,
     socket: TcpSocket,
@@ -89,16 +99,19 @@ impl TcpStream {
         drop(pollable);
         Ok(TcpStream {
             parts: Some(Parts {
+                input_ready: None,
+                output_ready: None,
                 input,
                 output,
                 socket,
             }),
+            permit: 0,
         })
     }
 
-    fn parts(&self) -> Result<&Parts> {
+    fn parts(&mut self) -> Result<&mut Parts> {
         self.parts
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| Error::network("connection closed"))
     }
 
@@ -110,25 +123,36 @@ impl TcpStream {
 
     /// `write_all`, its waits named `section` (e.g. "TLS handshake").
     pub fn write_all_as(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
-        let output = &self.parts()?.output;
-        let pollable = output.subscribe();
+        let mut permit = std::mem::take(&mut self.permit);
+        let p = self.parts()?;
         let mut off = 0;
         while off < bytes.len() {
             check(deadline, section)?;
-            let permit = output.check_write().map_err(stream_err)?;
             if permit == 0 {
-                wait(&pollable, deadline, section)?;
-                continue;
+                permit = p.output.check_write().map_err(stream_err)?;
+                if permit == 0 {
+                    let ready = p.output_ready.get_or_insert_with(|| p.output.subscribe());
+                    wait(ready, deadline, section)?;
+                    continue;
+                }
             }
             let n = (bytes.len() - off).min(usize::try_from(permit).unwrap_or(usize::MAX));
-            output.write(&bytes[off..off + n]).map_err(stream_err)?;
+            p.output.write(&bytes[off..off + n]).map_err(stream_err)?;
+            permit -= n as u64;
             off += n;
         }
-        output.flush().map_err(stream_err)?;
-        // The flush is done once the stream accepts writes again.
-        while output.check_write().map_err(stream_err)? == 0 {
-            wait(&pollable, deadline, section)?;
+        p.output.flush().map_err(stream_err)?;
+        // The flush is done once the stream accepts writes again; the permit
+        // it then gives serves the next message.
+        loop {
+            permit = p.output.check_write().map_err(stream_err)?;
+            if permit > 0 {
+                break;
+            }
+            let ready = p.output_ready.get_or_insert_with(|| p.output.subscribe());
+            wait(ready, deadline, section)?;
         }
+        self.permit = permit;
         Ok(())
     }
 
@@ -141,17 +165,35 @@ impl TcpStream {
         want: usize,
         deadline: Deadline,
     ) -> Result<()> {
+        self.read_up_to(buf, want, want, deadline)
+    }
+
+    /// Appends to `buf` until it holds at least `want` bytes, each read
+    /// taking what has arrived up to `max` (at least `want`) in all: one
+    /// read can bring a frame's length and its body together. `buf` never
+    /// grows past `max`. Every pass checks the deadline, so a reply trickled
+    /// or flooded past it fails in time.
+    pub fn read_up_to(
+        &mut self,
+        buf: &mut Vec<u8>,
+        want: usize,
+        max: usize,
+        deadline: Deadline,
+    ) -> Result<()> {
         const SECTION: &str = "socket read";
-        let input = &self.parts()?.input;
-        let pollable = input.subscribe();
+        let max = max.max(want);
+        let p = self.parts()?;
+        // Read first: a fast server's reply is usually there already (then
+        // one call brings it), and an empty read costs less than a wait.
         while buf.len() < want {
             check(deadline, SECTION)?;
-            let ask = ((want - buf.len()) as u64).clamp(1, READ_CHUNK);
-            let chunk = input.read(ask).map_err(stream_err)?;
+            let ask = ((max - buf.len()) as u64).clamp(1, READ_CHUNK);
+            let chunk = p.input.read(ask).map_err(stream_err)?;
             if chunk.is_empty() {
-                wait(&pollable, deadline, SECTION)?;
+                let ready = p.input_ready.get_or_insert_with(|| p.input.subscribe());
+                wait(ready, deadline, SECTION)?;
             } else {
-                reserve_within(buf, chunk.len(), want);
+                reserve_within(buf, chunk.len(), max);
                 buf.extend_from_slice(&chunk);
             }
         }
@@ -181,16 +223,16 @@ impl TcpStream {
         deadline: Deadline,
         section: &str,
     ) -> Result<()> {
-        let input = &self.parts()?.input;
-        let pollable = input.subscribe();
+        let p = self.parts()?;
         loop {
             check(deadline, section)?;
-            let chunk = input.read(READ_CHUNK).map_err(stream_err)?;
+            let chunk = p.input.read(READ_CHUNK).map_err(stream_err)?;
             if !chunk.is_empty() {
                 buf.extend_from_slice(&chunk);
                 return Ok(());
             }
-            wait(&pollable, deadline, section)?;
+            let ready = p.input_ready.get_or_insert_with(|| p.input.subscribe());
+            wait(ready, deadline, section)?;
         }
     }
 }
@@ -219,10 +261,13 @@ thread_local! {
 /// flight (then it is parked): closing never blocks.
 fn close(parts: Parts) {
     let Parts {
+        input_ready,
+        output_ready,
         input,
         output,
         socket,
     } = parts;
+    drop((input_ready, output_ready));
     let _ = socket.shutdown(ShutdownType::Both);
     // Dropping the input stream never waits.
     drop(input);

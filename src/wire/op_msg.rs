@@ -192,6 +192,24 @@ pub fn encode_op_msg(
     sequences: &[(&str, &[RawDocumentBuf])],
     max_message_size: usize,
 ) -> Result<usize> {
+    // The whole message's size first: one allocation, and a message over
+    // the limit is refused before anything is copied.
+    let len = HEADER_LEN
+        + 4
+        + 1
+        + body.as_bytes().len()
+        + sequences
+            .iter()
+            .map(|(id, docs)| {
+                1 + 4 + id.len() + 1 + docs.iter().map(|d| d.as_bytes().len()).sum::<usize>()
+            })
+            .sum::<usize>();
+    if len > max_message_size {
+        return Err(Error::invalid_argument(format!(
+            "message of {len} bytes exceeds maxMessageSizeBytes {max_message_size}"
+        )));
+    }
+    out.reserve(len);
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&(flags & !CHECKSUM_PRESENT).to_le_bytes());
@@ -210,13 +228,7 @@ pub fn encode_op_msg(
             .map_err(|_| Error::invalid_argument("document sequence too large"))?;
         out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
     }
-    let len = out.len() - start;
-    if len > max_message_size {
-        out.truncate(start);
-        return Err(Error::invalid_argument(format!(
-            "message of {len} bytes exceeds maxMessageSizeBytes {max_message_size}"
-        )));
-    }
+    debug_assert_eq!(out.len() - start, len);
     let header = Header {
         length: len as i32,
         request_id,

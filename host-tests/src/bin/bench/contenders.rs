@@ -256,9 +256,19 @@ impl Contender for Wasi<'_> {
                 whole(|| {
                     let cursor = wit(g.find(corpus, &rawdoc! {}, &find_options())?)?;
                     let mut n = 0;
+                    // One buffer per batch (next-batch-packed), its documents
+                    // read in place as a caller would.
                     loop {
-                        let b = wit(g.next_batch(cursor)?)?;
-                        n += b.documents.len();
+                        let b = wit(g.next_batch_packed(cursor)?)?;
+                        let mut at = 0;
+                        while at + 4 <= b.documents.len() {
+                            let len = i32::from_le_bytes(b.documents[at..at + 4].try_into()?);
+                            let doc = RawDocument::from_bytes(&b.documents[at..at + len as usize])?;
+                            std::hint::black_box(doc);
+                            at += len as usize;
+                            n += 1;
+                        }
+                        anyhow::ensure!(n >= b.count as usize, "packed batch short of its count");
                         if b.exhausted {
                             break;
                         }

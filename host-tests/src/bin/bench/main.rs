@@ -6,6 +6,7 @@
 //!
 //! Timing belongs here, not in a test: nothing here asserts a threshold.
 
+mod calls;
 mod contenders;
 mod report;
 mod workload;
@@ -20,7 +21,8 @@ use std::time::{Duration, Instant};
 use workload::{Data, Sample, Workload};
 
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
-[--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT]";
+[--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
+[--only WORKLOAD,...] [--rounds N] [--count-calls]";
 
 #[derive(Default)]
 struct Args {
@@ -34,6 +36,12 @@ struct Args {
     pinned: Option<String>,
     /// Only run the in-memory server (for debugging a contender against it).
     serve: bool,
+    /// Only these workloads, and none of the other measurements (a narrow
+    /// before/after comparison while optimising).
+    only: Option<Vec<String>>,
+    rounds: Option<usize>,
+    /// Count mongo-wasi's WASI calls per operation instead of timing (calls.rs).
+    count_calls: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -57,6 +65,9 @@ fn args() -> anyhow::Result<Args> {
             "--pyscript" => pyscript = Some(PathBuf::from(val()?)),
             "--nx" => a.nx = Some(val()?),
             "--pinned" => a.pinned = Some(val()?),
+            "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
+            "--rounds" => a.rounds = Some(val()?.parse()?),
+            "--count-calls" => a.count_calls = true,
             _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
         }
     }
@@ -186,7 +197,11 @@ fn main() -> anyhow::Result<()> {
 
     // Load (and compile, if not cached) the component before anything is timed.
     let _ = host_tests::driver_pre();
-    let rounds = if a.quick { 3 } else { 10 };
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 10 });
+    let wanted = |key: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|w| w == key));
+    if a.count_calls {
+        return count_calls(server.addr, &data, &wanted);
+    }
 
     // ---- the workloads, interleaved
     {
@@ -196,7 +211,7 @@ fn main() -> anyhow::Result<()> {
         ];
         cs.extend(externals(&a, &uri));
         let mut cmds: Vec<(String, Cmd)> = Vec::new();
-        for w in workload::ALL {
+        for w in workload::ALL.into_iter().filter(|w| wanted(w.name())) {
             let ops = w.ops(a.quick);
             if a.quick && matches!(w, Workload::GridfsUpload | Workload::GridfsDownload) {
                 // 50 MB each way: a single round in --quick.
@@ -216,6 +231,9 @@ fn main() -> anyhow::Result<()> {
                 let ops = if a.quick { 1_000 } else { 10_000 };
                 let what: &'static str = Box::leak(format!("{op}_{set}").into_boxed_str());
                 let key = format!("bson_{what}");
+                if !wanted(&key) {
+                    continue;
+                }
                 r.bytes_per_iter.insert(key.clone(), (size * ops) as f64);
                 cmds.push((key, Cmd::Bson(what, ops)));
             }
@@ -232,6 +250,10 @@ fn main() -> anyhow::Result<()> {
             .collect();
         interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
         interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
+        if a.only.is_some() {
+            report::print(&r);
+            return Ok(());
+        }
 
         // ---- cold start
         let tries = if a.quick { 5 } else { 20 };
@@ -352,6 +374,40 @@ fn nx_reference(
         })
         .collect();
     interleave(&mut cs, &cmds, rounds, &mut r.nx, &mut r.errors);
+    Ok(())
+}
+
+/// `--count-calls`: each wanted workload once (after a warm-up), with its
+/// WASI calls per operation (per iteration for whole-iteration workloads).
+fn count_calls(
+    addr: std::net::SocketAddr,
+    data: &Data,
+    wanted: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<()> {
+    calls::install()?;
+    let mut wasi = Wasi::new(addr, data)?;
+    for w in workload::ALL.into_iter().filter(|w| wanted(w.name())) {
+        let ops = if w.per_op() {
+            100.min(w.ops(false))
+        } else {
+            w.ops(false)
+        };
+        wasi.run(Cmd::Work(w, ops))?;
+        calls::take();
+        wasi.run(Cmd::Work(w, ops))?;
+        let counts = calls::take();
+        let per = if w.per_op() { ops as f64 } else { 1.0 };
+        let total: u64 = counts.values().sum();
+        println!(
+            "{:<18} {:>8.1} WASI calls per {}",
+            w.name(),
+            total as f64 / per,
+            if w.per_op() { "operation" } else { "iteration" }
+        );
+        for (name, n) in &counts {
+            println!("    {:>8.2}  {name}", *n as f64 / per);
+        }
+    }
     Ok(())
 }
 
