@@ -15,6 +15,8 @@ use crate::codes::{self, error_doc, with_labels};
 use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
+use crate::names;
+use crate::retry_record;
 use crate::server::{lock, Shared};
 use crate::tls::ClientStream;
 use crate::topology::Role;
@@ -158,7 +160,7 @@ impl Conn {
                 close_after,
             } => {
                 if close_after {
-                    self.forward_and_drop_reply(msg)?;
+                    self.forward_and_drop_reply(msg, &name, &body)?;
                     return Ok(false);
                 }
                 self.forward(msg, more_to_come, &name, &body, supports_wc)?;
@@ -296,9 +298,16 @@ impl Conn {
     }
 
     /// Runs the command on the backend and waits for its reply, which the client never gets.
-    fn forward_and_drop_reply(&mut self, msg: &Message) -> Result<(), String> {
+    fn forward_and_drop_reply(
+        &mut self,
+        msg: &Message,
+        name: &str,
+        body: &Document,
+    ) -> Result<(), String> {
+        let renamed = names::encode_message(&msg.bytes, name, body);
         let backend = self.backend()?;
-        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::write_all(backend, renamed.as_deref().unwrap_or(&msg.bytes))
+            .map_err(|e| format!("backend write: {e}"))?;
         loop {
             let backend = self.backend()?;
             let reply =
@@ -307,8 +316,20 @@ impl Conn {
                 self.unacked.remove(i);
                 continue;
             }
+            // The write was applied: its retry is answered from the record.
+            if let (Some(key), Ok(parsed)) =
+                (self.retry_key(name, body), frame::parse_op_msg(&reply))
+            {
+                let decoded = names::decode_reply(&parsed.body);
+                let doc = decoded.as_ref().unwrap_or(&parsed.body);
+                lock(&self.shared.retries).record(key, doc);
+            }
             return Ok(());
         }
+    }
+
+    fn retry_key(&self, name: &str, body: &Document) -> Option<retry_record::Key> {
+        retry_record::key(name, body.get_str("$db").unwrap_or(""), body)
     }
 
     /// Sends the client's bytes unchanged and relays the reply (several, for exhaust).
@@ -320,8 +341,27 @@ impl Conn {
         body: &Document,
         supports_wc: bool,
     ) -> Result<(), String> {
+        let retry_key = self.retry_key(name, body).filter(|_| !more_to_come);
+        if let Some(recorded) = retry_key
+            .as_ref()
+            .and_then(|k| lock(&self.shared.retries).get(k))
+        {
+            let edited = match supports_wc {
+                true => self.write_concern_error(name, body, &recorded),
+                false => None,
+            };
+            let reply = edited.unwrap_or(recorded);
+            return self.send(&frame::op_msg(
+                self.shared.request_id(),
+                msg.request_id,
+                0,
+                &reply,
+            ));
+        }
+        let renamed = names::encode_message(&msg.bytes, name, body);
         let backend = self.backend()?;
-        frame::write_all(backend, &msg.bytes).map_err(|e| format!("backend write: {e}"))?;
+        frame::write_all(backend, renamed.as_deref().unwrap_or(&msg.bytes))
+            .map_err(|e| format!("backend write: {e}"))?;
         if more_to_come {
             if self.unacked.len() >= MAX_UNACKED {
                 self.unacked.pop_front();
@@ -347,15 +387,20 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
+            let decoded = names::decode_reply(&parsed.body);
+            let reply_doc = decoded.as_ref().unwrap_or(&parsed.body);
+            if let Some(key) = retry_key.clone() {
+                lock(&self.shared.retries).record(key, reply_doc);
+            }
             let edited = match supports_wc && !exhaust {
-                true => self.write_concern_error(name, body, &parsed.body),
+                true => self.write_concern_error(name, body, reply_doc),
                 false => None,
             };
-            match edited {
+            match edited.or(decoded) {
                 Some(doc) => self.send(&frame::op_msg(
                     self.shared.request_id(),
                     reply.response_to,
-                    0,
+                    parsed.flags & FLAG_MORE_TO_COME,
                     &doc,
                 ))?,
                 None => frame::write_all(&mut self.client, &reply.bytes)

@@ -59,7 +59,12 @@ const LOCAL: &[&str] = &[
 ];
 
 /// The proxy's own admin commands: not counted, never subject to failpoints.
-const PROXY_ADMIN: &[&str] = &["proxyStats", "proxyResetStats", "proxyStepDown"];
+const PROXY_ADMIN: &[&str] = &[
+    "proxyStats",
+    "proxyResetStats",
+    "proxyStepDown",
+    "proxySetVersion",
+];
 
 enum Waited {
     Done,
@@ -90,7 +95,7 @@ impl Conn {
         let known = local
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
-            || commands::is_forwarded(name, self.shared.version.max_wire);
+            || commands::is_forwarded(name, self.shared.version.get().max_wire);
         if !known {
             return Action::Reply(error_doc(
                 codes::COMMAND_NOT_FOUND,
@@ -449,6 +454,13 @@ impl Conn {
                 lock(&self.shared.stats).reset();
                 doc! { "ok": 1.0 }
             }
+            "proxySetVersion" => {
+                let text = body.get_str("proxySetVersion").unwrap_or("");
+                match self.shared.version.set(text) {
+                    Ok(v) => doc! { "version": v.text, "maxWireVersion": v.max_wire, "ok": 1.0 },
+                    Err(e) => error_doc(codes::BAD_VALUE, &e),
+                }
+            }
             _ => {
                 let target = fp::number(body, "newPrimary").map(|n| n as usize);
                 let mut topology = lock(&self.shared.topology);
@@ -477,7 +489,7 @@ impl Conn {
                 &format!("{name} may only be run against the admin database."),
             );
         }
-        let version = &self.shared.version;
+        let version = &self.shared.version.get();
         match canonical(name) {
             "hello" => {
                 let req = HelloRequest {
