@@ -28,7 +28,7 @@ pub const AUTH_ITERATIONS: u32 = 5000;
 
 pub struct Deployment {
     /// Kept alive for the run; dropping them stops the proxies.
-    _proxies: Vec<Proxy>,
+    proxies: Vec<Proxy>,
     uris: Vec<(Topology, String)>,
     pub allowed: Vec<SocketAddr>,
     pub info: requirements::Deployment,
@@ -111,7 +111,7 @@ impl Deployment {
             auth,
         };
         Ok(Deployment {
-            _proxies: vec![single, rs],
+            proxies: vec![single, rs],
             uris,
             allowed,
             info,
@@ -126,6 +126,17 @@ impl Deployment {
             .find(|(u, _)| *u == t)
             .map(|(_, uri)| uri.as_str())
             .unwrap_or_default()
+    }
+
+    /// Makes every proxy present server version `v` to the connections made from now on.
+    pub fn present_version(&self, v: [u64; 3]) -> Result<(), String> {
+        let text = super::server_version::text(v);
+        for proxy in &self.proxies {
+            proxy
+                .set_version(&text)
+                .map_err(|e| format!("presenting server {text}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Switches fail points off after a test that could not clean up itself.
