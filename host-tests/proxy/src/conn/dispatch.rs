@@ -91,7 +91,10 @@ impl Conn {
             return Action::Reply(self.proxy_admin(name, body));
         }
         lock(&self.shared.stats).command(name);
-        let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
+        // getnonce (MONGODB-CR's first step) is gone from 6.2 on.
+        let getnonce = name == "getnonce" && self.shared.version.get().array[..2] < [6, 2][..];
+        let local =
+            LOCAL.contains(&canonical(name)) || api_version::is_test_command(name) || getnonce;
         let known = local
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
@@ -172,9 +175,13 @@ impl Conn {
             return Action::Reply(refusal);
         }
         let mut close_after = false;
+        // A retry mongod answers from its record never reaches the write path.
+        let recorded = crate::retry_record::key(name, db, body)
+            .is_some_and(|k| lock(&self.shared.retries).get(&k).is_some());
         if body.contains_key("txnNumber")
             && !body.contains_key("autocommit")
             && commands::is_write(name, body)
+            && !recorded
         {
             let ns = self.info(name, db, body).namespace();
             let fired = self
@@ -561,6 +568,10 @@ impl Conn {
                 random[..8].copy_from_slice(&state.hash_one(self.id).to_le_bytes());
                 random[8..].copy_from_slice(&state.hash_one(Instant::now()).to_le_bytes());
                 admin::start_session(random)
+            }
+            "getnonce" => {
+                let nonce = RandomState::new().hash_one(self.id);
+                doc! { "nonce": format!("{nonce:016x}"), "ok": 1.0 }
             }
             "replSetGetStatus" => lock(&self.shared.topology).status(self.member),
             "replSetStepDown" => match lock(&self.shared.topology).step_down(self.member) {
