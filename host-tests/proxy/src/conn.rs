@@ -17,6 +17,8 @@ use crate::codes::{self, error_doc, with_labels};
 use crate::commands;
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
+use crate::names;
+use crate::retry_record;
 use crate::server::{lock, Shared};
 use crate::tls::ClientStream;
 use crate::topology::Role;
@@ -163,7 +165,7 @@ impl Conn {
                 close_after,
             } => {
                 if close_after {
-                    self.forward_and_drop_reply(msg, &body)?;
+                    self.forward_and_drop_reply(msg, &name, &body)?;
                     return Ok(false);
                 }
                 self.forward(msg, more_to_come, &name, &body, supports_wc)?;
@@ -305,19 +307,28 @@ impl Conn {
         self.role() != Role::Standalone
     }
 
-    /// The bytes to send nx-27017 for `msg`: unchanged, unless its read concern waits for
-    /// a cluster time (`cluster_time.rs`).
+    /// The bytes to send nx-27017 for `msg`: without what only mongod understands of a
+    /// read concern (`cluster_time.rs`), and with the collection names nx accepts
+    /// (`names.rs`); unchanged when neither applies.
     fn backend_bytes<'m>(
         &self,
         msg: &'m Message,
+        name: &str,
         body: &Document,
     ) -> Result<Cow<'m, [u8]>, String> {
-        match cluster_time::for_backend(body) {
-            None => Ok(Cow::Borrowed(&msg.bytes)),
-            Some(edited) => frame::replace_body(msg, &edited)
-                .map(Cow::Owned)
-                .map_err(|e| format!("re-encoding the command: {e}")),
-        }
+        let (bytes, body): (Cow<'m, [u8]>, Cow<'_, Document>) =
+            match cluster_time::for_backend(body) {
+                None => (Cow::Borrowed(&msg.bytes), Cow::Borrowed(body)),
+                Some(edited) => {
+                    let bytes = frame::replace_body(msg, &edited)
+                        .map_err(|e| format!("re-encoding the command: {e}"))?;
+                    (Cow::Owned(bytes), Cow::Owned(edited))
+                }
+            };
+        Ok(match names::encode_message(&bytes, name, &body) {
+            Some(renamed) => Cow::Owned(renamed),
+            None => bytes,
+        })
     }
 
     /// Aborts, on the backend, the transaction `body` (a command of it) belongs to;
@@ -336,8 +347,13 @@ impl Conn {
     }
 
     /// Runs the command on the backend and waits for its reply, which the client never gets.
-    fn forward_and_drop_reply(&mut self, msg: &Message, body: &Document) -> Result<(), String> {
-        let bytes = self.backend_bytes(msg, body)?;
+    fn forward_and_drop_reply(
+        &mut self,
+        msg: &Message,
+        name: &str,
+        body: &Document,
+    ) -> Result<(), String> {
+        let bytes = self.backend_bytes(msg, name, body)?;
         let backend = self.backend()?;
         frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
         loop {
@@ -348,8 +364,20 @@ impl Conn {
                 self.unacked.remove(i);
                 continue;
             }
+            // The write was applied: its retry is answered from the record.
+            if let (Some(key), Ok(parsed)) =
+                (self.retry_key(name, body), frame::parse_op_msg(&reply))
+            {
+                let decoded = names::decode_reply(&parsed.body);
+                let doc = decoded.as_ref().unwrap_or(&parsed.body);
+                lock(&self.shared.retries).record(key, doc);
+            }
             return Ok(());
         }
+    }
+
+    fn retry_key(&self, name: &str, body: &Document) -> Option<retry_record::Key> {
+        retry_record::key(name, body.get_str("$db").unwrap_or(""), body)
     }
 
     /// Sends the client's bytes unchanged and relays the reply (several, for exhaust).
@@ -361,7 +389,27 @@ impl Conn {
         body: &Document,
         supports_wc: bool,
     ) -> Result<(), String> {
-        let bytes = self.backend_bytes(msg, body)?;
+        let retry_key = self.retry_key(name, body).filter(|_| !more_to_come);
+        if let Some(recorded) = retry_key
+            .as_ref()
+            .and_then(|k| lock(&self.shared.retries).get(k))
+        {
+            let edited = match supports_wc {
+                true => self.write_concern_error(name, body, &recorded),
+                false => None,
+            };
+            let mut reply = edited.unwrap_or(recorded);
+            if self.reports_cluster_time() {
+                cluster_time::stamp(&mut reply, self.shared.clock.tick());
+            }
+            return self.send(&frame::op_msg(
+                self.shared.request_id(),
+                msg.request_id,
+                0,
+                &reply,
+            ));
+        }
+        let bytes = self.backend_bytes(msg, name, body)?;
         let backend = self.backend()?;
         frame::write_all(backend, &bytes).map_err(|e| format!("backend write: {e}"))?;
         if more_to_come {
@@ -389,10 +437,16 @@ impl Conn {
             let parsed = frame::parse_op_msg(&reply).map_err(|e| format!("backend reply: {e}"))?;
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
+            let decoded = names::decode_reply(&parsed.body);
+            let reply_doc = decoded.as_ref().unwrap_or(&parsed.body);
+            if let Some(key) = retry_key.clone() {
+                lock(&self.shared.retries).record(key, reply_doc);
+            }
             let edited = match supports_wc && !exhaust {
-                true => self.write_concern_error(name, body, &parsed.body),
+                true => self.write_concern_error(name, body, reply_doc),
                 false => None,
             };
+            let edited = edited.or(decoded);
             let mut edited = match self.role() == Role::Mongos && !exhaust {
                 true => {
                     let reply = edited.as_ref().unwrap_or(&parsed.body);

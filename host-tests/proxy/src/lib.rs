@@ -1,6 +1,7 @@
 //! A test-only, OP_MSG-aware TCP proxy that puts mongod's test behaviour (fail points, a
 //! replica-set or sharded-cluster presentation, `buildInfo`/`getParameter`/..., CommandNotFound for commands the
-//! backend lacks, mongod's Stable API checks) in front of a MongoDB-wire-compatible server without any (nx-27017).
+//! backend lacks, mongod's Stable API checks, collection names the backend refuses mapped
+//! to names it takes: see `names.rs`) in front of a MongoDB-wire-compatible server without any (nx-27017).
 //!
 //! ```no_run
 //! use mongo_wasi_proxy::{Proxy, ProxyConfig};
@@ -12,7 +13,8 @@
 //! backend connection stays plain.
 //!
 //! Admin commands of its own (any database, no authentication needed): `{proxyStats: 1}`,
-//! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`. Fail points:
+//! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`,
+//! `{proxySetVersion: "8.0.0"}` (the server version presented; see `version.rs`). Fail points:
 //! see [`failpoint`]. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
 //! [`auth`]; with auth on:
 //!
@@ -37,11 +39,15 @@ pub mod failpoint;
 mod frame;
 mod load_balancer;
 mod mongos;
+mod names;
+mod objectid_filter;
+mod retry_record;
 mod server;
 mod stats;
 pub mod testcerts;
 pub mod tls;
 mod topology;
+mod version;
 
 pub use auth::{AuthConfig, User};
 pub use server::{Proxy, ProxyConfig};

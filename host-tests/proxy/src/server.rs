@@ -13,8 +13,10 @@ use bson::Document;
 use crate::auth::{AuthConfig, Users};
 use crate::conn;
 use crate::failpoint::{FailPoints, Mode};
+use crate::retry_record::RetryRecords;
 use crate::stats::Stats;
-use crate::topology::{Topology, TopologyState, Version};
+use crate::topology::{Topology, TopologyState};
+use crate::version::CurrentVersion;
 
 /// How to start a [`Proxy`].
 #[derive(Clone, Debug)]
@@ -88,7 +90,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Shared {
     pub backend: SocketAddr,
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub version: Version,
+    pub version: CurrentVersion,
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
@@ -109,6 +111,8 @@ pub(crate) struct Shared {
     pub await_data: Mutex<HashSet<i64>>,
     /// Stamps replies of replica-set members and mongoses (`cluster_time.rs`).
     pub clock: crate::cluster_time::Clock,
+    /// Replies to retryable writes, for their retries (see `retry_record.rs`).
+    pub retries: Mutex<RetryRecords>,
     stopped: Mutex<bool>,
     wake: Condvar,
     /// Sockets of live connections, shut down on stop to unblock their threads.
@@ -234,7 +238,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             backend: config.backend,
             tls: config.tls.clone(),
-            version: Version::parse(&config.build_version),
+            version: CurrentVersion::new(&config.build_version),
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
@@ -248,6 +252,7 @@ impl Proxy {
             change_streams: Mutex::new(HashSet::new()),
             await_data: Mutex::new(HashSet::new()),
             clock: Default::default(),
+            retries: Mutex::new(RetryRecords::default()),
             stopped: Mutex::new(false),
             wake: Condvar::new(),
             sockets: Mutex::new(HashMap::new()),
@@ -312,6 +317,12 @@ impl Proxy {
         data: Document,
     ) -> Option<i64> {
         self.shared.failpoints(member).configure(name, mode, data)
+    }
+
+    /// Presents server version `text` (`major.minor[.patch]`) to connections made from now
+    /// on, as `{proxySetVersion: text}` does: hello's `maxWireVersion`, `buildInfo`.
+    pub fn set_version(&self, text: &str) -> Result<(), String> {
+        self.shared.version.set(text).map(drop)
     }
 
     /// Stops accepting, closes every connection and joins every thread. Idempotent.

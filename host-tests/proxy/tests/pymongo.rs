@@ -1,6 +1,7 @@
 //! Runs PyMongo scripts through the proxy in front of a running nx-27017:
-//! `pymongo_failpoints.py` (mongod's fail points) and `pymongo_tls.py` (the
-//! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509).
+//! `pymongo_failpoints.py` (mongod's fail points), `pymongo_tls.py` (the
+//! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509) and `pymongo_names.py`
+//! (collection names nx-27017 refuses, GridFS).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -81,6 +82,32 @@ fn pymongo_verifies_the_tls_proxy() {
             ("UNTRUSTED_CA_FILE", file("untrusted-ca.pem")),
             ("CLIENT_FILE", file("client.pem")),
             ("STRANGER_FILE", file("stranger.pem")),
+        ],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// Collection names nx-27017 refuses (`fs.files`, dashes, SQL keywords) work through the
+/// proxy with PyMongo's GridFS and plain commands, and every reply shows the real names.
+#[test]
+fn pymongo_uses_names_the_backend_refuses() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let proxy = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    run_python(
+        &venv,
+        "pymongo_names.py",
+        &[
+            (
+                "PROXY_URI",
+                format!("mongodb://{}/?directConnection=true", proxy.addresses()[0]),
+            ),
+            (
+                "BACKEND_URI",
+                format!("mongodb://{backend}/?directConnection=true"),
+            ),
         ],
         SCRIPT_TIMEOUT,
     );

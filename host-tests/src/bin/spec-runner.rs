@@ -27,6 +27,7 @@
 use host_tests::unified::deployment::Deployment;
 use host_tests::unified::report::{Report, Status};
 use host_tests::unified::runner::{self, Config, ALL_SUITES};
+use host_tests::unified::server_version;
 use host_tests::unified::skips::{self, SkipList};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -168,12 +169,14 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let mut deployment = Deployment::start(cli.backend, cli.auth, cli.tls)?;
     let v = deployment.info.version;
     println!(
-        "spec-runner: {}{} (proxies report {}.{}.{}{}), spec tests in {}, {} skip-list entries, {} s per test",
+        "spec-runner: {}{} (proxies report {}.{}.{} between tests, and per test the newest of {} to {} its requirements allow{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
         if cli.tls { " over TLS" } else { "" },
         v[0],
         v[1],
         v[2],
+        server_version::text(server_version::CANDIDATES[server_version::CANDIDATES.len() - 1]),
+        server_version::text(server_version::CANDIDATES[0]),
         if cli.auth { ", auth on" } else { "" },
         spec_root.display(),
         skips.len(),

@@ -152,6 +152,17 @@ impl Deployment {
             .unwrap_or_default()
     }
 
+    /// Makes every proxy present server version `v` to the connections made from now on.
+    pub fn present_version(&self, v: [u64; 3]) -> Result<(), String> {
+        let text = super::server_version::text(v);
+        for (_, proxy) in &self.proxies {
+            proxy
+                .set_version(&text)
+                .map_err(|e| format!("presenting server {text}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Switches fail points off on every member (every mongos) of `t`'s proxy, after a
     /// test that could not clean up itself, or that may have targeted one mongos.
     pub fn failpoints_off(&mut self, t: Topology, names: &[String]) {

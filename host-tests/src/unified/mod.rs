@@ -10,8 +10,8 @@
 //! - `entities`, `uri`, `operations/*`, `internal`: the entity map and client URIs,
 //!   the WIT calls per entity type and test-runner operation, the internal client.
 //! - `matching`, `errors`, `events`: expectResult, expectError, expectEvents.
-//! - `requirements`, `skips`, `report`: runOnRequirements, the checked-in lists,
-//!   the results.
+//! - `requirements`, `server_version`, `skips`, `report`: runOnRequirements and the server
+//!   version each test is given, the checked-in lists, the results.
 
 pub mod args;
 pub mod deployment;
@@ -25,6 +25,7 @@ mod operations;
 pub mod report;
 pub mod requirements;
 pub mod runner;
+pub mod server_version;
 pub mod skips;
 pub mod testcase;
 pub mod tls;

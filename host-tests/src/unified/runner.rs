@@ -3,7 +3,8 @@
 
 use super::deployment::Deployment;
 use super::report::{Report, Status, TestResult};
-use super::requirements::{self, parse_version, Topology};
+use super::requirements::{parse_version, Topology};
+use super::server_version;
 use super::skips::SkipList;
 use super::testcase::{self, Job};
 use super::worker::{self, Verdict};
@@ -258,12 +259,12 @@ fn decide(
     if let Ok(why) = test.get_str("skipReason") {
         return (Status::Skipped, format!("skipReason: {why}"));
     }
-    let topology = match requirements::choose(
+    let (topology, version) = match server_version::choose(
         file.get("runOnRequirements"),
         test.get("runOnRequirements"),
         &dep.info,
     ) {
-        Ok(t) => t,
+        Ok(chosen) => chosen,
         Err(why) => return (Status::Skipped, why),
     };
     if let Some(why) = testcase::structural_skip(file, test) {
@@ -272,6 +273,9 @@ fn decide(
     let description = test.get_str("description").unwrap_or_default();
     if let Some(why) = cfg.skips.reason(key, description) {
         return (Status::Skipped, format!("skip list: {why}"));
+    }
+    if let Err(why) = dep.present_version(version) {
+        return (Status::Failed, why);
     }
     let job = Job {
         file: file.clone(),
@@ -290,7 +294,10 @@ fn decide(
     }
     match finished.verdict {
         Verdict::Pass => (Status::Passed, String::new()),
-        Verdict::Fail(why) => (Status::Failed, format!("[{topology}] {why}")),
+        Verdict::Fail(why) => (
+            Status::Failed,
+            format!("[{topology} {}] {why}", server_version::text(version)),
+        ),
     }
 }
 

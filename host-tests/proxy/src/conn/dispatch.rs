@@ -59,7 +59,12 @@ const LOCAL: &[&str] = &[
 ];
 
 /// The proxy's own admin commands: not counted, never subject to failpoints.
-const PROXY_ADMIN: &[&str] = &["proxyStats", "proxyResetStats", "proxyStepDown"];
+const PROXY_ADMIN: &[&str] = &[
+    "proxyStats",
+    "proxyResetStats",
+    "proxyStepDown",
+    "proxySetVersion",
+];
 
 enum Waited {
     Done,
@@ -86,13 +91,16 @@ impl Conn {
             return Action::Reply(self.proxy_admin(name, body));
         }
         lock(&self.shared.stats).command(name);
-        let local = LOCAL.contains(&canonical(name)) || api_version::is_test_command(name);
+        // getnonce (MONGODB-CR's first step) is gone from 6.2 on.
+        let getnonce = name == "getnonce" && self.shared.version.get().array[..2] < [6, 2][..];
+        let local =
+            LOCAL.contains(&canonical(name)) || api_version::is_test_command(name) || getnonce;
         let routing = self.role() == Role::Mongos && crate::mongos::is_router_command(name);
         let known = local
             || routing
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
-            || commands::is_forwarded(name, self.shared.version.max_wire);
+            || commands::is_forwarded(name, self.shared.version.get().max_wire);
         if !known {
             return Action::Reply(error_doc(
                 codes::COMMAND_NOT_FOUND,
@@ -176,9 +184,13 @@ impl Conn {
             return Action::Reply(refusal);
         }
         let mut close_after = false;
+        // A retry mongod answers from its record never reaches the write path.
+        let recorded = crate::retry_record::key(name, db, body)
+            .is_some_and(|k| lock(&self.shared.retries).get(&k).is_some());
         if body.contains_key("txnNumber")
             && !body.contains_key("autocommit")
             && commands::is_write(name, body)
+            && !recorded
         {
             let ns = self.info(name, db, body).namespace();
             let fired = self
@@ -473,6 +485,13 @@ impl Conn {
                 lock(&self.shared.stats).reset();
                 doc! { "ok": 1.0 }
             }
+            "proxySetVersion" => {
+                let text = body.get_str("proxySetVersion").unwrap_or("");
+                match self.shared.version.set(text) {
+                    Ok(v) => doc! { "version": v.text, "maxWireVersion": v.max_wire, "ok": 1.0 },
+                    Err(e) => error_doc(codes::BAD_VALUE, &e),
+                }
+            }
             _ => {
                 let target = fp::number(body, "newPrimary").map(|n| n as usize);
                 let mut topology = lock(&self.shared.topology);
@@ -501,7 +520,7 @@ impl Conn {
                 &format!("{name} may only be run against the admin database."),
             );
         }
-        let version = &self.shared.version;
+        let version = &self.shared.version.get();
         match canonical(name) {
             "hello" => {
                 let req = HelloRequest {
@@ -577,6 +596,10 @@ impl Conn {
                 random[..8].copy_from_slice(&state.hash_one(self.id).to_le_bytes());
                 random[8..].copy_from_slice(&state.hash_one(Instant::now()).to_le_bytes());
                 admin::start_session(random)
+            }
+            "getnonce" => {
+                let nonce = RandomState::new().hash_one(self.id);
+                doc! { "nonce": format!("{nonce:016x}"), "ok": 1.0 }
             }
             "replSetGetStatus" => lock(&self.shared.topology).status(self.member),
             "replSetStepDown" => match lock(&self.shared.topology).step_down(self.member) {
