@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use workload::{Data, Sample, Workload};
 
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
-[--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT]";
+[--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
+[--only SECTION,..] (sections: work, cold, deadline, churn, nx, footprint)";
 
 #[derive(Default)]
 struct Args {
@@ -34,6 +35,14 @@ struct Args {
     pinned: Option<String>,
     /// Only run the in-memory server (for debugging a contender against it).
     serve: bool,
+    /// Only these sections (all when empty).
+    only: Vec<String>,
+}
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -57,6 +66,7 @@ fn args() -> anyhow::Result<Args> {
             "--pyscript" => pyscript = Some(PathBuf::from(val()?)),
             "--nx" => a.nx = Some(val()?),
             "--pinned" => a.pinned = Some(val()?),
+            "--only" => a.only = val()?.split(',').map(str::to_string).collect(),
             _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
         }
     }
@@ -230,11 +240,17 @@ fn main() -> anyhow::Result<()> {
                 c => (k.clone(), *c),
             })
             .collect();
-        interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
-        interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
+        if a.runs("work") {
+            interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
+            interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
+        }
 
         // ---- cold start
-        let tries = if a.quick { 5 } else { 20 };
+        let tries = match (a.runs("cold"), a.quick) {
+            (false, _) => 0,
+            (true, true) => 5,
+            (true, false) => 20,
+        };
         for _ in 0..tries {
             for c in cs.iter_mut() {
                 server.take_round_trips_before_first();
@@ -255,6 +271,9 @@ fn main() -> anyhow::Result<()> {
         // ---- deadline accuracy: a server that ignores maxTimeMS
         let ops = if a.quick { 20 } else { 200 };
         for t in [20u64, 50, 100, 250] {
+            if !a.runs("deadline") {
+                break;
+            }
             for c in cs.iter_mut() {
                 match c.run(Cmd::Deadline(ops, t)) {
                     Ok(Some(s)) => {
@@ -270,7 +289,7 @@ fn main() -> anyhow::Result<()> {
 
         // ---- churn: a server that honours maxTimeMS, its reply 5 ms after it
         let ops = if a.quick { 100 } else { 1_000 };
-        for c in cs.iter_mut() {
+        for c in cs.iter_mut().filter(|_| a.runs("churn")) {
             let before = server.accepted();
             match c.run(Cmd::Churn(ops, 20)) {
                 Ok(Some(s)) => {
@@ -285,7 +304,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     // ---- the latency set against nx-27017, for reference
-    if let Some(nx) = &a.nx {
+    if let (Some(nx), true) = (&a.nx, a.runs("nx")) {
         match nx_reference(nx, &a, &data, rounds.min(3), &mut r) {
             Ok(()) => {}
             Err(e) => r.errors.push(format!("nx-27017 reference: {e:#}")),
@@ -296,7 +315,7 @@ fn main() -> anyhow::Result<()> {
     r.component_bytes = std::fs::metadata(host_tests::component_path())
         .map(|m| m.len())
         .unwrap_or(0);
-    for n in [1usize, 50] {
+    for n in [1usize, 50].into_iter().filter(|_| a.runs("footprint")) {
         match footprint(server.addr, n) {
             Ok(per) => {
                 r.memory_per_instance.insert(n, per);
