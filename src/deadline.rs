@@ -80,6 +80,47 @@ impl Deadline {
     }
 }
 
+/// How long before an instant a timed wait asks the host's clock to wake it.
+/// Host timers wake late (wasmtime's round up to the next millisecond tick,
+/// then the thread wakes), so a wait that sleeps until the deadline ends 1-2 ms
+/// past it. `runtime::wait` sleeps until `at - slack` and finishes on the
+/// clock. The slack is learned from every timed wake: it rises at once to a
+/// later wake (never past [`WakeSlack::MAX`], which bounds that finish) and
+/// decays slowly while wakes are punctual, so a host with precise timers
+/// soon finishes with almost no spin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeSlack(Duration);
+
+impl WakeSlack {
+    /// Before any timed wake has been seen: about a wasmtime timer's lateness.
+    pub const INITIAL: WakeSlack = WakeSlack(Duration::from_micros(1_500));
+    /// The longest finish on the clock: a wake later than this is the load's
+    /// doing, and spinning longer would only add to it.
+    pub const MAX: Duration = Duration::from_millis(2);
+    /// Kept above the latest wake seen, for the jitter between wakes.
+    pub const MARGIN: Duration = Duration::from_micros(150);
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// When to ask the clock to wake a wait that must end at `at`.
+    pub fn wake_at(self, at: Instant) -> Instant {
+        Instant(at.0.saturating_sub(self.0.as_nanos() as u64))
+    }
+
+    /// A timer asked for `asked` woke the wait at `now`.
+    pub fn woke(&mut self, asked: Instant, now: Instant) {
+        let want = (now.since(asked) + Self::MARGIN).min(Self::MAX);
+        self.0 = match want > self.0 {
+            true => want,
+            // Down by an eighth of the difference: one punctual wake among
+            // late ones barely moves it.
+            false => self.0 - (self.0 - want) / 8,
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +177,37 @@ mod tests {
     fn huge_values_do_not_overflow() {
         let d = Deadline::from_ms(Instant(u64::MAX - 5), Some(u64::MAX));
         assert_eq!(d, Deadline::At(Instant(u64::MAX)));
+    }
+
+    #[test]
+    fn wake_slack_rises_at_once_decays_slowly_and_is_capped() {
+        let at = T0.saturating_add(Duration::from_millis(50));
+        let mut s = WakeSlack::INITIAL;
+        assert_eq!(at.since(s.wake_at(at)), s.get());
+        // A wake 1.8 ms late: the slack covers it (with the margin) at once.
+        let asked = s.wake_at(at);
+        s.woke(asked, asked.saturating_add(Duration::from_micros(1_800)));
+        assert_eq!(s.get(), Duration::from_micros(1_950));
+        // Far later (a loaded machine): capped, the finish stays short.
+        s.woke(asked, asked.saturating_add(Duration::from_millis(30)));
+        assert_eq!(s.get(), WakeSlack::MAX);
+        // Punctual wakes: it decays, by an eighth of the gap each time.
+        s.woke(asked, asked);
+        let once = s.get();
+        assert!(
+            once < WakeSlack::MAX && once > Duration::from_micros(1_700),
+            "{once:?}"
+        );
+        for _ in 0..100 {
+            s.woke(asked, asked);
+        }
+        assert!(
+            s.get() < WakeSlack::MARGIN + Duration::from_micros(5),
+            "{:?}",
+            s.get()
+        );
+        assert!(s.get() >= WakeSlack::MARGIN);
+        // Near the clock's start, no underflow.
+        assert_eq!(WakeSlack::INITIAL.wake_at(Instant(10)), Instant(0));
     }
 }

@@ -1,4 +1,5 @@
-//! `cargo xtask bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx]`:
+//! `cargo xtask bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx]
+//! [--only SECTION,..]`:
 //! builds the component, the harness (host-tests/src/bin/bench) and the
 //! `mongodb` crate contender (host-tests/bench-native, its own workspace and
 //! Cargo.lock, built only here), then runs them all pinned to one core.
@@ -22,6 +23,8 @@ pub(crate) struct Args {
     svg: Option<PathBuf>,
     native: bool,
     nx: bool,
+    /// Passed to the harness: only these sections (work, cold, deadline, churn, nx, footprint).
+    only: Option<String>,
 }
 
 pub(crate) fn parse(args: &[&str]) -> Result<Args> {
@@ -38,6 +41,7 @@ pub(crate) fn parse(args: &[&str]) -> Result<Args> {
             "--no-nx" => a.nx = false,
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--svg" => a.svg = Some(it.next().ok_or("--svg needs a path")?.into()),
+            "--only" => a.only = Some(it.next().ok_or("--only needs sections")?.to_string()),
             other => return Err(format!("unknown bench argument {other}")),
         }
     }
@@ -135,6 +139,9 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
         }
         if a.quick {
             cmd.arg("--quick");
+        }
+        if let Some(only) = &a.only {
+            cmd.arg("--only").arg(only);
         }
         if a.native && native_bin.exists() {
             cmd.arg("--native").arg(&native_bin);

@@ -38,11 +38,12 @@ commands:
                       target/fuzz-findings with a command that reproduces it)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
-  bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx]
+  bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx] [--only S,..]
                       setup, build, then the driver benchmark (host-tests/src/bin/bench):
                       mongo-wasi vs the mongodb crate, PyMongo and a raw OP_MSG floor on
                       a fast in-memory server, pinned to one core; a table on stdout,
-                      JSON (default target/bench/bench.json) and an SVG chart
+                      JSON (default target/bench/bench.json) and an SVG chart;
+                      --only runs some sections: work, cold, deadline, churn, nx, footprint
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
                       spec-runner against a fresh nx-27017

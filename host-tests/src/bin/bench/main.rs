@@ -22,7 +22,8 @@ use workload::{Data, Sample, Workload};
 
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
 [--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
-[--only WORKLOAD,...] [--rounds N] [--count-calls]";
+[--only SECTION,..] (sections: work, cold, deadline, churn, nx, footprint) [--workloads W,...] \
+[--rounds N] [--count-calls]";
 
 #[derive(Default)]
 struct Args {
@@ -36,12 +37,20 @@ struct Args {
     pinned: Option<String>,
     /// Only run the in-memory server (for debugging a contender against it).
     serve: bool,
-    /// Only these workloads, and none of the other measurements (a narrow
-    /// before/after comparison while optimising).
-    only: Option<Vec<String>>,
+    /// Only these workloads of the `work` section (a narrow before/after
+    /// comparison while optimising).
+    workloads: Option<Vec<String>>,
     rounds: Option<usize>,
     /// Count mongo-wasi's WASI calls per operation instead of timing (calls.rs).
     count_calls: bool,
+    /// Only these sections (all when empty).
+    only: Vec<String>,
+}
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -65,9 +74,10 @@ fn args() -> anyhow::Result<Args> {
             "--pyscript" => pyscript = Some(PathBuf::from(val()?)),
             "--nx" => a.nx = Some(val()?),
             "--pinned" => a.pinned = Some(val()?),
-            "--only" => a.only = Some(val()?.split(',').map(str::to_string).collect()),
+            "--workloads" => a.workloads = Some(val()?.split(',').map(str::to_string).collect()),
             "--rounds" => a.rounds = Some(val()?.parse()?),
             "--count-calls" => a.count_calls = true,
+            "--only" => a.only = val()?.split(',').map(str::to_string).collect(),
             _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
         }
     }
@@ -198,7 +208,7 @@ fn main() -> anyhow::Result<()> {
     // Load (and compile, if not cached) the component before anything is timed.
     let _ = host_tests::driver_pre();
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 10 });
-    let wanted = |key: &str| a.only.as_ref().is_none_or(|o| o.iter().any(|w| w == key));
+    let wanted = |key: &str| a.workloads.as_ref().is_none_or(|o| o.iter().any(|w| w == key));
     if a.count_calls {
         return count_calls(server.addr, &data, &wanted);
     }
@@ -248,15 +258,17 @@ fn main() -> anyhow::Result<()> {
                 c => (k.clone(), *c),
             })
             .collect();
-        interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
-        interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
-        if a.only.is_some() {
-            report::print(&r);
-            return Ok(());
+        if a.runs("work") {
+            interleave(&mut cs, &warm_cmds, 1, &mut warm, &mut r.errors);
+            interleave(&mut cs, &cmds, rounds, &mut r.work, &mut r.errors);
         }
 
         // ---- cold start
-        let tries = if a.quick { 5 } else { 20 };
+        let tries = match (a.runs("cold"), a.quick) {
+            (false, _) => 0,
+            (true, true) => 5,
+            (true, false) => 20,
+        };
         for _ in 0..tries {
             for c in cs.iter_mut() {
                 server.take_round_trips_before_first();
@@ -277,6 +289,9 @@ fn main() -> anyhow::Result<()> {
         // ---- deadline accuracy: a server that ignores maxTimeMS
         let ops = if a.quick { 20 } else { 200 };
         for t in [20u64, 50, 100, 250] {
+            if !a.runs("deadline") {
+                break;
+            }
             for c in cs.iter_mut() {
                 match c.run(Cmd::Deadline(ops, t)) {
                     Ok(Some(s)) => {
@@ -292,7 +307,7 @@ fn main() -> anyhow::Result<()> {
 
         // ---- churn: a server that honours maxTimeMS, its reply 5 ms after it
         let ops = if a.quick { 100 } else { 1_000 };
-        for c in cs.iter_mut() {
+        for c in cs.iter_mut().filter(|_| a.runs("churn")) {
             let before = server.accepted();
             match c.run(Cmd::Churn(ops, 20)) {
                 Ok(Some(s)) => {
@@ -307,7 +322,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     // ---- the latency set against nx-27017, for reference
-    if let Some(nx) = &a.nx {
+    if let (Some(nx), true) = (&a.nx, a.runs("nx")) {
         match nx_reference(nx, &a, &data, rounds.min(3), &mut r) {
             Ok(()) => {}
             Err(e) => r.errors.push(format!("nx-27017 reference: {e:#}")),
@@ -318,7 +333,7 @@ fn main() -> anyhow::Result<()> {
     r.component_bytes = std::fs::metadata(host_tests::component_path())
         .map(|m| m.len())
         .unwrap_or(0);
-    for n in [1usize, 50] {
+    for n in [1usize, 50].into_iter().filter(|_| a.runs("footprint")) {
         match footprint(server.addr, n) {
             Ok(per) => {
                 r.memory_per_instance.insert(n, per);
