@@ -27,9 +27,10 @@ pub fn wait(pollable: &Pollable, deadline: Deadline, section: &str) -> Result<()
             Ok(())
         }
         Deadline::At(at) => {
-            if pollable.ready() {
-                return Ok(());
-            }
+            // No `ready()` shortcut: callers wait only after a read or write
+            // would block, and jco's preview2-shim answers `ready()` from a
+            // flag that only `poll` refreshes, so a shortcut spun on a stale
+            // `true` until the deadline (examples/node's tests measure it).
             let timer = monotonic_clock::subscribe_instant(at.0);
             poll(&[pollable, &timer]);
             // Whichever woke us, the deadline decides.
