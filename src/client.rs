@@ -269,18 +269,21 @@ impl Client {
     /// Ends the pooled server sessions (best effort, bounded) and closes
     /// every pooled connection.
     pub fn close(&self) {
-        let ids = self.inner.sessions.drain();
+        let mut ids = self.inner.sessions.drain();
+        // Best effort (Driver Sessions spec), so only to a server already known
+        // to suit: closing never waits out server selection, which against a
+        // server that never answered would cost the whole timeout again.
+        let criteria = Criteria::Read(ReadMode::PrimaryPreferred);
+        if !self.inner.topology.borrow().knows_suitable(criteria) {
+            ids.clear();
+        }
         // endSessions takes at most 10,000 ids per command (Driver Sessions spec).
         for chunk in ids.chunks(10_000) {
             let mut arr = bson::RawArrayBuf::new();
             for id in chunk {
                 arr.push(id.clone());
             }
-            let mut op = RunCommand::new(
-                "admin",
-                rawdoc! { "endSessions": arr },
-                Criteria::Read(ReadMode::PrimaryPreferred),
-            );
+            let mut op = RunCommand::new("admin", rawdoc! { "endSessions": arr }, criteria);
             // The client's timeoutMS, else the legacy timeouts (CSOT spec).
             let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
             let budget = self.start_timeout(timeout_ms);

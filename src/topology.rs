@@ -620,6 +620,17 @@ impl Topology {
         }
     }
 
+    /// Whether a server known now suits `criteria`: no check, no waiting.
+    pub fn knows_suitable(&self, criteria: Criteria) -> bool {
+        !selection::suitable(
+            &self.description,
+            criteria,
+            self.settings.local_threshold,
+            &[],
+        )
+        .is_empty()
+    }
+
     pub fn min_rtt(&mut self, address: &str) -> Duration {
         self.state(address).rtt.min()
     }
