@@ -309,18 +309,21 @@ impl Client {
         if self.inner.closed.get() {
             return;
         }
-        let ids = self.inner.sessions.drain();
+        let mut ids = self.inner.sessions.drain();
+        // Best effort (Driver Sessions spec), so only to a server already known
+        // to suit: closing never waits out server selection, which against a
+        // server that never answered would cost the whole timeout again.
+        let criteria = Criteria::read(ReadMode::PrimaryPreferred);
+        if !self.inner.topology.borrow().knows_suitable(&criteria) {
+            ids.clear();
+        }
         // endSessions takes at most 10,000 ids per command (Driver Sessions spec).
         for chunk in ids.chunks(10_000) {
             let mut arr = bson::RawArrayBuf::new();
             for id in chunk {
                 arr.push(id.clone());
             }
-            let mut op = RunCommand::new(
-                "admin",
-                rawdoc! { "endSessions": arr },
-                Criteria::read(ReadMode::PrimaryPreferred),
-            );
+            let mut op = RunCommand::new("admin", rawdoc! { "endSessions": arr }, criteria.clone());
             let budget = self.start_timeout(timeout_ms);
             let ctx = Context {
                 timeout: budget,

@@ -712,6 +712,18 @@ impl Topology {
         }
     }
 
+    /// Whether a server known now suits `criteria`: no check, no waiting.
+    pub fn knows_suitable(&self, criteria: &Criteria) -> bool {
+        selection::suitable(
+            &self.description,
+            criteria,
+            self.settings.local_threshold,
+            self.settings.heartbeat,
+            &[],
+        )
+        .is_ok_and(|s| !s.is_empty())
+    }
+
     pub fn min_rtt(&mut self, address: &str) -> Duration {
         self.state(address).rtt.min()
     }

@@ -278,3 +278,29 @@ fn max_time_ms_subtracts_the_measured_round_trip() {
     .unwrap()
     .unwrap();
 }
+
+/// Closing a client whose server never answered does not wait out another
+/// timeout: endSessions is best effort and goes only to a server known to suit.
+#[test]
+fn close_after_a_silent_server_does_not_wait_again() {
+    let listener = Listener::start(Behaviour::Silent).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let client = guest
+        .connect(&format!("mongodb://{}/", listener.addr), Some(1000), false)
+        .unwrap()
+        .expect("valid URI");
+    let db = guest.database(client, "admin", None).unwrap();
+    let err = guest
+        .run_command(db, &bson::rawdoc! { "ping": 1 }, None)
+        .unwrap()
+        .expect_err("a silent server cannot answer");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    let started = Instant::now();
+    guest.close(client).unwrap();
+    // Waiting for selection again took the whole 1000 ms.
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "close took {:?}",
+        started.elapsed()
+    );
+}

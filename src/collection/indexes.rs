@@ -6,7 +6,30 @@ use crate::error::{Error, Result};
 use crate::retryable::Retryability;
 use bson::{cstr, rawdoc, RawArrayBuf, RawDocument, RawDocumentBuf};
 
+/// The fields of `createIndexes` itself; every other option of `create_index`
+/// describes the index (unique, sparse, name, expireAfterSeconds, ...).
+const COMMAND_FIELDS: [&str; 5] = [
+    "commitQuorum",
+    "comment",
+    "writeConcern",
+    "maxTimeMS",
+    "rawData",
+];
+
 impl Collection {
+    /// One index on `keys`; `options.extra` holds the index's options and the
+    /// command's own fields (`COMMAND_FIELDS`), each sent where it belongs.
+    /// Returns the index name.
+    pub fn create_index(&self, keys: &RawDocument, options: &OpOptions) -> Result<String> {
+        let (model, extra) = index_model(keys, options.extra.as_deref())?;
+        let options = OpOptions {
+            extra,
+            ..options.clone()
+        };
+        let names = self.create_indexes(&[model], &options)?;
+        Ok(names.into_iter().next().unwrap_or_default())
+    }
+
     /// Each model is `{key: {...}, ...index options}`; returns the index names.
     pub fn create_indexes(
         &self,
@@ -56,6 +79,28 @@ impl Collection {
     }
 }
 
+/// `{key: keys, ...index options}` and what is left for the command.
+fn index_model(
+    keys: &RawDocument,
+    extra: Option<&RawDocument>,
+) -> Result<(RawDocumentBuf, Option<RawDocumentBuf>)> {
+    let mut model = rawdoc! { "key": keys.to_owned() };
+    let mut command = RawDocumentBuf::new();
+    for item in extra.into_iter().flatten() {
+        let (k, v) = item?;
+        if k == "key" {
+            return Err(Error::invalid_argument(
+                "create-index takes its keys as an argument, not as `key` in extra",
+            ));
+        }
+        match COMMAND_FIELDS.contains(&k.as_str()) {
+            true => command.append(k, v),
+            false => model.append(k, v),
+        }
+    }
+    Ok((model, (!command.is_empty()).then_some(command)))
+}
+
 /// The spec's default index name: `field_dir` joined by `_`.
 fn default_index_name(keys: &RawDocument) -> Result<String> {
     let mut parts = Vec::new();
@@ -92,5 +137,23 @@ mod tests {
             "t_text"
         );
         assert!(default_index_name(&rawdoc! { "a": true }).is_err());
+    }
+
+    #[test]
+    fn index_options_go_in_the_index_and_command_fields_in_the_command() {
+        let keys = rawdoc! { "n": 1 };
+        let extra = rawdoc! { "unique": true, "comment": "c", "expireAfterSeconds": 60, "commitQuorum": "majority" };
+        let (model, command) = index_model(&keys, Some(&extra)).unwrap();
+        assert_eq!(
+            model,
+            rawdoc! { "key": { "n": 1 }, "unique": true, "expireAfterSeconds": 60 }
+        );
+        assert_eq!(
+            command,
+            Some(rawdoc! { "comment": "c", "commitQuorum": "majority" })
+        );
+        let (model, command) = index_model(&keys, None).unwrap();
+        assert_eq!((model, command), (rawdoc! { "key": { "n": 1 } }, None));
+        assert!(index_model(&keys, Some(&rawdoc! { "key": { "m": 1 } })).is_err());
     }
 }

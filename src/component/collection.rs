@@ -362,9 +362,7 @@ impl GuestCollection for CollectionRes {
     }
 
     fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
-        let model = bson::rawdoc! { "key": doc(keys)? };
-        let names = wrap(self.0.create_indexes(&[model], &op_options(&options)?))?;
-        Ok(names.into_iter().next().unwrap_or_default())
+        wrap(self.0.create_index(&doc(keys)?, &op_options(&options)?))
     }
 
     fn create_indexes(

@@ -53,30 +53,35 @@ pub fn sleep_until(deadline: Deadline) {
 }
 
 /// Waits for `pollable` (true) or for the clock to reach `at` (false). Every
-/// pass reads the clock before the pollable, so the deadline wins a tie.
+/// pass reads the clock first, so the deadline wins a tie. Readiness is what
+/// `poll` reports, never `ready()`: jco's preview2-shim answers `ready()` from a
+/// flag only `poll` refreshes, and a stale `true` spun until the deadline
+/// (examples/node's tests measure the CPU time).
 fn until(at: Instant, pollable: Option<&Pollable>) -> bool {
     loop {
         let now = super::now();
         if now >= at {
             return false;
         }
-        if pollable.is_some_and(Pollable::ready) {
-            return true;
-        }
         let wake = SLACK.get().wake_at(at);
-        if now >= wake {
-            // The finish: too close to `at` for the host's timers.
-            continue;
-        }
-        let timer = monotonic_clock::subscribe_instant(wake.0);
-        let timer_fired = match pollable {
-            Some(p) => poll(&[p, &timer]).contains(&1),
+        // Too close to `at` for the host's timers: finish on the clock, asking
+        // the pollable without sleeping (a timer that is already due).
+        let finishing = now >= wake;
+        let timer = match finishing {
+            true => monotonic_clock::subscribe_duration(0),
+            false => monotonic_clock::subscribe_instant(wake.0),
+        };
+        let ready = match pollable {
+            Some(p) => poll(&[p, &timer]),
             None => {
                 timer.block();
-                true
+                vec![1]
             }
         };
-        if timer_fired {
+        if ready.contains(&0) {
+            return true;
+        }
+        if !finishing && ready.contains(&1) {
             let mut slack = SLACK.get();
             slack.woke(wake, super::now());
             SLACK.set(slack);

@@ -3,6 +3,7 @@
 //! std only, so that it compiles in seconds on a fresh machine.
 
 mod bench;
+mod node;
 mod run;
 mod server;
 mod setup;
@@ -29,13 +30,17 @@ commands:
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
-                      proxy tests, a short soak, the unified spec suites (fails if a test on
+                      proxy tests, the JavaScript host (examples/node), a short soak,
+                      the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass), then bench --quick
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
                       command replies, URI, SCRAM, DNS): N seconds per target
                       (default 60); fails on a finding (saved under
                       target/fuzz-findings with a command that reproduces it)
+  node                setup, build, then examples/node: npm ci, transpile the component
+                      with jco, and its tests in Node.js against nx-27017 and a silent
+                      server (Node.js 20+ and npm must be installed)
   server start        start nx-27017 on a free 127.0.0.1 port and print its URI
   server stop [PORT]  stop that server, or every server started from .work
   bench [--quick] [--json PATH] [--svg PATH] [--no-native] [--no-nx] [--only S,..]
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         ["demo"] => steps::demo(&ctx),
         ["test"] => steps::test(&ctx),
         ["wit-check"] => steps::wit_check(&ctx),
+        ["node"] => node::node(&ctx),
         ["server", "start"] => server::start_detached(&ctx),
         ["server", "stop"] => server::stop_all(&ctx),
         ["server", "stop", port] => match port.parse() {

@@ -103,6 +103,7 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step("test: host tests and proxy tests against nx-27017", || {
         host_tests(ctx)
     });
+    let _ = run.step(crate::node::STEP, || crate::node::test_step(ctx));
     let _ = run.step(
         "test: soak through the failpoint proxy (300 operations or 60 s)",
         || soak::short_step(ctx),

@@ -208,7 +208,11 @@ fn main() -> anyhow::Result<()> {
     // Load (and compile, if not cached) the component before anything is timed.
     let _ = host_tests::driver_pre();
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 10 });
-    let wanted = |key: &str| a.workloads.as_ref().is_none_or(|o| o.iter().any(|w| w == key));
+    let wanted = |key: &str| {
+        a.workloads
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|w| w == key))
+    };
     if a.count_calls {
         return count_calls(server.addr, &data, &wanted);
     }
