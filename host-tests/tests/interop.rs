@@ -364,7 +364,7 @@ fn the_component_reads_what_pymongo_wrote() {
         .expect_err("PyMongo's unique index refuses a second n: 1");
     assert_eq!(
         (dup.kind, dup.code),
-        (ErrorKind::Server, Some(11000)),
+        (ErrorKind::DuplicateKey, Some(11000)),
         "{dup:?}"
     );
 }
