@@ -34,7 +34,7 @@ commands:
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
-                      proxy tests, a short soak, the unified spec suites (fails if a test on
+                      proxy tests, the composed examples, a short soak, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass), then bench --quick
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
