@@ -8,7 +8,8 @@
 //! here takes their place at link time (libc.a's are then never linked).
 //!
 //! The component has no stderr: a panic's message is dropped, and the panic
-//! traps as before. The driver reads its environment variables and files
+//! traps as before. Only with the `component` feature, which a Rust guest
+//! linking the rlib leaves off (its own `println!` would vanish otherwise). The driver reads its environment variables and files
 //! through `runtime::env_var` and `runtime::read_file`, not through libc.
 
 use std::ffi::{c_char, c_int, c_void};
