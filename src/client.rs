@@ -148,7 +148,7 @@ impl Client {
             }
         };
         let app_name = o.app_name.as_deref();
-        let platform = std::env::var("MONGO_WASI_PLATFORM").ok();
+        let platform = crate::runtime::env_var("MONGO_WASI_PLATFORM");
         let settings = TopologySettings {
             seeds,
             direct: o.direct_connection,

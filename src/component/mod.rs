@@ -9,6 +9,7 @@ mod client;
 mod collection;
 mod database;
 mod gridfs;
+mod libc;
 mod session;
 
 wit_bindgen::generate!({ path: "wit", world: "driver" });

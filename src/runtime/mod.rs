@@ -5,6 +5,7 @@
 
 mod clock;
 mod dns;
+mod host;
 mod stream;
 mod tcp;
 mod tls;
@@ -12,6 +13,7 @@ mod udp;
 mod wait;
 
 pub use clock::now;
+pub use host::{env_var, read_file};
 pub use stream::Stream;
 pub use tcp::TcpStream;
 pub use tls::TlsStream;
@@ -67,17 +69,14 @@ pub fn random_bytes(n: u64) -> Vec<u8> {
 /// What the host configured for DNS: `MONGO_WASI_DNS_SERVER`, and
 /// `/etc/resolv.conf` if it preopened it (see `dns::config`).
 pub fn dns_config() -> (Option<String>, Option<String>) {
-    let env = std::env::var(crate::dns::config::ENV_VAR).ok();
+    let env = env_var(crate::dns::config::ENV_VAR);
     let file = match env {
         Some(_) => None,
-        None => std::fs::read_to_string(crate::dns::config::RESOLV_CONF).ok(),
+        None => read_file(crate::dns::config::RESOLV_CONF)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok()),
     };
     (env, file)
-}
-
-/// A whole file, through wasi:filesystem: only under a directory the host preopened.
-pub fn read_file(path: &str) -> std::io::Result<Vec<u8>> {
-    std::fs::read(path)
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! std only, so that it compiles in seconds on a fresh machine.
 
 mod bench;
+mod examples;
+mod imports;
 mod node;
 mod run;
 mod server;
@@ -25,13 +27,16 @@ commands:
                       .work/venv with nx-27017, wasm-tools, pymongo); idempotent
   build               setup, then build the component, the notes example and the
                       host tests, check the component exports the driver, and
-                      write the WIT as a binary package (target/mongo-wasi-driver.wasm)
+                      write the WIT as a binary package (target/mongo-wasi-driver.wasm);
+                      check the component imports only allowed WASI interfaces; build
+                      examples/consumer and examples/http-handler and compose each with
+                      the component (target/examples/*.wasm)
   demo                setup, build, then run examples/notes against a local nx-27017
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
   test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
-                      proxy tests, the JavaScript host (examples/node), a short soak,
-                      the unified spec suites (fails if a test on
+                      proxy tests, the JavaScript host (examples/node), the composed
+                      examples, a short soak, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass), then bench --quick
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
@@ -52,6 +57,11 @@ commands:
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
                       spec-runner against a fresh nx-27017
+  examples [--requests N]
+                      setup, build, then the composed examples through the wasmtime CLI:
+                      the consumer command, and the wasi:http handler under wasmtime serve
+                      (its JSON API; requests/s, latency p50/p99, MongoDB connections and
+                      commands per request, with and without instance reuse)
   soak [--ops N] [--seconds S] [--seed N] [--json PATH] [--tolerance-ms MS]
                       setup, build, then the component through the failpoint proxy with
                       random faults and timeoutMS; fails on a trap, a lost or duplicate
@@ -107,6 +117,7 @@ fn main() -> ExitCode {
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
         ["fuzz", rest @ ..] => steps::fuzz(&ctx, rest),
         ["soak", rest @ ..] => soak::soak(&ctx, rest),
+        ["examples", rest @ ..] => examples::examples(&ctx, rest),
         [] | ["help" | "-h" | "--help"] => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

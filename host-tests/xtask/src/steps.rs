@@ -80,7 +80,15 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     })?;
     run.step("build: WIT binary package (mongo-wasi-driver.wasm)", || {
         wit_package(ctx)
-    })
+    })?;
+    run.step(
+        "build: the component imports only allowed WASI interfaces",
+        || crate::imports::check(ctx, &component_path(ctx)?),
+    )?;
+    run.step(
+        "build: examples consumer and http-handler, composed with the component",
+        || crate::examples::build(ctx, &component_path(ctx)?),
+    )
 }
 
 fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
@@ -104,6 +112,10 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         host_tests(ctx)
     });
     let _ = run.step(crate::node::STEP, || crate::node::test_step(ctx));
+    let _ = run.step(
+        "test: the composed examples through the wasmtime CLI (consumer, wasi:http handler)",
+        || crate::examples::run_tests(ctx, None),
+    );
     let _ = run.step(
         "test: soak through the failpoint proxy (300 operations or 60 s)",
         || soak::short_step(ctx),

@@ -1,0 +1,376 @@
+//! The examples that use the driver component from outside, composed with it
+//! by `cargo xtask build` (`target/examples/*.wasm`) and run by the wasmtime
+//! CLI, as an adopter would: `examples/consumer` as a command, and
+//! `examples/http-handler` under `wasmtime serve`, answering real HTTP
+//! requests on loopback through the failpoint proxy, which counts the
+//! MongoDB connections and commands each request costs.
+//!
+//! Ignored by default (they need the composed examples and the wasmtime CLI
+//! from `.work/venv`): `cargo xtask examples` runs them, and prints the
+//! handler's figures; so does a step of `cargo xtask test`.
+//! `MONGO_WASI_EXAMPLE_REQUESTS` sets how many requests are measured (200).
+
+use mongo_wasi_proxy::{Proxy, ProxyConfig, Stats};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/examples/<name>.wasm`: the example composed with the driver.
+fn composed(name: &str) -> PathBuf {
+    let dir = std::env::var_os("MONGO_WASI_EXAMPLES").map_or_else(
+        || host_tests::repo_root().join("target/examples"),
+        PathBuf::from,
+    );
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask build`",
+        path.display()
+    );
+    path
+}
+
+/// The wasmtime CLI: `MONGO_WASI_WASMTIME`, else the one in the venv.
+fn wasmtime() -> PathBuf {
+    let path = std::env::var_os("MONGO_WASI_WASMTIME").map_or_else(
+        || host_tests::repo_root().join(".work/venv/bin/wasmtime"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask setup`",
+        path.display()
+    );
+    path
+}
+
+#[test]
+#[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
+fn consumer_writes_reads_back_and_prints() {
+    let (uri, _) = host_tests::test_server();
+    let out = Command::new(wasmtime())
+        .args(["run", "-S", "inherit-network"])
+        .arg(composed("consumer"))
+        .arg(&uri)
+        .output()
+        .expect("wasmtime runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    // inserted ObjectId("...") / read back { "_id": ObjectId("..."), "text": ..., "n": 42 }
+    let id = lines[0]
+        .strip_prefix("inserted ObjectId(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+        .unwrap_or_else(|| panic!("first line: {stdout}"));
+    assert_eq!(id.len(), 24, "{stdout}");
+    let read_back = lines[1];
+    assert!(read_back.starts_with("read back {"), "{stdout}");
+    for field in [
+        format!("\"_id\": ObjectId(\"{id}\")"),
+        "\"text\": \"hello from a composed component\"".to_string(),
+        "\"n\": 42".to_string(),
+    ] {
+        assert!(read_back.contains(&field), "{field} in {read_back}");
+    }
+    let count: u64 = lines[2]
+        .strip_suffix(" documents in consumer_example.greetings")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("third line: {stdout}"));
+    assert!(count >= 1, "{stdout}");
+}
+
+/// `wasmtime serve` with the composed handler on a free loopback port,
+/// killed when dropped.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    fn start(mongodb_uri: &str, extra: &[&str]) -> Serve {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        // -S cli: wasmtime serve links wasi:sockets only with the CLI interfaces.
+        let child = Command::new(wasmtime())
+            .args(["serve", "-S", "cli", "-S", "inherit-network"])
+            .arg("--addr")
+            .arg(addr.to_string())
+            .arg("--env")
+            .arg(format!("MONGODB_URI={mongodb_uri}"))
+            .args(extra)
+            .arg(composed("http-handler"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("wasmtime serve starts");
+        let mut serve = Serve { child, addr };
+        // It compiles the component first (seconds on a loaded machine).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = serve.child.try_wait() {
+                panic!("wasmtime serve exited: {status}");
+            }
+            assert!(Instant::now() < deadline, "wasmtime serve never listened");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        serve
+    }
+
+    fn client(&self) -> Http {
+        let stream = TcpStream::connect(self.addr).expect("connect to wasmtime serve");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        stream.set_nodelay(true).ok();
+        Http {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 client on one keep-alive connection.
+struct Http {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Http {
+    fn request(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        self.stream.write_all(head.as_bytes()).unwrap();
+        self.stream.write_all(body).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("status line {line:?}"));
+        let (mut length, mut chunked) = (0usize, false);
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').unwrap_or((header, ""));
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => length = value.trim().parse().unwrap(),
+                "transfer-encoding" => chunked = value.contains("chunked"),
+                _ => {}
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line).unwrap();
+                let size = usize::from_str_radix(line.trim(), 16).unwrap();
+                let mut chunk = vec![0; size + 2]; // and its CRLF
+                self.reader.read_exact(&mut chunk).unwrap();
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            body.resize(length, 0);
+            self.reader.read_exact(&mut body).unwrap();
+        }
+        (status, String::from_utf8(body).unwrap())
+    }
+}
+
+/// The handler's `{"id": "<hex>"}`.
+fn id_of(body: &str) -> String {
+    body.strip_prefix("{\"id\":\"")
+        .and_then(|rest| rest.strip_suffix("\"}"))
+        .unwrap_or_else(|| panic!("not an id: {body}"))
+        .to_string()
+}
+
+/// A proxy in front of the test server, and a URI through it.
+fn proxy() -> (Proxy, String) {
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig::new(backend)).expect("failpoint proxy");
+    let uri = format!("mongodb://{}/?timeoutMS=5000", proxy.addresses()[0]);
+    (proxy, uri)
+}
+
+#[test]
+#[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_serves_its_json_api() {
+    let (_proxy, uri) = proxy();
+    let serve = Serve::start(&uri, &[]);
+    let mut http = serve.client();
+    let (status, body) = http.request("POST", "/items", br#"{"name": "apple", "qty": 3}"#);
+    assert_eq!(status, 201, "{body}");
+    let apple = id_of(&body);
+    let (status, body) = http.request("POST", "/items", br#"{"name": "pear", "tags": ["green"]}"#);
+    assert_eq!(status, 201, "{body}");
+    let pear = id_of(&body);
+
+    let (status, body) = http.request("GET", &format!("/items/{apple}"), b"");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        format!(r#"{{"_id":{{"$oid":"{apple}"}},"name":"apple","qty":3}}"#)
+    );
+    let (status, body) = http.request("GET", "/items", b"");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with('[') && body.ends_with(']'), "{body}");
+    for id in [&apple, &pear] {
+        assert!(
+            body.contains(&format!(r#"{{"$oid":"{id}"}}"#)),
+            "{id} in {body}"
+        );
+    }
+    assert!(body.contains(r#""tags":["green"]"#), "{body}");
+
+    let (status, body) = http.request("GET", "/items/0123456789abcdef01234567", b"");
+    assert_eq!(
+        (status, body.as_str()),
+        (404, r#"{"error":"no such item"}"#)
+    );
+    let (status, body) = http.request("POST", "/items", b"{not json");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = http.request("POST", "/items", b"[1, 2]");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("expected a JSON object"), "{body}");
+    let (status, _) = http.request("DELETE", "/items", b"");
+    assert_eq!(status, 405);
+    let (status, _) = http.request("GET", "/elsewhere", b"");
+    assert_eq!(status, 404);
+}
+
+/// What `requests` sequential `GET /items/<id>` cost, seen from the client
+/// and at the proxy.
+struct Figures {
+    requests: usize,
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    stats: Stats,
+}
+
+impl Figures {
+    fn per_request(&self, n: u64) -> f64 {
+        n as f64 / self.requests as f64
+    }
+
+    fn command(&self, name: &str) -> u64 {
+        self.stats.commands.get(name).copied().unwrap_or(0)
+    }
+
+    fn print(&self, what: &str) {
+        let commands: Vec<String> = self
+            .stats
+            .commands
+            .iter()
+            .map(|(name, n)| format!("{name} {:.2}", self.per_request(*n)))
+            .collect();
+        println!(
+            "{what}: {} requests, {:.0} requests/s, latency p50 {:.2} ms, p99 {:.2} ms; \
+             per request: {:.2} MongoDB connections opened, commands: {}",
+            self.requests,
+            self.per_second,
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            self.per_request(self.stats.connections_opened),
+            commands.join(", "),
+        );
+    }
+}
+
+/// An item's path, for the measured requests.
+fn an_item(serve: &Serve) -> String {
+    let (status, body) = serve
+        .client()
+        .request("POST", "/items", br#"{"name": "fig"}"#);
+    assert_eq!(status, 201, "{body}");
+    format!("/items/{}", id_of(&body))
+}
+
+fn measure(serve: &Serve, proxy: &Proxy, path: &str) -> Figures {
+    let requests: usize = std::env::var("MONGO_WASI_EXAMPLE_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let mut http = serve.client();
+    // One request first, so the measured ones are alike.
+    assert_eq!(http.request("GET", path, b"").0, 200);
+    proxy.reset_stats();
+    let mut latencies = Vec::with_capacity(requests);
+    let started = Instant::now();
+    for _ in 0..requests {
+        let t = Instant::now();
+        let (status, body) = http.request("GET", path, b"");
+        latencies.push(t.elapsed());
+        assert_eq!(status, 200, "{body}");
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    Figures {
+        requests,
+        per_second: requests as f64 / elapsed.as_secs_f64(),
+        p50: at(0.5),
+        p99: at(0.99),
+        stats: proxy.stats(),
+    }
+}
+
+#[test]
+#[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_cold_cost_per_request() {
+    let (proxy, uri) = proxy();
+    // wasmtime serve's default for a WASIp2 component: a new instance per request.
+    let serve = Serve::start(&uri, &[]);
+    let path = an_item(&serve);
+    // What a request costs without the driver: wasmtime's own share.
+    let bare = measure(&serve, &proxy, "/health");
+    bare.print("GET /health, no MongoDB, instance per request");
+    assert_eq!(bare.stats.connections_opened, 0);
+    let cold = measure(&serve, &proxy, &path);
+    cold.print("GET /items/<id>, instance per request (wasmtime serve's default)");
+    // The cold path: one connection, one hello (the check whose connection
+    // the operation then uses), then the find; nothing else.
+    assert_eq!(cold.per_request(cold.stats.connections_opened), 1.0);
+    assert_eq!(cold.per_request(cold.command("hello")), 1.0);
+    assert_eq!(cold.per_request(cold.command("find")), 1.0);
+    let total: u64 = cold.stats.commands.values().sum();
+    assert_eq!(cold.per_request(total), 2.0, "{:?}", cold.stats.commands);
+}
+
+#[test]
+#[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_reuses_its_connection_with_the_instance() {
+    let (proxy, uri) = proxy();
+    let serve = Serve::start(&uri, &["--max-instance-reuse-count", "100000"]);
+    let path = an_item(&serve);
+    let warm = measure(&serve, &proxy, &path);
+    warm.print("GET /items/<id>, instance reused (--max-instance-reuse-count 100000)");
+    // An instance serves request after request with its client's pooled
+    // connection. wasmtime may still start another instance now and then
+    // (an idle one is dropped after 1 s): each costs one connection, one hello.
+    assert!(warm.stats.connections_opened <= 4, "{:?}", warm.stats);
+    assert_eq!(warm.command("hello"), warm.stats.connections_opened);
+    assert_eq!(warm.per_request(warm.command("find")), 1.0);
+}

@@ -1,0 +1,102 @@
+//! The examples that use the driver component from outside (issue 10):
+//! `examples/consumer`, a wasi:cli command, and `examples/http-handler`, a
+//! wasi:http handler. Each is built for wasm32-wasip2 on its own (it imports
+//! the driver's WIT interfaces; it does not link the driver crate), then
+//! composed with the driver component by `wasm-tools compose` into
+//! `target/examples/<name>.wasm`. `host-tests/tests/examples.rs` runs them
+//! with the wasmtime CLI.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::run::{exec, Ctx, Result, Run};
+use crate::server::Server;
+use crate::setup;
+use crate::steps;
+
+/// (cargo package, the component cargo builds, the composed file's name).
+const EXAMPLES: [(&str, &str, &str); 2] = [
+    ("consumer", "consumer.wasm", "consumer"),
+    ("http-handler", "http_handler.wasm", "http-handler"),
+];
+
+pub const USAGE: &str = "\
+usage: cargo xtask examples [--requests N]
+  setup, build, then run the composed examples with the wasmtime CLI against a
+  fresh nx-27017: the consumer command, and the wasi:http handler under
+  `wasmtime serve` (its JSON API, then N requests (default 200) measured:
+  requests/s, latency p50/p99, MongoDB connections and commands per request)";
+
+pub fn dir(ctx: &Ctx) -> Result<PathBuf> {
+    Ok(ctx.target_dir()?.join("examples"))
+}
+
+/// Builds both examples and composes each with the built driver component.
+pub fn build(ctx: &Ctx, driver: &Path) -> Result<()> {
+    let mut args = vec!["build", "--target", "wasm32-wasip2", "--release"];
+    for (package, _, _) in EXAMPLES {
+        args.extend(["-p", package]);
+    }
+    exec(&mut ctx.cargo(&args))?;
+    let out = dir(ctx)?;
+    fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    // wasm-tools names the instance after the file, which must be kebab-case.
+    let plug = out.join("mongo-wasi.wasm");
+    fs::copy(driver, &plug)
+        .map_err(|e| format!("{} to {}: {e}", driver.display(), plug.display()))?;
+    let built = ctx.target_dir()?.join("wasm32-wasip2/release");
+    for (_, artifact, name) in EXAMPLES {
+        let composed = out.join(format!("{name}.wasm"));
+        let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
+        cmd.arg("compose")
+            .arg(built.join(artifact))
+            .arg("-d")
+            .arg(&plug)
+            .arg("-o")
+            .arg(&composed);
+        exec(&mut cmd)?;
+        let size = fs::metadata(&composed).map(|m| m.len()).unwrap_or(0);
+        println!("  {}: {size} bytes", composed.display());
+    }
+    Ok(())
+}
+
+/// The tests of `host-tests/tests/examples.rs` against a fresh nx-27017,
+/// one at a time (the measured ones must not share the machine with each other).
+pub fn run_tests(ctx: &Ctx, requests: Option<u32>) -> Result<()> {
+    let server = Server::start(ctx)?;
+    let mut cmd = ctx.cargo(&["test", "-p", "host-tests", "--test", "examples", "--"]);
+    cmd.args(["--ignored", "--nocapture", "--test-threads", "1"])
+        .env("MONGO_WASI_URI", server.uri())
+        .env("MONGO_WASI_EXAMPLES", dir(ctx)?)
+        .env("MONGO_WASI_WASMTIME", setup::wasmtime(ctx)?);
+    if let Some(n) = requests {
+        cmd.env("MONGO_WASI_EXAMPLE_REQUESTS", n.to_string());
+    }
+    let result = exec(&mut cmd);
+    result.and(server.stop())
+}
+
+/// `cargo xtask examples [--requests N]`.
+pub fn examples(ctx: &Ctx, args: &[&str]) -> Result<()> {
+    let requests = match args {
+        [] => None,
+        ["--requests", n] => Some(n.parse().map_err(|e| format!("--requests {n}: {e}"))?),
+        ["--help" | "-h"] => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        _ => return Err(format!("unknown arguments {}\n\n{USAGE}", args.join(" "))),
+    };
+    let mut run = Run::new("examples");
+    let _ = setup::steps(&mut run, ctx)
+        .and_then(|()| steps::build_steps(&mut run, ctx))
+        .and_then(|()| {
+            run.step(
+                "examples: consumer and wasi:http handler through wasmtime",
+                || run_tests(ctx, requests),
+            )
+        });
+    run.finish()
+}
