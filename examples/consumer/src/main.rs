@@ -13,7 +13,7 @@
 wit_bindgen::generate!({
     inline: "
         package example:consumer;
-        world consumer { include mongo-wasi:driver/imports@0.1.0; }
+        world consumer { include mongo-wasi:driver/imports@0.2.0; }
     ",
     // The driver's WIT package. An adopter vendors it under its own `wit/deps/`.
     path: "../../wit",
@@ -101,6 +101,20 @@ fn op() -> OpOptions<'static> {
         timeout_ms: None,
         session: None,
         extra: None,
+        upsert: None,
+        ordered: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        array_filters: None,
+        return_document: None,
+        projection: None,
+        sort: None,
+        bypass_document_validation: None,
+        read_concern: None,
+        write_concern: None,
+        read_preference: None,
     }
 }
 
@@ -115,5 +129,12 @@ fn find() -> FindOptions<'static> {
         batch_size: None,
         timeout_mode: None,
         extra: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        max_await_time_ms: None,
+        read_concern: None,
+        read_preference: None,
     }
 }

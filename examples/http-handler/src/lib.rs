@@ -26,7 +26,7 @@ wasi::http::proxy::export!(Handler);
 wit_bindgen::generate!({
     inline: "
         package example:http-handler;
-        world handler { include mongo-wasi:driver/imports@0.1.0; }
+        world handler { include mongo-wasi:driver/imports@0.2.0; }
     ",
     // The driver's WIT package. An adopter vendors it under its own `wit/deps/`.
     path: "../../wit",
@@ -223,6 +223,20 @@ fn op_options() -> OpOptions<'static> {
         timeout_ms: None,
         session: None,
         extra: None,
+        upsert: None,
+        ordered: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        array_filters: None,
+        return_document: None,
+        projection: None,
+        sort: None,
+        bypass_document_validation: None,
+        read_concern: None,
+        write_concern: None,
+        read_preference: None,
     }
 }
 
@@ -237,6 +251,13 @@ fn find_options() -> FindOptions<'static> {
         batch_size: None,
         timeout_mode: None,
         extra: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        max_await_time_ms: None,
+        read_concern: None,
+        read_preference: None,
     }
 }
 
