@@ -100,7 +100,7 @@ export class Collection {
   }
   insertMany(docs, options) {
     const r = call(() => this.#coll.insertMany(docs.map(bson), op(options)));
-    const ids = Object.values(object(r.insertedIds));
+    const ids = r.insertedIds.map((id) => object(id).v);
     return { insertedCount: ids.length, insertedIds: ids };
   }
   /** A cursor: iterate it with for...of, or take `toArray()`. */
