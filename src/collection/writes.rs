@@ -399,7 +399,10 @@ pub(crate) fn raise(r: &WriteResult) -> Result<()> {
     if let Some(e) = r.write_concern_errors.first() {
         let mut e = e.clone();
         e.message = format!("write concern error: {}", e.message);
-        e.kind = ErrorKind::WriteConcern;
+        // Under CSOT a MaxTimeMSExpired one was made a timeout (csot.rs): it stays one.
+        if e.kind == ErrorKind::Server {
+            e.kind = ErrorKind::WriteConcern;
+        }
         return Err(e);
     }
     Ok(())
@@ -477,12 +480,16 @@ impl Totals {
                 err = err.settled();
             }
             None => {
+                err.kind = ErrorKind::WriteConcern;
                 if let Some(first) = self.write_concern_errors.first() {
                     err.code = first.code;
                     err.code_name = first.code_name.clone();
                     err.message = format!("bulk write failed: {}", first.message);
+                    // A transformed MaxTimeMSExpired (CSOT spec) stays a timeout.
+                    if first.is_timeout() {
+                        err.kind = ErrorKind::Timeout;
+                    }
                 }
-                err.kind = ErrorKind::WriteConcern;
             }
         }
         for e in &self.write_concern_errors {
