@@ -28,15 +28,10 @@ pub fn takes_after_cluster_time(command: &str) -> bool {
 /// The operation's read concern with `afterClusterTime: t` added (no `level`
 /// when the operation had none).
 pub fn merged(read_concern: Option<&RawDocument>, t: Timestamp) -> Result<RawDocumentBuf> {
-    let mut out = RawDocumentBuf::new();
-    if let Some(rc) = read_concern {
-        for item in rc {
-            let (k, v) = item?;
-            if k.as_str() != "afterClusterTime" {
-                out.append(k, v);
-            }
-        }
-    }
+    let mut out = match read_concern {
+        Some(rc) => crate::concern::without(rc, "afterClusterTime")?,
+        None => RawDocumentBuf::new(),
+    };
     out.append(cstr!("afterClusterTime"), t);
     Ok(out)
 }

@@ -6,7 +6,7 @@
 use crate::error::Result;
 use crate::uri::UriOptions;
 use bson::raw::CStr;
-use bson::{cstr, RawDocumentBuf};
+use bson::{cstr, RawDocument, RawDocumentBuf};
 
 /// The URI's `w`, `journal` and `wtimeoutMS` as a write concern document.
 pub fn write_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
@@ -50,10 +50,15 @@ pub fn sends_unacknowledged(command: &bson::RawDocument) -> bool {
 /// Under CSOT the deadline replaces `wtimeout`: it is dropped from the
 /// write concern an operation inherits (CSOT spec, deprecated options).
 pub fn without_wtimeout(wc: &RawDocumentBuf) -> Result<RawDocumentBuf> {
+    without(wc, "wtimeout")
+}
+
+/// `concern` without its field `key`.
+pub fn without(concern: &RawDocument, key: &str) -> Result<RawDocumentBuf> {
     let mut out = RawDocumentBuf::new();
-    for item in wc {
+    for item in concern {
         let (k, v) = item?;
-        if k.as_str() != "wtimeout" {
+        if k.as_str() != key {
             out.append(k, v);
         }
     }
