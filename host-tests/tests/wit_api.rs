@@ -223,9 +223,11 @@ fn reads_honour_the_read_preference_given() {
 
     let secondary = Some(ReadPreference {
         mode: ReadMode::Secondary,
+        tag_sets: Vec::new(),
+        max_staleness_seconds: None,
     });
     let opts = FindOptions {
-        read_preference: secondary,
+        read_preference: secondary.clone(),
         ..find_options()
     };
     let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().expect("find");
@@ -258,6 +260,50 @@ fn reads_honour_the_read_preference_given() {
     assert_eq!(n, 1);
     let aggregate = &started_events(&mut g, client, "aggregate")[0];
     assert_eq!(aggregate.server_address, primary);
+
+    // Tag sets in order (no member has dc: nowhere; `{}` takes any) and a
+    // max staleness reach the server as given.
+    let tagged = Some(ReadPreference {
+        mode: ReadMode::SecondaryPreferred,
+        tag_sets: vec![
+            rawdoc! { "dc": "nowhere" }.into_bytes(),
+            rawdoc! {}.into_bytes(),
+        ],
+        max_staleness_seconds: Some(120),
+    });
+    let opts = FindOptions {
+        read_preference: tagged,
+        ..find_options()
+    };
+    let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().expect("find");
+    assert_eq!(g.collect(cursor, 10).unwrap().unwrap().len(), 1);
+    let find = &started_events(&mut g, client, "find")[0];
+    assert_ne!(find.server_address, primary, "a secondary answered");
+    let cmd = Document::from_reader(find.command.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        cmd.get_document("$readPreference").unwrap(),
+        &doc! { "mode": "secondaryPreferred", "tags": [{ "dc": "nowhere" }, {}], "maxStalenessSeconds": 120 }
+    );
+
+    // A tag value that is not a string, and tags with mode primary, are refused.
+    for (mode, set) in [
+        (ReadMode::Secondary, rawdoc! { "dc": 1 }),
+        (ReadMode::Primary, rawdoc! { "dc": "east" }),
+    ] {
+        let opts = FindOptions {
+            read_preference: Some(ReadPreference {
+                mode,
+                tag_sets: vec![set.into_bytes()],
+                max_staleness_seconds: None,
+            }),
+            ..find_options()
+        };
+        let err = match g.find(coll, &rawdoc! {}, &opts).unwrap() {
+            Err(e) => e,
+            Ok(c) => g.next_batch(c).unwrap().expect_err("refused"),
+        };
+        assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err:?}");
+    }
 }
 
 #[test]

@@ -75,7 +75,11 @@ pub fn op_options<'a>(o: &OpOptions<'a>) -> WitResult<crate::OpOptions<'a>> {
         max_await_time_ms: None,
         read_concern: o.read_concern.clone().map(read_concern),
         write_concern: o.write_concern.clone().map(write_concern),
-        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
+        read_preference: o
+            .read_preference
+            .as_ref()
+            .map(read_preference)
+            .transpose()?,
     })
 }
 
@@ -98,7 +102,11 @@ pub fn aggregate_parts<'a>(
         max_await_time_ms: o.max_await_time_ms,
         read_concern: o.read_concern.clone().map(read_concern),
         write_concern: o.write_concern.clone().map(write_concern),
-        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
+        read_preference: o
+            .read_preference
+            .as_ref()
+            .map(read_preference)
+            .transpose()?,
         ..Default::default()
     };
     Ok((opts, o.batch_size, mode(o.timeout_mode)))
@@ -123,7 +131,11 @@ fn find_options<'a>(o: &FindOptions<'a>, one: bool) -> WitResult<crate::FindOpti
         let_vars: opt_doc(o.let_.clone())?,
         max_await_time_ms: o.max_await_time_ms,
         read_concern: o.read_concern.clone().map(read_concern),
-        read_preference: o.read_preference.map(|p| read_preference(p.mode)),
+        read_preference: o
+            .read_preference
+            .as_ref()
+            .map(read_preference)
+            .transpose()?,
     })
 }
 

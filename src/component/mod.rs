@@ -16,7 +16,7 @@ wit_bindgen::generate!({ path: "wit", world: "driver" });
 
 use self::exports::mongo_wasi::driver::types as wit;
 use crate::error::{Error, ErrorKind};
-use bson::{RawBson, RawDocumentBuf};
+use bson::{cstr, RawBson, RawDocumentBuf};
 
 pub struct Component;
 
@@ -122,12 +122,29 @@ pub(crate) fn bulk_write_result(r: crate::BulkWriteResult) -> wit::BulkWriteResu
     }
 }
 
-/// A WIT read preference (its mode only) as the driver's.
-pub(crate) fn read_preference(m: wit::ReadMode) -> crate::sdam::selection::ReadPreference {
-    crate::sdam::selection::ReadPreference {
-        mode: read_mode(m),
-        ..Default::default()
+/// A WIT read preference as the driver's: the same validation as one
+/// given as a document (`ReadPreference::from_document`), so a tag whose
+/// value is not a string is refused in one place.
+pub(crate) fn read_preference(
+    p: &wit::ReadPreference,
+) -> WitResult<crate::sdam::selection::ReadPreference> {
+    let mut d = RawDocumentBuf::new();
+    d.append(cstr!("mode"), read_mode(p.mode).as_str());
+    if !p.tag_sets.is_empty() {
+        let mut sets = bson::RawArrayBuf::new();
+        for set in &p.tag_sets {
+            sets.push(doc(set.clone())?);
+        }
+        d.append(cstr!("tags"), sets);
     }
+    if let Some(s) = p.max_staleness_seconds {
+        d.append(cstr!("maxStalenessSeconds"), i64::from(s));
+    }
+    crate::sdam::selection::ReadPreference::from_document(&d).map_err(|e| {
+        to_wit(Error::invalid_argument(format!(
+            "invalid read preference: {e}"
+        )))
+    })
 }
 
 pub(crate) fn read_mode(m: wit::ReadMode) -> crate::ReadMode {
