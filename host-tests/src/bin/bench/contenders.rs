@@ -191,12 +191,17 @@ impl<'d> Wasi<'d> {
 }
 
 /// Cold start of mongo-wasi: instantiate the pre-compiled component, connect, first findOne.
-pub fn wasi_cold(addr: SocketAddr) -> anyhow::Result<f64> {
+/// The whole, and its phases in microseconds (instantiate, connect, first findOne:
+/// `connect` parses the URI and does no I/O, so the first findOne dials, shakes
+/// hands and finds).
+pub fn wasi_cold(addr: SocketAddr) -> anyhow::Result<(f64, Vec<f64>)> {
     let t = Instant::now();
     let mut guest = Guest::new(&[addr])?;
+    let instantiated = t.elapsed();
     let client = wit(guest.connect(&format!("mongodb://{addr}/"), None, false)?)?;
     let db = guest.database(client, "perftest", None)?;
     let coll = guest.collection(db, "corpus", None)?;
+    let connected = t.elapsed();
     let doc = wit(guest
         .driver
         .mongo_wasi_driver_collection()
@@ -207,9 +212,15 @@ pub fn wasi_cold(addr: SocketAddr) -> anyhow::Result<f64> {
             &rawdoc! { "_id": 1 }.into_bytes(),
             &find_options(),
         )?)?;
-    let took = t.elapsed().as_secs_f64();
+    let took = t.elapsed();
     anyhow::ensure!(doc.is_some(), "cold findOne found nothing");
-    Ok(took)
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    let phases = vec![
+        us(instantiated),
+        us(connected - instantiated),
+        us(took - connected),
+    ];
+    Ok((took.as_secs_f64(), phases))
 }
 
 impl Contender for Wasi<'_> {
@@ -326,10 +337,11 @@ impl Contender for Wasi<'_> {
                     Ok(())
                 })?
             }
-            Cmd::Cold => Sample {
-                total_s: wasi_cold(self.addr)?,
-                per_op_us: Vec::new(),
-            },
+            Cmd::Cold => {
+                // The phases ride in per_op_us (main.rs reads them for Cold).
+                let (total_s, per_op_us) = wasi_cold(self.addr)?;
+                Sample { total_s, per_op_us }
+            }
             Cmd::Bson(what, ops) => bson_codec(data, what, ops)?,
             Cmd::Deadline(ops, t) | Cmd::Churn(ops, t) => {
                 let coll = if matches!(cmd, Cmd::Deadline(..)) {

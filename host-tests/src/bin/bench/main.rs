@@ -103,6 +103,8 @@ pub struct Results {
     pub bytes_per_iter: BTreeMap<String, f64>,
     /// contender -> cold start seconds, one per try.
     pub cold: BTreeMap<String, Vec<f64>>,
+    /// mongo-wasi's cold start phases (instantiate, connect, first findOne), us, per try.
+    pub cold_phases: Vec<Vec<f64>>,
     /// contender -> handshake round trips before the first command, per new connection.
     pub round_trips: BTreeMap<String, Vec<u32>>,
     /// contender -> timeoutMS -> elapsed ms per operation.
@@ -279,6 +281,9 @@ fn main() -> anyhow::Result<()> {
                 match c.run(Cmd::Cold) {
                     Ok(Some(s)) => {
                         r.cold.entry(c.name().into()).or_default().push(s.total_s);
+                        if c.name() == report::WASI && s.per_op_us.len() == 3 {
+                            r.cold_phases.push(s.per_op_us);
+                        }
                         r.round_trips
                             .entry(c.name().into())
                             .or_default()

@@ -194,6 +194,14 @@ pub fn json(r: &Results) -> Value {
             churn[c] = v;
         }
     }
+    let cold_phases: Map<_, _> = ["instantiate", "connect", "first_find_one"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let v: Vec<f64> = r.cold_phases.iter().map(|ph| ph[i] / 1e3).collect();
+            (p.to_string(), round(quantile(&v, 0.5), 3))
+        })
+        .collect();
     json!({
         "ratios": ratios,
         "overshoot_ms": {
@@ -206,6 +214,7 @@ pub fn json(r: &Results) -> Value {
         "workloads": table(&st),
         "nx27017_latency": table(&nx),
         "cold_start_ms": cold.iter().map(|(c, s)| (c.to_string(), round(s * 1e3, 3))).collect::<Map<_, _>>(),
+        "cold_start_phases_ms": cold_phases,
         "round_trips_before_first_command": r.round_trips.iter().map(|(c, v)| {
             (c.clone(), round(v.iter().map(|x| *x as f64).sum::<f64>() / v.len().max(1) as f64, 2))
         }).collect::<Map<_, _>>(),
@@ -284,6 +293,11 @@ pub fn print(r: &Results) {
         }
     }
     let _ = writeln!(out, "cold start (median ms): {}", j["cold_start_ms"]);
+    let _ = writeln!(
+        out,
+        "  mongo-wasi's phases (median ms): {}",
+        j["cold_start_phases_ms"]
+    );
     let _ = writeln!(
         out,
         "round trips before the first command: {}",
