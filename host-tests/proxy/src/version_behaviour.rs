@@ -9,8 +9,9 @@
 //! (an unknown or mistyped field); a statement it cannot store is a write error at that
 //! statement's index (`$`-prefixed field names). The proxy answers a write itself only when
 //! none of its statements would run (ordered: the first one is refused; unordered: all
-//! are). A batch that mixes accepted and refused statements is forwarded as it is: the
-//! proxy does not split a batch (no spec test sends one).
+//! are), and an unacknowledged one (`w: 0`) `{ok: 1}` as mongod does. A batch that mixes
+//! accepted and refused statements is forwarded as it is: the proxy does not split a batch
+//! (no spec test sends one).
 
 use bson::{doc, Bson, Document};
 
@@ -368,6 +369,21 @@ pub fn refusal(
     statements
 }
 
+/// `writeConcern: {w: 0}`: mongod's `shouldSkipOutput` then answers a write `{ok: 1}`,
+/// without its write errors.
+fn unacknowledged(body: &Document) -> bool {
+    let w = body
+        .get_document("writeConcern")
+        .ok()
+        .and_then(|wc| wc.get("w"));
+    match w {
+        Some(Bson::Int32(n)) => *n == 0,
+        Some(Bson::Int64(n)) => *n == 0,
+        Some(Bson::Double(n)) => *n == 0.0,
+        _ => false,
+    }
+}
+
 /// The reply to a write whose statements `errors` refused, when none of its statements
 /// would run; None for a batch that mixes accepted and refused statements.
 pub fn write_reply(
@@ -395,6 +411,9 @@ pub fn write_reply(
         Bson::Document(out)
     })
     .collect();
+    if unacknowledged(body) {
+        return Some(doc! { "ok": 1.0 });
+    }
     let mut reply = doc! { "n": 0 };
     if name == "update" {
         reply.insert("nModified", 0);
@@ -711,6 +730,17 @@ mod tests {
             (0, 2)
         );
         assert!(refusal(&at("5.0.9"), "insert", &body, &seq).is_none());
+    }
+
+    #[test]
+    fn unacknowledged_writes_get_no_write_errors() {
+        let body = doc! { "update": "c", "writeConcern": { "w": 0 },
+        "updates": [{ "q": {}, "u": { "a": { "$b": 1 } } }] };
+        let Some(Refusal::Statements(errors)) = refusal(&at("4.4.7"), "update", &body, &[]) else {
+            panic!("refused");
+        };
+        let reply = write_reply("update", &body, &[], errors).unwrap();
+        assert_eq!(reply, doc! { "ok": 1.0 });
     }
 
     #[test]
