@@ -87,75 +87,28 @@ use What::*;
 use Wording::*;
 
 /// The rules, one per command and refusal; `since` is the first mongod that accepts it.
+#[rustfmt::skip]
 const RULES: &[Rule] = &[
-    // `comment` became a generic argument of every command in 4.4.
-    rule("insert", [4, 4, 0], Field("comment"), IdlUnknown),
-    rule("update", [4, 4, 0], Field("comment"), IdlUnknown),
-    rule("delete", [4, 4, 0], Field("comment"), IdlUnknown),
-    rule(
-        "findAndModify",
-        [4, 4, 0],
-        Field("comment"),
-        FindAndModifyUnknown,
-    ),
-    // find and aggregate took a string comment before 4.4, any value from 4.4.
-    rule("find", [4, 4, 0], NotString("comment"), FindWrongType),
-    rule(
-        "aggregate",
-        [4, 4, 0],
-        NotString("comment"),
-        AggregateCommentType,
-    ),
-    // count and distinct kept a string-typed comment until 4.4.14 (and 5.0).
-    rule("count", [4, 4, 14], NotString("comment"), IdlWrongType),
-    rule("distinct", [4, 4, 14], NotString("comment"), IdlWrongType),
-    // `let` (variables for expressions) arrived in 5.0.
-    rule("find", [5, 0, 0], Field("let"), FindUnrecognized),
-    rule("aggregate", [5, 0, 0], Field("let"), AggregateUnrecognized),
-    rule("update", [5, 0, 0], Field("let"), IdlUnknown),
-    rule("delete", [5, 0, 0], Field("let"), IdlUnknown),
-    rule(
-        "findAndModify",
-        [5, 0, 0],
-        Field("let"),
-        FindAndModifyUnknown,
-    ),
-    // hint on a delete statement: 4.3.4 (4.4); on findAndModify: 4.3.1 with an update,
-    // 4.3.4 with remove (the crud spec tests' bounds).
-    rule(
-        "delete",
-        [4, 3, 4],
-        DeleteStatementField("hint"),
-        IdlUnknown,
-    ),
-    rule(
-        "findAndModify",
-        [4, 3, 1],
-        FindAndModifyField("hint", false),
-        FindAndModifyUnknown,
-    ),
-    rule(
-        "findAndModify",
-        [4, 3, 4],
-        FindAndModifyField("hint", true),
-        FindAndModifyUnknown,
-    ),
-    // find's allowDiskUse: 4.3.1 (4.4).
-    rule("find", [4, 3, 1], Field("allowDiskUse"), FindUnrecognized),
-    // `$`-prefixed field names are storable from 5.0.
-    rule("insert", [5, 0, 0], DollarPrefixedInsert, InsertDollarField),
-    rule(
-        "update",
-        [5, 0, 0],
-        DollarPrefixedReplacement,
-        StorageDollarField,
-    ),
-    rule(
-        "findAndModify",
-        [5, 0, 0],
-        DollarPrefixedReplacement,
-        StorageDollarField,
-    ),
+    rule("insert", [4, 4, 0], Field("comment"), IdlUnknown), // 4.4: comment on every command
+    rule("update", [4, 4, 0], Field("comment"), IdlUnknown), // 4.4: comment on every command
+    rule("delete", [4, 4, 0], Field("comment"), IdlUnknown), // 4.4: comment on every command
+    rule("findAndModify", [4, 4, 0], Field("comment"), FindAndModifyUnknown), // 4.4: comment on every command
+    rule("find", [4, 4, 0], NotString("comment"), FindWrongType), // 4.4: any comment (a string before)
+    rule("aggregate", [4, 4, 0], NotString("comment"), AggregateCommentType), // 4.4: any comment (a string before)
+    rule("count", [4, 4, 14], NotString("comment"), IdlWrongType), // 4.4.14: any comment
+    rule("distinct", [4, 4, 14], NotString("comment"), IdlWrongType), // 4.4.14: any comment
+    rule("find", [5, 0, 0], Field("let"), FindUnrecognized), // 5.0: let
+    rule("aggregate", [5, 0, 0], Field("let"), AggregateUnrecognized), // 5.0: let
+    rule("update", [5, 0, 0], Field("let"), IdlUnknown), // 5.0: let
+    rule("delete", [5, 0, 0], Field("let"), IdlUnknown), // 5.0: let
+    rule("findAndModify", [5, 0, 0], Field("let"), FindAndModifyUnknown), // 5.0: let
+    rule("delete", [4, 3, 4], DeleteStatementField("hint"), IdlUnknown), // 4.3.4 (4.4): delete hint
+    rule("findAndModify", [4, 3, 1], FindAndModifyField("hint", false), FindAndModifyUnknown), // 4.3.1 (4.4): hint with an update
+    rule("findAndModify", [4, 3, 4], FindAndModifyField("hint", true), FindAndModifyUnknown), // 4.3.4 (4.4): hint with remove
+    rule("find", [4, 3, 1], Field("allowDiskUse"), FindUnrecognized), // 4.3.1 (4.4): allowDiskUse
+    rule("insert", [5, 0, 0], DollarPrefixedInsert, InsertDollarField), // 5.0: $-prefixed fields storable
+    rule("update", [5, 0, 0], DollarPrefixedReplacement, StorageDollarField), // 5.0: $-prefixed fields storable
+    rule("findAndModify", [5, 0, 0], DollarPrefixedReplacement, StorageDollarField), // 5.0: $-prefixed fields storable
 ];
 
 /// A refusal: the whole command's error reply, or write errors (statement index, error).
@@ -441,147 +394,28 @@ mod tests {
     /// Each row: refused just below its bound, accepted at it and at the default 7.0.
     #[test]
     fn every_rule_refuses_below_its_bound_only() {
+        #[rustfmt::skip]
         let cases: Vec<(&str, Document, &str, &str, i32)> = vec![
-            (
-                "insert",
-                doc! { "insert": "c", "documents": [{ "x": 1 }], "comment": "c" },
-                "4.2.0",
-                "4.4.0",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "update",
-                doc! { "update": "c", "updates": [], "comment": "c" },
-                "4.2.0",
-                "4.4.0",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "delete",
-                doc! { "delete": "c", "deletes": [], "comment": {"k": 1} },
-                "4.2.0",
-                "4.4.0",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "findAndModify",
-                doc! { "findAndModify": "c", "remove": true, "comment": "c" },
-                "4.2.0",
-                "4.4.0",
-                FIND_AND_MODIFY_UNKNOWN_FIELD,
-            ),
-            (
-                "find",
-                doc! { "find": "c", "comment": { "k": 1 } },
-                "4.2.0",
-                "4.4.0",
-                codes::FAILED_TO_PARSE,
-            ),
-            (
-                "aggregate",
-                doc! { "aggregate": "c", "pipeline": [], "comment": { "k": 1 } },
-                "4.2.0",
-                "4.4.0",
-                codes::TYPE_MISMATCH,
-            ),
-            (
-                "count",
-                doc! { "count": "c", "comment": { "k": 1 } },
-                "4.4.13",
-                "4.4.14",
-                codes::TYPE_MISMATCH,
-            ),
-            (
-                "distinct",
-                doc! { "distinct": "c", "key": "x", "comment": { "k": 1 } },
-                "4.4.7",
-                "4.4.14",
-                codes::TYPE_MISMATCH,
-            ),
-            (
-                "find",
-                doc! { "find": "c", "let": { "x": 1 } },
-                "4.4.7",
-                "5.0.0",
-                codes::FAILED_TO_PARSE,
-            ),
-            (
-                "aggregate",
-                doc! { "aggregate": "c", "pipeline": [], "let": { "x": 1 } },
-                "4.4.7",
-                "5.0.0",
-                codes::FAILED_TO_PARSE,
-            ),
-            (
-                "update",
-                doc! { "update": "c", "updates": [], "let": { "x": 1 } },
-                "4.4.7",
-                "5.0.0",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "delete",
-                doc! { "delete": "c", "deletes": [], "let": { "x": 1 } },
-                "4.4.7",
-                "5.0.0",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "findAndModify",
-                doc! { "findAndModify": "c", "update": {"$set": {"x": 1}}, "let": { "x": 1 } },
-                "4.4.7",
-                "5.0.0",
-                FIND_AND_MODIFY_UNKNOWN_FIELD,
-            ),
-            (
-                "delete",
-                doc! { "delete": "c", "deletes": [{ "q": {}, "limit": 1, "hint": "_id_" }] },
-                "4.3.3",
-                "4.3.4",
-                IDL_UNKNOWN_FIELD,
-            ),
-            (
-                "findAndModify",
-                doc! { "findAndModify": "c", "update": {"$inc": {"x": 1}}, "hint": "_id_" },
-                "4.3.0",
-                "4.3.1",
-                FIND_AND_MODIFY_UNKNOWN_FIELD,
-            ),
-            (
-                "findAndModify",
-                doc! { "findAndModify": "c", "remove": true, "hint": { "_id": 1 } },
-                "4.3.3",
-                "4.3.4",
-                FIND_AND_MODIFY_UNKNOWN_FIELD,
-            ),
-            (
-                "find",
-                doc! { "find": "c", "allowDiskUse": false },
-                "4.2.0",
-                "4.3.1",
-                codes::FAILED_TO_PARSE,
-            ),
-            (
-                "insert",
-                doc! { "insert": "c", "documents": [{ "_id": 1, "$a": 1 }] },
-                "4.4.7",
-                "5.0.0",
-                codes::BAD_VALUE,
-            ),
-            (
-                "update",
-                doc! { "update": "c", "updates": [{ "q": {}, "u": { "a": { "$b": 1 } } }] },
-                "4.4.7",
-                "5.0.0",
-                DOLLAR_PREFIXED_FIELD_NAME,
-            ),
-            (
-                "findAndModify",
-                doc! { "findAndModify": "c", "update": { "a": [{ "$b": 1 }] } },
-                "4.4.7",
-                "5.0.0",
-                DOLLAR_PREFIXED_FIELD_NAME,
-            ),
+            ("insert", doc! { "insert": "c", "documents": [{ "x": 1 }], "comment": "c" }, "4.2.0", "4.4.0", IDL_UNKNOWN_FIELD),
+            ("update", doc! { "update": "c", "updates": [], "comment": "c" }, "4.2.0", "4.4.0", IDL_UNKNOWN_FIELD),
+            ("delete", doc! { "delete": "c", "deletes": [], "comment": {"k": 1} }, "4.2.0", "4.4.0", IDL_UNKNOWN_FIELD),
+            ("findAndModify", doc! { "findAndModify": "c", "remove": true, "comment": "c" }, "4.2.0", "4.4.0", FIND_AND_MODIFY_UNKNOWN_FIELD),
+            ("find", doc! { "find": "c", "comment": { "k": 1 } }, "4.2.0", "4.4.0", codes::FAILED_TO_PARSE),
+            ("aggregate", doc! { "aggregate": "c", "pipeline": [], "comment": { "k": 1 } }, "4.2.0", "4.4.0", codes::TYPE_MISMATCH),
+            ("count", doc! { "count": "c", "comment": { "k": 1 } }, "4.4.13", "4.4.14", codes::TYPE_MISMATCH),
+            ("distinct", doc! { "distinct": "c", "key": "x", "comment": { "k": 1 } }, "4.4.7", "4.4.14", codes::TYPE_MISMATCH),
+            ("find", doc! { "find": "c", "let": { "x": 1 } }, "4.4.7", "5.0.0", codes::FAILED_TO_PARSE),
+            ("aggregate", doc! { "aggregate": "c", "pipeline": [], "let": { "x": 1 } }, "4.4.7", "5.0.0", codes::FAILED_TO_PARSE),
+            ("update", doc! { "update": "c", "updates": [], "let": { "x": 1 } }, "4.4.7", "5.0.0", IDL_UNKNOWN_FIELD),
+            ("delete", doc! { "delete": "c", "deletes": [], "let": { "x": 1 } }, "4.4.7", "5.0.0", IDL_UNKNOWN_FIELD),
+            ("findAndModify", doc! { "findAndModify": "c", "update": {"$set": {"x": 1}}, "let": { "x": 1 } }, "4.4.7", "5.0.0", FIND_AND_MODIFY_UNKNOWN_FIELD),
+            ("delete", doc! { "delete": "c", "deletes": [{ "q": {}, "limit": 1, "hint": "_id_" }] }, "4.3.3", "4.3.4", IDL_UNKNOWN_FIELD),
+            ("findAndModify", doc! { "findAndModify": "c", "update": {"$inc": {"x": 1}}, "hint": "_id_" }, "4.3.0", "4.3.1", FIND_AND_MODIFY_UNKNOWN_FIELD),
+            ("findAndModify", doc! { "findAndModify": "c", "remove": true, "hint": { "_id": 1 } }, "4.3.3", "4.3.4", FIND_AND_MODIFY_UNKNOWN_FIELD),
+            ("find", doc! { "find": "c", "allowDiskUse": false }, "4.2.0", "4.3.1", codes::FAILED_TO_PARSE),
+            ("insert", doc! { "insert": "c", "documents": [{ "_id": 1, "$a": 1 }] }, "4.4.7", "5.0.0", codes::BAD_VALUE),
+            ("update", doc! { "update": "c", "updates": [{ "q": {}, "u": { "a": { "$b": 1 } } }] }, "4.4.7", "5.0.0", DOLLAR_PREFIXED_FIELD_NAME),
+            ("findAndModify", doc! { "findAndModify": "c", "update": { "a": [{ "$b": 1 }] } }, "4.4.7", "5.0.0", DOLLAR_PREFIXED_FIELD_NAME),
         ];
         for (name, body, below, since, want) in cases {
             assert_eq!(
