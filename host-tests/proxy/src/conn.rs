@@ -139,7 +139,7 @@ impl Conn {
             return Err(self.protocol_error("empty command document".into()));
         };
         let action = match body.get_str("$db") {
-            Ok(db) => self.dispatch(&name, db, &body, received),
+            Ok(db) => self.dispatch(&name, db, &body, &parsed.sequences, received),
             Err(_) => Action::Reply(error_doc(
                 codes::OP_MSG_NO_DB,
                 "OP_MSG requests require a $db argument",
@@ -185,7 +185,7 @@ impl Conn {
         };
         let name = cmd.keys().next().cloned().unwrap_or_default();
         let action = match q.collection.strip_suffix(".$cmd") {
-            Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, received),
+            Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, &[], received),
             _ => Action::Forward {
                 supports_wc: false,
                 close_after: false,

@@ -133,6 +133,8 @@ fn doc_len(b: &[u8], at: usize, end: usize) -> Result<usize, FrameError> {
 pub struct OpMsg {
     pub flags: u32,
     pub body: Document,
+    /// The kind-1 sections: identifier and documents (`documents`, `updates`, `deletes`...).
+    pub sequences: Vec<(String, Vec<Document>)>,
 }
 
 /// Parses and validates an OP_MSG (every document is fully decoded).
@@ -156,6 +158,7 @@ pub fn parse_op_msg(msg: &Message) -> Result<OpMsg, FrameError> {
     }
     let mut at = HEADER_LEN + 4;
     let mut body = None;
+    let mut sequences = Vec::new();
     while at < end {
         let kind = b[at];
         at += 1;
@@ -178,22 +181,28 @@ pub fn parse_op_msg(msg: &Message) -> Result<OpMsg, FrameError> {
                     .ok_or_else(|| {
                         FrameError::Invalid("unterminated sequence identifier".into())
                     })?;
-                std::str::from_utf8(&b[p..p + nul])
+                let identifier = std::str::from_utf8(&b[p..p + nul])
                     .map_err(|_| FrameError::Invalid("sequence identifier not UTF-8".into()))?;
                 p += nul + 1;
-                // Validated only: the proxy forwards the original bytes.
+                // Kept for the checks; the proxy forwards the original bytes.
+                let mut docs = Vec::new();
                 while p < section_end {
                     let len = doc_len(b, p, section_end)?;
-                    decode_doc(&b[p..p + len])?;
+                    docs.push(decode_doc(&b[p..p + len])?);
                     p += len;
                 }
+                sequences.push((identifier.to_string(), docs));
                 at = section_end;
             }
             k => return invalid(format!("unknown section kind {k}")),
         }
     }
     match body {
-        Some(body) => Ok(OpMsg { flags, body }),
+        Some(body) => Ok(OpMsg {
+            flags,
+            body,
+            sequences,
+        }),
         None => invalid("no body section"),
     }
 }

@@ -15,7 +15,8 @@
 //! Admin commands of its own (any database, no authentication needed): `{proxyStats: 1}`,
 //! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`,
 //! `{proxySetVersion: "8.0.0"}` (the server version presented; see `version.rs`). Fail points:
-//! see [`failpoint`]. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
+//! see [`failpoint`]. What a presented version older than 5.0 refuses (nx-27017 takes it):
+//! see `version_behaviour.rs`. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
 //! [`auth`]; with auth on:
 //!
 //! ```no_run
@@ -48,6 +49,7 @@ pub mod testcerts;
 pub mod tls;
 mod topology;
 mod version;
+mod version_behaviour;
 
 pub use auth::{AuthConfig, User};
 pub use server::{Proxy, ProxyConfig};

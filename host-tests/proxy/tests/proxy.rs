@@ -817,6 +817,47 @@ fn configurable_build_version() {
     );
 }
 
+/// version_behaviour.rs: what mongod 4.2 refuses is refused once the proxy presents 4.2.0,
+/// and never reaches the backend; the default version (7.0.0) forwards it.
+#[test]
+fn an_older_presented_version_refuses_what_that_mongod_refused() {
+    let s = Setup::standalone();
+    let comment = doc! { "insert": "c", "documents": [{ "_id": 1 }], "comment": "c" };
+    let dollar = doc! { "insert": "c", "documents": [{ "_id": 2, "$a": 1 }] };
+    let mut c = s.client();
+    for cmd in [&comment, &dollar] {
+        assert_eq!(
+            c.run("test", cmd.clone()).get_str("echo").unwrap(),
+            "insert"
+        );
+    }
+    assert_eq!(s.backend.count("insert"), 2);
+
+    s.proxy.set_version("4.2.0").unwrap();
+    let mut old = s.client();
+    let r = old.run("test", comment);
+    assert_error(&r, 40415, "Location40415");
+    assert_eq!(
+        r.get_str("errmsg").unwrap(),
+        "BSON field 'insert.comment' is an unknown field."
+    );
+    let r = old.run("test", dollar);
+    assert_ok(&r);
+    assert_eq!(r.get_i32("n").unwrap(), 0);
+    let e = r.get_array("writeErrors").unwrap()[0]
+        .as_document()
+        .unwrap();
+    assert_eq!(
+        (e.get_i32("index").unwrap(), e.get_i32("code").unwrap()),
+        (0, 2)
+    );
+    assert_eq!(
+        s.backend.count("insert"),
+        2,
+        "refused commands never reach the backend"
+    );
+}
+
 #[test]
 fn missing_db_is_an_error() {
     let s = Setup::standalone();

@@ -1,7 +1,8 @@
 //! Runs PyMongo scripts through the proxy in front of a running nx-27017:
 //! `pymongo_failpoints.py` (mongod's fail points), `pymongo_tls.py` (the
-//! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509) and `pymongo_names.py`
-//! (collection names nx-27017 refuses, GridFS).
+//! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509), `pymongo_names.py`
+//! (collection names nx-27017 refuses, GridFS) and `pymongo_versions.py` (what an older
+//! presented server version refuses).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -108,6 +109,34 @@ fn pymongo_uses_names_the_backend_refuses() {
                 "BACKEND_URI",
                 format!("mongodb://{backend}/?directConnection=true"),
             ),
+        ],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// The refusals of an older presented version (version_behaviour.rs), as PyMongo meets
+/// them: mongod 4.4.7's codes through a proxy presenting 4.4.7 (PyMongo 4.20 talks to no
+/// older server) for what 4.4.14 and 5.0 added, success there for what 4.4.0 took, and
+/// success through a proxy at the default version, both in front of the same nx-27017.
+#[test]
+fn pymongo_meets_the_refusals_of_the_presented_version_only() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let default = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    let old = Proxy::start(ProxyConfig {
+        build_version: "4.4.7".into(),
+        ..ProxyConfig::new(backend)
+    })
+    .expect("start the 4.4.7 proxy");
+    let direct = |p: &Proxy| format!("mongodb://{}/?directConnection=true", p.addresses()[0]);
+    run_python(
+        &venv,
+        "pymongo_versions.py",
+        &[
+            ("PROXY_URI", direct(&default)),
+            ("PROXY_OLD_URI", direct(&old)),
         ],
         SCRIPT_TIMEOUT,
     );

@@ -16,6 +16,7 @@ use crate::commands::{self, canonical};
 use crate::failpoint as fp;
 use crate::server::lock;
 use crate::topology::{HelloRequest, Role};
+use crate::version_behaviour::{self, Refusal};
 
 /// Longest block/deadline honoured, so that absurd values cannot overflow an `Instant`.
 const MAX_WAIT_MS: u64 = 24 * 3600 * 1000;
@@ -85,6 +86,7 @@ impl Conn {
         name: &str,
         db: &str,
         body: &Document,
+        sequences: &[(String, Vec<Document>)],
         received: Instant,
     ) -> Action {
         if PROXY_ADMIN.contains(&name) {
@@ -141,6 +143,14 @@ impl Conn {
             let msg = "Transaction numbers are only allowed on a replica set member or mongos";
             return Action::Reply(error_doc(codes::ILLEGAL_OPERATION, msg));
         }
+        // What the presented version cannot parse fails before fail points; what it cannot
+        // store fails as write errors when the command runs (below).
+        let version = self.shared.version.get();
+        let write_errors = match version_behaviour::refusal(&version, name, body, sequences) {
+            Some(Refusal::Command(reply)) => return Action::Reply(reply),
+            Some(Refusal::Statements(errors)) => Some(errors),
+            None => None,
+        };
         let deadline = commands::max_time_ms(name, body).map(|ms| after(received, ms));
         let change_stream = self.is_change_stream(name, body);
         if let Some(action) = self.fail_points(name, db, body, deadline, change_stream) {
@@ -178,6 +188,15 @@ impl Conn {
                     codes::NOT_PRIMARY_NO_SECONDARY_OK,
                     "not primary and secondaryOk=false",
                 );
+            }
+        }
+        if let Some(errors) = write_errors {
+            match version_behaviour::write_reply(canonical(name), body, sequences, errors) {
+                Some(reply) => return Action::Reply(reply),
+                None => self.shared.log(&format!(
+                    "{name}: a batch mixing statements {} takes and refuses, forwarded as it is",
+                    version.text
+                )),
             }
         }
         if let Some(refusal) = self.get_more_max_time(name, body) {
