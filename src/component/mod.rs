@@ -173,15 +173,17 @@ pub(crate) fn write_concern(c: wit::WriteConcern) -> crate::WriteConcern {
     }
 }
 
-/// Bytes from the caller as a document, checked element by element (one
-/// level deep) so that malformed input is an error here, not later.
+/// Bytes from the caller as a document, checked in full (every element,
+/// nested ones too, as a server reply is: `wire::raw::walk`) so that
+/// malformed input is an error here, not later.
 pub(crate) fn doc(bytes: Vec<u8>) -> WitResult<RawDocumentBuf> {
-    let d = RawDocumentBuf::from_bytes(bytes)
-        .map_err(|e| to_wit(Error::invalid_argument("malformed BSON document").with_cause(e)))?;
-    for item in d.iter() {
-        item.map_err(|e| to_wit(Error::invalid_argument("malformed BSON document").with_cause(e)))?;
-    }
-    Ok(d)
+    let malformed = |what: &str| {
+        to_wit(Error::invalid_argument(format!(
+            "malformed BSON document: {what}"
+        )))
+    };
+    crate::wire::raw::walk(&bytes).map_err(malformed)?;
+    RawDocumentBuf::from_bytes(bytes).map_err(|e| malformed(&e.to_string()))
 }
 
 pub(crate) fn opt_doc(bytes: Option<Vec<u8>>) -> WitResult<Option<RawDocumentBuf>> {

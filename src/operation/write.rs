@@ -233,8 +233,14 @@ fn number(doc: &RawDocument, key: &str) -> i64 {
 /// Returns the document and its `_id` value. A new `_id` is spliced in front
 /// of the document's bytes in one copy, however many fields it has.
 pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
-    if let Some(id) = doc.get("_id")? {
-        return Ok((doc.to_owned(), RawBson::from(id)));
+    // Found by skipping elements by their sizes: a large document without
+    // `_id` is not walked element by element through bson's iterators.
+    let found = crate::wire::raw::find(doc.as_bytes(), b"_id")
+        .map_err(|e| Error::invalid_argument(format!("malformed BSON document: {e}")))?;
+    if found.is_some() {
+        if let Some(id) = doc.get("_id")? {
+            return Ok((doc.to_owned(), RawBson::from(id)));
+        }
     }
     let id = bson::oid::ObjectId::new();
     let fields = &doc.as_bytes()[4..];

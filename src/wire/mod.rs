@@ -6,6 +6,7 @@
 mod crc32c;
 mod legacy;
 mod op_msg;
+pub mod raw;
 mod reply;
 
 pub use legacy::{encode_op_query, OpReply};

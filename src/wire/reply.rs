@@ -11,8 +11,8 @@ use std::ops::Range;
 
 /// Nesting deeper than this is refused. mongod stores documents nested at
 /// most 200 deep by default, and 1000 with any `maxBSONDepth`; a reply adds a
-/// few levels (`cursor.firstBatch.<n>`). The walk keeps one small iterator
-/// per level, never the call stack.
+/// few levels (`cursor.firstBatch.<n>`). The walk keeps one offset per level,
+/// never the call stack.
 pub const MAX_DEPTH: usize = 1024;
 
 /// A buffer grown past this for one message does not stay with its
@@ -70,156 +70,8 @@ pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<R
 /// checks), at a fraction of the cost: it runs over every byte of every
 /// batch (find of 16 MB: 45 ms of 84 through the iterators).
 pub fn validate_document(doc: &RawDocument) -> Result<()> {
-    walk(doc.as_bytes())
+    super::raw::walk(doc.as_bytes())
         .map_err(|what| Error::protocol(format!("malformed BSON in a server reply: {what}")))
-}
-
-/// The walk of [`validate_document`]; the error says what is wrong.
-fn walk(b: &[u8]) -> std::result::Result<(), &'static str> {
-    let i32_at = |at: usize| -> std::result::Result<i32, &'static str> {
-        match b.get(at..at + 4) {
-            Some(s) => Ok(i32::from_le_bytes([s[0], s[1], s[2], s[3]])),
-            None => Err("a length runs past its document"),
-        }
-    };
-    // A cstring from `at`, inside the document ending at `end` (its
-    // terminator): where its NUL is. Keys and regex parts must be UTF-8.
-    let cstring = |at: usize, end: usize| -> std::result::Result<usize, &'static str> {
-        let s = b.get(at..end).ok_or("a cstring runs past its document")?;
-        let n = s
-            .iter()
-            .position(|&c| c == 0)
-            .ok_or("a cstring has no terminator")?;
-        std::str::from_utf8(&s[..n]).map_err(|_| "a key or pattern is not UTF-8")?;
-        Ok(at + n)
-    };
-    // A length-prefixed string at `at`: its whole size (length + 4).
-    let string = |at: usize| -> std::result::Result<usize, &'static str> {
-        let len = i32_at(at)?;
-        if len < 1 {
-            return Err("a string length is below 1");
-        }
-        let size = len as usize + 4;
-        match b.get(at + size - 1) {
-            Some(0) => Ok(size),
-            Some(_) => Err("a string is not NUL-terminated"),
-            None => Err("a string runs past its document"),
-        }
-    };
-    // A document at `at` that must end before `limit`: its terminator.
-    let document = |at: usize, limit: usize| -> std::result::Result<usize, &'static str> {
-        let len = i32_at(at)?;
-        if len < 5 {
-            return Err("a document is shorter than 5 bytes");
-        }
-        let end = at
-            .checked_add(len as usize - 1)
-            .ok_or("a length overflows")?;
-        if end >= limit {
-            return Err("a document runs past its parent");
-        }
-        if b[end] != 0 {
-            return Err("a document is not NUL-terminated");
-        }
-        Ok(end)
-    };
-    if b.len() < 5 || i32_at(0)? as usize != b.len() || b[b.len() - 1] != 0 {
-        return Err("the document's length or terminator is wrong");
-    }
-    // The terminator of each open document, innermost last.
-    let mut ends = vec![b.len() - 1];
-    let mut at = 4;
-    while let Some(&end) = ends.last() {
-        if at == end {
-            ends.pop();
-            at = end + 1;
-            continue;
-        }
-        let kind = b[at];
-        let v = cstring(at + 1, end)? + 1;
-        // The value is b[v..v + size]; it must end by the terminator.
-        let size = match kind {
-            0x01 | 0x09 | 0x11 | 0x12 => 8, // double, date, timestamp, int64
-            0x10 => 4,                      // int32
-            0x07 => 12,                     // ObjectId
-            0x13 => 16,                     // Decimal128
-            0x06 | 0x0A | 0x7F | 0xFF => 0, // undefined, null, max/min key
-            0x08 => match b.get(v) {
-                Some(0 | 1) => 1,
-                _ => return Err("a boolean is not 0 or 1"),
-            },
-            0x02 | 0x0D | 0x0E => string(v)?, // string, code, symbol
-            0x0C => {
-                // DBPointer: a UTF-8 namespace and an ObjectId.
-                let n = string(v)?;
-                std::str::from_utf8(&b[v + 4..v + n - 1])
-                    .map_err(|_| "a DBPointer namespace is not UTF-8")?;
-                n + 12
-            }
-            0x0B => {
-                let pattern = cstring(v, end)?;
-                cstring(pattern + 1, end)? + 1 - v
-            }
-            0x05 => {
-                let len = i32_at(v)?;
-                if len < 0 {
-                    return Err("a binary length is negative");
-                }
-                let len = len as usize;
-                if b.get(v + 4) == Some(&2) {
-                    // The old binary subtype repeats the length inside.
-                    if len < 4 || i32_at(v + 5)? != len as i32 - 4 {
-                        return Err("an old binary's inner length is wrong");
-                    }
-                }
-                len + 5
-            }
-            0x03 | 0x04 => {
-                if ends.len() >= MAX_DEPTH {
-                    return Err("documents nest too deep");
-                }
-                let inner = document(v, end)?;
-                ends.push(inner);
-                at = v + 4;
-                continue;
-            }
-            0x0F => {
-                // Code with scope: total length, code string, scope document.
-                let len = i32_at(v)?;
-                if len < 14 {
-                    return Err("a code-with-scope is too short");
-                }
-                let total = len as usize;
-                if v.checked_add(total).is_none_or(|e| e > end) {
-                    return Err("a code-with-scope runs past its document");
-                }
-                let code = string(v + 4)?;
-                if code > total - 4 {
-                    return Err("a code-with-scope's code runs past it");
-                }
-                std::str::from_utf8(&b[v + 8..v + 4 + code - 1])
-                    .map_err(|_| "a code-with-scope's code is not UTF-8")?;
-                let scope = v + 4 + code;
-                if i32_at(scope)? as i64 != (v + total - scope) as i64 {
-                    return Err("a code-with-scope's scope length is wrong");
-                }
-                if ends.len() >= MAX_DEPTH {
-                    return Err("documents nest too deep");
-                }
-                // The scope ends where the element does: after it, the
-                // parent goes on past the element.
-                ends.push(document(scope, end)?);
-                at = scope + 4;
-                continue;
-            }
-            _ => return Err("an unknown element type"),
-        };
-        match v.checked_add(size) {
-            Some(next) if next <= end => at = next,
-            _ => return Err("a value runs past its document"),
-        }
-    }
-    Ok(())
 }
 
 /// The document at `range` of the frame in `buf` (from [`check_reply`]),
@@ -440,7 +292,7 @@ mod tests {
         let (mut accepted, mut refused) = (0, 0);
         for base in every_type() {
             let doc = RawDocument::from_bytes(&base).unwrap();
-            assert!(walk(&base).is_ok() && validate_with_bson(doc));
+            assert!(super::super::raw::walk(&base).is_ok() && validate_with_bson(doc));
             for _ in 0..400_000 / 3 {
                 let mut b = base.clone();
                 for _ in 0..1 + rand() % 3 {
@@ -453,7 +305,7 @@ mod tests {
                     };
                 }
                 let doc = RawDocument::from_bytes(&b).unwrap();
-                let ours = walk(&b).is_ok();
+                let ours = super::super::raw::walk(&b).is_ok();
                 assert_eq!(ours, validate_with_bson(doc), "{b:?}");
                 if ours {
                     accepted += 1
