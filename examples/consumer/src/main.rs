@@ -4,8 +4,8 @@
 //! component satisfies those imports, and the result runs under any WASI 0.2
 //! host. `cargo xtask build` builds and composes it:
 //!
-//!   wasm-tools compose consumer.wasm -d mongo-wasi.wasm -o consumer.composed.wasm
-//!   wasmtime run -S inherit-network consumer.composed.wasm mongodb://127.0.0.1:27017/
+//!   wasm-tools compose consumer.wasm -d mongo-wasi.wasm -o target/examples/consumer.wasm
+//!   wasmtime run -S inherit-network target/examples/consumer.wasm mongodb://127.0.0.1:27017/
 //!
 //! It writes a document, reads it back by the `_id` the driver gave it, and
 //! prints both.

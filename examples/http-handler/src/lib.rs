@@ -4,7 +4,7 @@
 //! `wasmtime serve`:
 //!
 //!   wasmtime serve -S cli -S inherit-network --addr 127.0.0.1:8080 \
-//!     --env MONGODB_URI='mongodb://127.0.0.1:27017/?timeoutMS=2000' http-handler.composed.wasm
+//!     --env MONGODB_URI='mongodb://127.0.0.1:27017/?timeoutMS=2000' target/examples/http-handler.wasm
 //!
 //! - `GET /items`: the first 100 documents, as a JSON array (relaxed extended JSON);
 //! - `POST /items` with a JSON object: inserts it, answers 201 `{"id": "<hex>"}`;
