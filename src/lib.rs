@@ -17,6 +17,7 @@ pub mod error;
 pub mod handshake;
 pub mod load_balancer;
 pub mod monitoring;
+pub mod object_id;
 pub mod sdam;
 pub mod tls;
 pub mod uri;

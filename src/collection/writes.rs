@@ -5,6 +5,7 @@
 use super::{array, BulkWriteResult, Collection, Hint, OpOptions, UpdateResult, UpdateSpec};
 use crate::csot::OpTimeout;
 use crate::error::{Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
+use crate::object_id::ObjectIds;
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
 use crate::operation::write::{with_id, WriteCommand, WriteKind, WriteResult};
@@ -104,7 +105,7 @@ impl Collection {
     /// Inserts one document; returns its `_id`.
     pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawBson> {
         let options = &options.flattened()?;
-        let (doc, id) = with_id(doc)?;
+        let (doc, id) = with_id(doc, &ObjectIds::now())?;
         let op = self.write_op(WriteKind::Insert, vec![doc], 0);
         raise(&self.write(op, options)?)?;
         Ok(id)
@@ -127,8 +128,10 @@ impl Collection {
         }
         let mut ids = Vec::with_capacity(docs.len());
         let mut prepared = Vec::with_capacity(docs.len());
+        // One clock read for the batch's generated ids.
+        let oids = ObjectIds::now();
         for (i, doc) in docs.iter().enumerate() {
-            let (doc, id) = with_id(doc)?;
+            let (doc, id) = with_id(doc, &oids)?;
             ids.push((i, id));
             prepared.push(doc);
         }

@@ -96,12 +96,14 @@ impl UploadStream {
 
     fn insert_chunks(&mut self, bytes: &[u8]) -> Result<()> {
         let mut chunks = Vec::new();
+        // One clock read for this flush's chunk ids.
+        let oids = crate::object_id::ObjectIds::now();
         for piece in bytes.chunks(self.chunk_size) {
             let data = Binary {
                 subtype: BinarySubtype::Generic,
                 bytes: piece.to_vec(),
             };
-            chunks.push(rawdoc! { "_id": bson::oid::ObjectId::new(), "files_id": self.id.clone(), "n": self.next_n, "data": data });
+            chunks.push(rawdoc! { "_id": oids.next(), "files_id": self.id.clone(), "n": self.next_n, "data": data });
             self.next_n += 1;
         }
         let chunks_coll = self.bucket.chunks();

@@ -35,6 +35,8 @@ pub fn plan(models: &[RawDocumentBuf]) -> Result<Plan> {
     }
     let mut runs: Vec<Run> = Vec::new();
     let mut inserted = Vec::new();
+    // One clock read for the generated ids of the whole bulk write.
+    let oids = crate::object_id::ObjectIds::now();
     for (index, model) in models.iter().enumerate() {
         let (name, args) = single_field(model)?;
         let (kind, statement, multi) = match name {
@@ -42,7 +44,7 @@ pub fn plan(models: &[RawDocumentBuf]) -> Result<Plan> {
                 let doc = args
                     .get_document("document")
                     .map_err(|_| bad(index, "insertOne needs a document"))?;
-                let (doc, id) = with_id(doc)?;
+                let (doc, id) = with_id(doc, &oids)?;
                 inserted.push((index, id));
                 (WriteKind::Insert, doc, false)
             }

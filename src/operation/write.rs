@@ -232,7 +232,10 @@ fn number(doc: &RawDocument, key: &str) -> i64 {
 /// Ensures `_id` comes first, generating an ObjectId when absent (CRUD spec).
 /// Returns the document and its `_id` value. A new `_id` is spliced in front
 /// of the document's bytes in one copy, however many fields it has.
-pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
+pub fn with_id(
+    doc: &RawDocument,
+    ids: &crate::object_id::ObjectIds,
+) -> Result<(RawDocumentBuf, RawBson)> {
     // Found by skipping elements by their sizes: a large document without
     // `_id` is not walked element by element through bson's iterators.
     let found = crate::wire::raw::find(doc.as_bytes(), b"_id")
@@ -242,7 +245,7 @@ pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
             return Ok((doc.to_owned(), RawBson::from(id)));
         }
     }
-    let id = bson::oid::ObjectId::new();
+    let id = ids.next();
     let fields = &doc.as_bytes()[4..];
     // length, type 0x07 (ObjectId), "_id\0", 12 bytes, then the fields and the terminator.
     let len = 4 + 1 + 4 + 12 + fields.len();
@@ -260,6 +263,7 @@ pub fn with_id(doc: &RawDocument) -> Result<(RawDocumentBuf, RawBson)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object_id::ObjectIds;
     use bson::rawdoc;
 
     fn hello(batch: usize, message: usize) -> HelloReply {
@@ -419,10 +423,10 @@ mod tests {
 
     #[test]
     fn id_is_kept_or_generated_first() {
-        let (doc, id) = with_id(&rawdoc! { "_id": 7, "x": 1 }).unwrap();
+        let (doc, id) = with_id(&rawdoc! { "_id": 7, "x": 1 }, &ObjectIds::now()).unwrap();
         assert_eq!(doc, rawdoc! { "_id": 7, "x": 1 });
         assert_eq!(id, RawBson::Int32(7));
-        let (doc, id) = with_id(&rawdoc! { "x": 1 }).unwrap();
+        let (doc, id) = with_id(&rawdoc! { "x": 1 }, &ObjectIds::now()).unwrap();
         assert_eq!(doc.iter().next().unwrap().unwrap().0.as_str(), "_id");
         assert_eq!(RawBson::ObjectId(doc.get_object_id("_id").unwrap()), id);
     }
@@ -433,7 +437,7 @@ mod tests {
             rawdoc! {},
             rawdoc! { "x": 1, "s": "text", "n": { "a": [1, 2, { "b": null }] } },
         ] {
-            let (doc, id) = with_id(&src).unwrap();
+            let (doc, id) = with_id(&src, &ObjectIds::now()).unwrap();
             let RawBson::ObjectId(oid) = id else {
                 panic!("{id:?}")
             };

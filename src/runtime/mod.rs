@@ -48,6 +48,20 @@ pub fn random_bytes(n: u64) -> Vec<u8> {
     wasi::random::random::get_random_bytes(n)
 }
 
+/// Seconds since the Unix epoch, from wasi:clocks/wall-clock (ObjectIds).
+#[cfg(target_os = "wasi")]
+pub fn unix_seconds() -> u64 {
+    wasi::clocks::wall_clock::now().seconds
+}
+
+/// Natively, std's clock.
+#[cfg(not(target_os = "wasi"))]
+pub fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// A random number in [0, 1) for a backoff's jitter (withTransaction, overload retries).
 pub fn jitter() -> f64 {
     let mut b = [0u8; 8];
