@@ -16,9 +16,9 @@
 //! `--tls` they terminate TLS and every client connects with `tls=true`, trusting the
 //! run's generated CA. Without `--auth`, a second set of proxies with auth and TLS
 //! runs the tests whose `runOnRequirements` need authentication (each test runs
-//! once, on the first deployment that meets them; `deployment::place`). A suite is a directory under the
-//! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
-//! an absolute path. Exit status: 0 when the run completed (failing tests are
+//! once, on the first deployment that meets them; `deployment::place`). A suite is
+//! a directory under the spec tests' root (`MONGO_WASI_SPEC_TESTS`, else
+//! `<repo>/../shared/spec-tests`) or an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
 //! the run could not start. The list describes runs without `--auth` and `--tls`: with
 //! either, a listed test that the configuration's `runOnRequirements` rule out (`auth:
