@@ -414,6 +414,46 @@ mod tests {
     }
 
     #[test]
+    fn each_list_gets_the_passes_of_its_deployment_for_the_files_run() {
+        use host_tests::unified::report::TestResult;
+        let dir = std::env::temp_dir().join(format!("spec-update-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, auth) = (dir.join("plain.txt"), dir.join("auth.txt"));
+        // Before: a stale entry of a file this run covers, and one of a file it does not.
+        std::fs::write(&plain, "a.json: gone\nz.json: kept\n").unwrap();
+        std::fs::write(&auth, "h.json: gone too\n").unwrap();
+        let mut report = Report::default();
+        for (file, test, status, auth_tls) in [
+            ("a.json", "plain pass", Status::Passed, false),
+            ("a.json", "plain failure", Status::Failed, false),
+            ("h.json", "auth pass", Status::Passed, true),
+            ("h.json", "auth failure", Status::Failed, true),
+        ] {
+            report.add(TestResult {
+                suite: "s".into(),
+                file: file.into(),
+                test: test.into(),
+                status,
+                reason: String::new(),
+                millis: 0,
+                auth_tls,
+            });
+        }
+        assert_eq!(update_expected(&plain, &report, false).unwrap(), 2);
+        assert_eq!(update_expected(&auth, &report, true).unwrap(), 1);
+        let read = |p: &Path| read_expected(p).unwrap().into_iter().collect::<Vec<_>>();
+        let pair = |f: &str, t: &str| (f.to_string(), t.to_string());
+        assert_eq!(
+            read(&plain),
+            [pair("a.json", "plain pass"), pair("z.json", "kept")]
+        );
+        assert_eq!(read(&auth), [pair("h.json", "auth pass")]);
+        let text = std::fs::read_to_string(&auth).unwrap();
+        assert!(text.starts_with(skips::EXPECTED_AUTH_TLS_HEADER), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_auth_tls_list_is_for_runs_without_auth() {
         let base = ["--backend", "127.0.0.1:1", "--all"];
         let with = parse(&args(
