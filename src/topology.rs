@@ -402,8 +402,44 @@ impl Topology {
         let created = runtime::now();
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
+        if self.settings.connect.load_balanced {
+            return self.establish_behind_load_balancer(address, id, created, connect, handshake);
+        }
         let result = self.establish(address, id, connect, handshake, true);
         self.handshake_done(address, id, created, result)
+    }
+
+    /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
+    /// completes gets no SDAM error handling; one after it (authentication) clears
+    /// the pool but never marks the load balancer Unknown.
+    fn establish_behind_load_balancer(
+        &mut self,
+        address: &str,
+        id: u64,
+        created: crate::deadline::Instant,
+        connect: Deadline,
+        handshake: Deadline,
+    ) -> Result<Connection> {
+        let failed = |t: &mut Self, e: Error| {
+            t.events.emit(|| {
+                PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                    .because(CloseReason::Error.as_str())
+            });
+            Err(e)
+        };
+        let mut conn = match self.establish(address, id, connect, handshake, false) {
+            Ok(conn) => conn,
+            Err(e) => return failed(self, e),
+        };
+        match conn.finish_handshake(&self.settings.connect, handshake) {
+            Ok(()) => self.handshake_done(address, id, created, Ok(conn)),
+            Err(e) => {
+                if !e.is_timeout() {
+                    self.clear(address);
+                }
+                failed(self, e)
+            }
+        }
     }
 
     /// Whether `conn` is a server check's connection no checkout took yet
@@ -679,11 +715,14 @@ impl Topology {
     }
 
     /// Clears the pool of `address`: a new generation, the pool paused until
-    /// a check succeeds, its idle connections closed as stale.
+    /// a check succeeds, its idle connections closed as stale. A load-balanced
+    /// pool is never paused and announces every clear (CMAP, "Clearing a load
+    /// balanced pool"); it keeps no generation per `serviceId`, so all of it goes.
     fn clear(&mut self, address: &str) {
+        let load_balanced = self.settings.connect.load_balanced;
         let state = self.state(address);
         state.generation += 1;
-        let was_ready = std::mem::replace(&mut state.ready, false);
+        let was_ready = load_balanced || std::mem::replace(&mut state.ready, false);
         let idle = std::mem::take(&mut state.idle);
         if was_ready {
             self.events

@@ -3,8 +3,8 @@
 //! ```text
 //! spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH]
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
-//!             [--update-expected PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls]
-//!             [--only-expected]
+//!             [--update-expected PATH] [--update-expected-auth-tls PATH]
+//!             [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] [--only-expected]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts failpoint proxies in front of it (a
@@ -14,17 +14,21 @@
 //! authentication, every client authenticates as the runner's root user (unless its
 //! `uriOptions` name another mechanism), and `runOnRequirements`' `auth` follows. With
 //! `--tls` they terminate TLS and every client connects with `tls=true`, trusting the
-//! run's generated CA. A suite is a directory under the
-//! spec tests' root (`MONGO_WASI_SPEC_TESTS`, else `<repo>/../shared/spec-tests`) or
-//! an absolute path. Exit status: 0 when the run completed (failing tests are
+//! run's generated CA. Without `--auth`, a second set of proxies with auth and TLS
+//! runs the tests whose `runOnRequirements` need authentication (each test runs
+//! once, on the first deployment that meets them; `deployment::place`). A suite is
+//! a directory under the spec tests' root (`MONGO_WASI_SPEC_TESTS`, else
+//! `<repo>/../shared/spec-tests`) or an absolute path. Exit status: 0 when the run completed (failing tests are
 //! reported, not fatal), 1 when a test on the `--expected` list did not pass, 2 when
 //! the run could not start. The list describes runs without `--auth` and `--tls`: with
 //! either, a listed test that the configuration's `runOnRequirements` rule out (`auth:
 //! false`) is reported as not applicable; one that fails still fails the run.
 //! `--only-expected` runs just the tests on the `--expected` list (a second
-//! configuration's check, in less time).
+//! configuration's check, in less time). `--update-expected` rewrites a list from the
+//! passes on the run's own deployment, `--update-expected-auth-tls` one from those on
+//! the auth+TLS one.
 
-use host_tests::unified::deployment::Deployment;
+use host_tests::unified::deployment::Deployments;
 use host_tests::unified::report::{Report, Status};
 use host_tests::unified::runner::{self, Config, ALL_SUITES};
 use host_tests::unified::server_version;
@@ -38,7 +42,8 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
-[--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] [--only-expected]";
+[--update-expected-auth-tls PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] \
+[--only-expected]";
 
 struct Cli {
     backend: SocketAddr,
@@ -49,6 +54,7 @@ struct Cli {
     skips: PathBuf,
     expected: Option<PathBuf>,
     update_expected: Option<PathBuf>,
+    update_expected_auth_tls: Option<PathBuf>,
     cap: Duration,
     loop_budget: Duration,
     auth: bool,
@@ -68,6 +74,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         skips: root.join("host-tests/spec/skips.txt"),
         expected: None,
         update_expected: None,
+        update_expected_auth_tls: None,
         cap: Duration::from_secs(60),
         loop_budget: Duration::from_millis(1000),
         auth: false,
@@ -95,6 +102,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--skips" => cli.skips = value()?.into(),
             "--expected" => cli.expected = Some(value()?.into()),
             "--update-expected" => cli.update_expected = Some(value()?.into()),
+            "--update-expected-auth-tls" => cli.update_expected_auth_tls = Some(value()?.into()),
             "--test-timeout" => cli.cap = Duration::from_secs(number(value()?)?.max(1)),
             "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
             "--auth" => cli.auth = true,
@@ -108,6 +116,13 @@ fn parse(args: &[String]) -> Result<Cli, String> {
     }
     if cli.only_expected && cli.expected.is_none() {
         return Err("--only-expected needs --expected".into());
+    }
+    if cli.auth && cli.update_expected_auth_tls.is_some() {
+        return Err(
+            "--update-expected-auth-tls lists the auth+TLS deployment of a run \
+                    without --auth"
+                .into(),
+        );
     }
     Ok(cli)
 }
@@ -147,8 +162,9 @@ fn read_expected(path: &Path) -> Result<BTreeSet<(String, String)>, String> {
     skips::parse_expected(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Replaces the entries of the files this run covered with this run's passes.
-fn update_expected(path: &Path, report: &Report) -> Result<usize, String> {
+/// Replaces the entries of the files this run covered with this run's passes on the
+/// auth+TLS deployment (`auth_tls`) or on its own.
+fn update_expected(path: &Path, report: &Report, auth_tls: bool) -> Result<usize, String> {
     let mut list = if path.exists() {
         read_expected(path)?
     } else {
@@ -156,8 +172,12 @@ fn update_expected(path: &Path, report: &Report) -> Result<usize, String> {
     };
     let covered: BTreeSet<&str> = report.results.iter().map(|r| r.file.as_str()).collect();
     list.retain(|(file, _)| !covered.contains(file.as_str()));
-    list.extend(report.passed());
-    std::fs::write(path, skips::format_expected(&list))
+    list.extend(report.passed_on(auth_tls));
+    let header = match auth_tls {
+        true => skips::EXPECTED_AUTH_TLS_HEADER,
+        false => skips::EXPECTED_HEADER,
+    };
+    std::fs::write(path, skips::format_expected(header, &list))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(list.len())
 }
@@ -166,8 +186,8 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let spec_root = spec_root()?;
     let skips = read_skips(&cli.skips)?;
     let expected = cli.expected.as_deref().map(read_expected).transpose()?;
-    let mut deployment = Deployment::start(cli.backend, cli.auth, cli.tls)?;
-    let v = deployment.info.version;
+    let mut deployment = Deployments::start(cli.backend, cli.auth, cli.tls)?;
+    let v = deployment.main.info.version;
     println!(
         "spec-runner: {}{} (proxies report {}.{}.{} between tests, and per test the newest of {} to {} its requirements allow{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
@@ -177,7 +197,11 @@ fn run(cli: &Cli) -> Result<bool, String> {
         v[2],
         server_version::text(server_version::CANDIDATES[server_version::CANDIDATES.len() - 1]),
         server_version::text(server_version::CANDIDATES[0]),
-        if cli.auth { ", auth on" } else { "" },
+        match (cli.auth, deployment.auth_tls.is_some()) {
+            (true, _) => ", auth on",
+            (false, true) => "; a second set with auth and TLS runs the tests that need auth",
+            (false, false) => "",
+        },
         spec_root.display(),
         skips.len(),
         cli.cap.as_secs()
@@ -197,8 +221,6 @@ fn run(cli: &Cli) -> Result<bool, String> {
         println!("==> {suite}");
         runner::run_suite(&mut deployment, &config, suite, &mut report)?;
     }
-    report.print_summary();
-    println!("    took {:.1} s", started.elapsed().as_secs_f64());
     if let Some(expected) = &expected {
         rerun_listed_failures(&mut deployment, &config, cli, expected, &mut report)?;
     }
@@ -206,13 +228,28 @@ fn run(cli: &Cli) -> Result<bool, String> {
         report.write_json(path)?;
         println!("    JSON report: {}", path.display());
     }
-    if let Some(path) = &cli.update_expected {
-        let n = update_expected(path, &report)?;
-        println!("    wrote {} ({n} tests)", path.display());
+    for (path, auth_tls) in [
+        (&cli.update_expected, false),
+        (&cli.update_expected_auth_tls, true),
+    ] {
+        if let Some(path) = path {
+            let n = update_expected(path, &report, auth_tls)?;
+            println!("    wrote {} ({n} tests)", path.display());
+        }
     }
-    let Some(expected) = expected else {
-        return Ok(true);
+    let ok = match &expected {
+        Some(expected) => check_expected(cli, expected, &report),
+        None => true,
     };
+    // Last, for the record: each test once, with its deployment's result.
+    print!("{}", report.summary());
+    println!("    took {:.1} s", started.elapsed().as_secs_f64());
+    Ok(ok)
+}
+
+/// Compares the run with the `--expected` list and prints what differs; false when a
+/// listed test did not pass.
+fn check_expected(cli: &Cli, expected: &BTreeSet<(String, String)>, report: &Report) -> bool {
     // A partial run answers for the suites it ran; with --filter, for the tests it ran.
     let suites: Vec<String> = cli
         .suites
@@ -231,7 +268,7 @@ fn run(cli: &Cli) -> Result<bool, String> {
     // The list describes runs without --auth and --tls: in those, a test whose
     // runOnRequirements rule the configuration out (auth: false) is skipped, not lost.
     let unmet_ok = cli.auth || cli.tls;
-    let c = report.compare(&expected, &in_scope, unmet_ok);
+    let c = report.compare(expected, &in_scope, unmet_ok);
     if !c.new.is_empty() {
         println!(
             "==> {} tests pass that are not on the expected-pass list:",
@@ -260,7 +297,7 @@ fn run(cli: &Cli) -> Result<bool, String> {
                 n => format!(" ({n} more not applicable)"),
             }
         );
-        return Ok(true);
+        return true;
     }
     println!(
         "==> {} tests on the expected-pass list did not pass:",
@@ -269,7 +306,7 @@ fn run(cli: &Cli) -> Result<bool, String> {
     for t in &c.regressions {
         println!("    {t}");
     }
-    Ok(false)
+    false
 }
 
 /// How many more times a listed test that failed runs, alone, before it counts as lost.
@@ -279,7 +316,7 @@ const RERUNS: usize = 2;
 /// on the expected-pass list that failed runs again, alone, up to `RERUNS` times. One that
 /// then passes is kept as passed and printed as flaky with its first failure, never hidden.
 fn rerun_listed_failures(
-    deployment: &mut Deployment,
+    deployment: &mut Deployments,
     config: &Config,
     cli: &Cli,
     expected: &BTreeSet<(String, String)>,
@@ -374,6 +411,69 @@ mod tests {
         let with = parse(&args(&[&base[..], &["--auth"]].concat())).unwrap();
         assert!(with.auth);
         assert_eq!(with.suites, ["crud/tests/unified"]);
+    }
+
+    #[test]
+    fn each_list_gets_the_passes_of_its_deployment_for_the_files_run() {
+        use host_tests::unified::report::TestResult;
+        let dir = std::env::temp_dir().join(format!("spec-update-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, auth) = (dir.join("plain.txt"), dir.join("auth.txt"));
+        // Before: a stale entry of a file this run covers, and one of a file it does not.
+        std::fs::write(&plain, "a.json: gone\nz.json: kept\n").unwrap();
+        std::fs::write(&auth, "h.json: gone too\n").unwrap();
+        let mut report = Report::default();
+        for (file, test, status, auth_tls) in [
+            ("a.json", "plain pass", Status::Passed, false),
+            ("a.json", "plain failure", Status::Failed, false),
+            ("h.json", "auth pass", Status::Passed, true),
+            ("h.json", "auth failure", Status::Failed, true),
+        ] {
+            report.add(TestResult {
+                suite: "s".into(),
+                file: file.into(),
+                test: test.into(),
+                status,
+                reason: String::new(),
+                millis: 0,
+                auth_tls,
+            });
+        }
+        assert_eq!(update_expected(&plain, &report, false).unwrap(), 2);
+        assert_eq!(update_expected(&auth, &report, true).unwrap(), 1);
+        let read = |p: &Path| read_expected(p).unwrap().into_iter().collect::<Vec<_>>();
+        let pair = |f: &str, t: &str| (f.to_string(), t.to_string());
+        assert_eq!(
+            read(&plain),
+            [pair("a.json", "plain pass"), pair("z.json", "kept")]
+        );
+        assert_eq!(read(&auth), [pair("h.json", "auth pass")]);
+        let text = std::fs::read_to_string(&auth).unwrap();
+        assert!(text.starts_with(skips::EXPECTED_AUTH_TLS_HEADER), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_auth_tls_list_is_for_runs_without_auth() {
+        let base = ["--backend", "127.0.0.1:1", "--all"];
+        let with = parse(&args(
+            &[&base[..], &["--update-expected-auth-tls", "a.txt"]].concat(),
+        ))
+        .unwrap();
+        assert_eq!(
+            with.update_expected_auth_tls.as_deref(),
+            Some(Path::new("a.txt"))
+        );
+        let e = parse(&args(
+            &[
+                &base[..],
+                &["--auth", "--update-expected-auth-tls", "a.txt"],
+            ]
+            .concat(),
+        ))
+        .err()
+        .unwrap();
+        assert!(e.contains("without --auth"), "{e}");
     }
 
     #[test]

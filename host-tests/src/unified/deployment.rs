@@ -3,17 +3,21 @@
 //! mongoses and a load balancer), and an admin instance of the
 //! component on this thread for probing and for cleaning up after abandoned tests.
 //! With auth on, the proxies require authentication and know one root user, whose
-//! credentials every URI carries.
+//! credentials every URI carries. A run without `--auth` keeps a second deployment
+//! beside its own, with auth and TLS, for the tests whose `runOnRequirements` need
+//! authentication ([`Deployments`], [`place`]).
 
 use super::engine;
 use super::internal;
-use super::requirements::{self, parse_version, Topology};
+use super::requirements::{self, parse_version, Topology, NEEDS_AUTH, UNMET};
+use super::server_version;
 use crate::guest::Guest;
 use bson::{doc, Bson, Document};
 use mongo_wasi_proxy::failpoint::Mode;
 use mongo_wasi_proxy::testcerts::{ClientAuth, TestCerts};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
 pub const SET_NAME: &str = "rs0";
 /// Mongoses of the sharded cluster: `useMultipleMongoses` needs more than one.
@@ -60,7 +64,7 @@ impl Deployment {
             false => AuthConfig::default(),
         };
         let server_tls = tls.then(|| {
-            let certs = TestCerts::generate();
+            let certs = certs();
             super::tls::set_ca(certs.ca.as_bytes());
             certs.server_config(&certs.server, ClientAuth::None)
         });
@@ -177,6 +181,85 @@ impl Deployment {
     }
 }
 
+/// The run's certificates: one CA for every TLS deployment of the run, since the
+/// CA clients trust is process-wide (`tls::set_ca`) and a `--tls` run has two.
+fn certs() -> &'static TestCerts {
+    static CERTS: OnceLock<TestCerts> = OnceLock::new();
+    CERTS.get_or_init(TestCerts::generate)
+}
+
+/// Which of a run's [`Deployments`] a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// The one the run's flags describe.
+    Main,
+    /// The auth+TLS one a run without `--auth` keeps for tests that need authentication.
+    AuthTls,
+}
+
+/// The deployments of a run: the one its flags describe and, in a run without `--auth`,
+/// one with auth and TLS (the shape of a production deployment, as `--auth --tls`), so
+/// that every test runs on a deployment that meets its `runOnRequirements`.
+pub struct Deployments {
+    pub main: Deployment,
+    pub auth_tls: Option<Deployment>,
+}
+
+impl Deployments {
+    pub fn start(backend: SocketAddr, auth: bool, tls: bool) -> Result<Deployments, String> {
+        let main = Deployment::start(backend, auth, tls)?;
+        let auth_tls = match auth {
+            true => None,
+            false => Some(Deployment::start(backend, true, true)?),
+        };
+        Ok(Deployments { main, auth_tls })
+    }
+
+    /// Where a test with these requirements runs ([`place`]).
+    pub fn place(
+        &self,
+        file_reqs: Option<&Bson>,
+        test_reqs: Option<&Bson>,
+    ) -> Result<(Which, Topology, [u64; 3]), String> {
+        let auth_tls = self.auth_tls.as_ref().map(|d| &d.info);
+        place(file_reqs, test_reqs, &self.main.info, auth_tls)
+    }
+
+    pub fn get(&mut self, which: Which) -> &mut Deployment {
+        match (which, &mut self.auth_tls) {
+            (Which::AuthTls, Some(d)) => d,
+            _ => &mut self.main,
+        }
+    }
+}
+
+/// The one rule of where a test runs: on the main deployment when its requirements
+/// allow (with the topology and version [`server_version::choose`] gives), else on the
+/// auth+TLS one when they allow that. `Err` says why neither does: the main
+/// deployment's reason, or when that names authentication, the auth+TLS one's.
+pub fn place(
+    file_reqs: Option<&Bson>,
+    test_reqs: Option<&Bson>,
+    main: &requirements::Deployment,
+    auth_tls: Option<&requirements::Deployment>,
+) -> Result<(Which, Topology, [u64; 3]), String> {
+    let why = match server_version::choose(file_reqs, test_reqs, main) {
+        Ok((t, v)) => return Ok((Which::Main, t, v)),
+        Err(why) => why,
+    };
+    let Some(auth_tls) = auth_tls else {
+        return Err(why);
+    };
+    match server_version::choose(file_reqs, test_reqs, auth_tls) {
+        Ok((t, v)) => Ok((Which::AuthTls, t, v)),
+        Err(also) if why.contains(NEEDS_AUTH) => {
+            let rest = also.strip_prefix(UNMET).unwrap_or(&also);
+            Err(format!("{UNMET} with auth and TLS either{rest}"))
+        }
+        Err(_) => Err(why),
+    }
+}
+
 /// The user info of every URI: `user:password@` with auth on, else nothing.
 fn credentials(auth: bool) -> String {
     match auth {
@@ -217,6 +300,60 @@ mod tests {
         assert!(info[..info.len() - 1]
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-._~:".contains(&b)));
+    }
+
+    #[test]
+    fn a_test_goes_to_the_auth_tls_deployment_only_when_it_needs_auth() {
+        use bson::bson;
+        let main = requirements::Deployment {
+            version: [7, 0, 0],
+            parameters: doc! { "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"] },
+            auth: false,
+        };
+        let secure = requirements::Deployment {
+            auth: true,
+            ..main.clone()
+        };
+        let at = |file: Bson, test: Option<Bson>, with: Option<&requirements::Deployment>| {
+            place(Some(&file), test.as_ref(), &main, with)
+        };
+        // Met without auth: the main deployment, even when the other could run it.
+        let any = at(bson!([{"minServerVersion": "4.4"}]), None, Some(&secure));
+        assert_eq!(any.unwrap(), (Which::Main, Topology::ReplicaSet, [8, 2, 1]));
+        let off = at(bson!([{"auth": false}]), None, Some(&secure)).unwrap();
+        assert_eq!(off.0, Which::Main);
+        // Needs auth: the auth+TLS deployment, same topology and version rules.
+        let handshake = bson!([{"minServerVersion": "4.2", "auth": true,
+            "topologies": ["single", "replicaset", "sharded"]}]);
+        assert_eq!(
+            at(handshake.clone(), None, Some(&secure)).unwrap(),
+            (Which::AuthTls, Topology::ReplicaSet, [8, 2, 1])
+        );
+        let single = bson!([{"topologies": ["single"]}]);
+        assert_eq!(
+            at(bson!([{"auth": true}]), Some(single), Some(&secure)).unwrap(),
+            (Which::AuthTls, Topology::Single, [8, 2, 1])
+        );
+        // Without one (an --auth run), the main deployment's reason.
+        let none = at(handshake, None, None).unwrap_err();
+        assert!(
+            none.starts_with(UNMET) && none.contains(NEEDS_AUTH),
+            "{none}"
+        );
+        // Met by neither: the reason names what the auth+TLS deployment lacks too.
+        let oidc = bson!([{"auth": true, "authMechanism": "MONGODB-OIDC"}]);
+        let why = at(oidc, None, Some(&secure)).unwrap_err();
+        assert!(why.starts_with(UNMET), "{why}");
+        assert!(
+            why.contains("with auth and TLS either: needs auth mechanism MONGODB-OIDC"),
+            "{why}"
+        );
+        assert!(!why.contains(NEEDS_AUTH), "{why}");
+        // Not met for another reason: the main deployment's reason, unchanged.
+        let future = bson!([{"minServerVersion": "9.0"}]);
+        let why = at(future.clone(), None, Some(&secure)).unwrap_err();
+        assert_eq!(why, at(future, None, None).unwrap_err());
+        assert!(!why.contains("auth"), "{why}");
     }
 
     #[test]

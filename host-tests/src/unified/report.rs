@@ -33,6 +33,9 @@ pub struct TestResult {
     pub status: Status,
     pub reason: String,
     pub millis: u128,
+    /// Placed on the auth+TLS deployment a run without `--auth` keeps for the tests
+    /// whose `runOnRequirements` need authentication (`deployment::place`).
+    pub auth_tls: bool,
 }
 
 #[derive(Default)]
@@ -46,15 +49,25 @@ pub struct Counts {
     pub passed: usize,
     pub failed: usize,
     pub skipped: usize,
+    /// Of these, placed on the auth+TLS deployment.
+    pub auth_tls: usize,
 }
 
 impl Counts {
-    fn add(&mut self, s: Status) {
-        match s {
+    fn add(&mut self, r: &TestResult) {
+        match r.status {
             Status::Passed => self.passed += 1,
             Status::Failed => self.failed += 1,
             Status::Skipped => self.skipped += 1,
         }
+        self.auth_tls += usize::from(r.auth_tls);
+    }
+
+    fn sum(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+        self.auth_tls += other.auth_tls;
     }
 }
 
@@ -69,11 +82,15 @@ impl Report {
         let mut millis = 0;
         let of_file: Vec<&TestResult> = self.results.iter().filter(|r| r.file == file).collect();
         for r in &of_file {
-            counts.add(r.status);
+            counts.add(r);
             millis += r.millis;
         }
+        let auth_tls = match counts.auth_tls {
+            0 => String::new(),
+            n => format!(", {n} on the auth+TLS deployment"),
+        };
         println!(
-            "{file}: {} passed, {} failed, {} skipped ({:.1} s)",
+            "{file}: {} passed, {} failed, {} skipped ({:.1} s{auth_tls})",
             counts.passed,
             counts.failed,
             counts.skipped,
@@ -92,27 +109,30 @@ impl Report {
     pub fn suites(&self) -> BTreeMap<&str, Counts> {
         let mut out: BTreeMap<&str, Counts> = BTreeMap::new();
         for r in &self.results {
-            out.entry(r.suite.as_str()).or_default().add(r.status);
+            out.entry(r.suite.as_str()).or_default().add(r);
         }
         out
     }
 
-    pub fn print_summary(&self) {
-        println!("==> spec suites");
+    /// The per-suite table and the totals: each test once, with the result of the
+    /// deployment it was placed on (the last column counts those on the auth+TLS one).
+    pub fn summary(&self) -> String {
+        let line = |name: &str, c: &Counts| {
+            format!(
+                "    {name:<50} {:>6} {:>6} {:>7} {:>9}\n",
+                c.passed, c.failed, c.skipped, c.auth_tls
+            )
+        };
+        let mut out = format!(
+            "==> spec suites\n    {:<50} {:>6} {:>6} {:>7} {:>9}\n",
+            "suite", "passed", "failed", "skipped", "auth+tls"
+        );
         let mut total = Counts::default();
         for (suite, c) in self.suites() {
-            println!(
-                "    {suite:<55} {:>5} passed {:>5} failed {:>5} skipped",
-                c.passed, c.failed, c.skipped
-            );
-            total.passed += c.passed;
-            total.failed += c.failed;
-            total.skipped += c.skipped;
+            out += &line(suite, &c);
+            total.sum(c);
         }
-        println!(
-            "    {:<55} {:>5} passed {:>5} failed {:>5} skipped",
-            "total", total.passed, total.failed, total.skipped
-        );
+        out + &line("total", &total)
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -120,8 +140,8 @@ impl Report {
             .suites()
             .into_iter()
             .map(|(s, c)| {
-                let counts =
-                    json!({ "passed": c.passed, "failed": c.failed, "skipped": c.skipped });
+                let counts = json!({ "passed": c.passed, "failed": c.failed,
+                    "skipped": c.skipped, "auth_tls": c.auth_tls });
                 (s.to_string(), counts)
             })
             .collect();
@@ -132,6 +152,7 @@ impl Report {
                 json!({
                     "suite": r.suite, "file": r.file, "test": r.test,
                     "result": r.status.word(), "reason": r.reason, "ms": r.millis as u64,
+                    "auth_tls": r.auth_tls,
                 })
             })
             .collect();
@@ -148,6 +169,16 @@ impl Report {
         self.results
             .iter()
             .filter(|r| r.status == Status::Passed)
+            .map(|r| (r.file.clone(), r.test.clone()))
+            .collect()
+    }
+
+    /// `(file, test)` of every test that passed on the auth+TLS deployment
+    /// (`auth_tls`), or on the run's own.
+    pub fn passed_on(&self, auth_tls: bool) -> BTreeSet<(String, String)> {
+        self.results
+            .iter()
+            .filter(|r| r.status == Status::Passed && r.auth_tls == auth_tls)
             .map(|r| (r.file.clone(), r.test.clone()))
             .collect()
     }
@@ -225,6 +256,7 @@ mod tests {
                 "why".into()
             },
             millis: 3,
+            auth_tls: false,
         }
     }
 
@@ -260,10 +292,60 @@ mod tests {
     }
 
     #[test]
+    fn each_test_counts_once_with_its_deployment() {
+        let mut report = Report::default();
+        report.add(result("a.json", "plain", Status::Passed));
+        let mut on_auth = result("h.json", "handshake", Status::Passed);
+        on_auth.auth_tls = true;
+        report.add(on_auth);
+        let mut failed = result("h.json", "broken", Status::Failed);
+        failed.auth_tls = true;
+        report.add(failed);
+        let mut other = result("s.json", "x", Status::Skipped);
+        other.suite = "sessions/tests".into();
+        report.add(other);
+        let counts = report.suites()["crud/tests/unified"];
+        assert_eq!(
+            counts,
+            Counts {
+                passed: 2,
+                failed: 1,
+                skipped: 0,
+                auth_tls: 2
+            }
+        );
+        let pair = |f: &str, t: &str| (f.to_string(), t.to_string());
+        assert_eq!(
+            report.passed_on(false).into_iter().collect::<Vec<_>>(),
+            [pair("a.json", "plain")]
+        );
+        assert_eq!(
+            report.passed_on(true).into_iter().collect::<Vec<_>>(),
+            [pair("h.json", "handshake")]
+        );
+        assert_eq!(report.passed().len(), 2);
+        let json = report.to_json();
+        assert_eq!(json["tests"][1]["auth_tls"], true);
+        assert_eq!(json["tests"][0]["auth_tls"], false);
+        assert_eq!(json["suites"]["crud/tests/unified"]["auth_tls"], 2);
+        let table = report.summary();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 5, "{table}");
+        let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            words(lines[1]),
+            ["suite", "passed", "failed", "skipped", "auth+tls"]
+        );
+        assert_eq!(words(lines[2]), ["crud/tests/unified", "2", "1", "0", "2"]);
+        assert_eq!(words(lines[3]), ["sessions/tests", "0", "0", "1", "0"]);
+        assert_eq!(words(lines[4]), ["total", "2", "1", "1", "2"]);
+    }
+
+    #[test]
     fn unmet_requirements_are_accepted_only_when_asked_and_failures_never() {
         let mut report = Report::default();
         let mut unmet = result("a.json", "auth off only", Status::Skipped);
-        unmet.reason = format!("{UNMET}: needs authentication off (spec-runner runs with --auth)");
+        unmet.reason = format!("{UNMET}: refuses authentication (spec-runner runs with --auth)");
         report.add(unmet);
         report.add(result("a.json", "skip list", Status::Skipped));
         report.add(result("a.json", "broken", Status::Failed));

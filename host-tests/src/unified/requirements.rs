@@ -136,11 +136,9 @@ fn one(req: &Document, topology: Topology, d: &Deployment) -> Result<(), String>
                 _ => return Err(format!("bad serverless value {value}")),
             },
             "auth" => match (value.as_bool(), d.auth) {
-                (Some(true), false) => {
-                    return Err("needs authentication (run spec-runner with --auth)".into())
-                }
+                (Some(true), false) => return Err(NEEDS_AUTH.into()),
                 (Some(false), true) => {
-                    return Err("needs authentication off (spec-runner runs with --auth)".into())
+                    return Err("refuses authentication (spec-runner runs with --auth)".into())
                 }
                 (Some(_), _) => {}
                 (None, _) => return Err(format!("bad auth value {value}")),
@@ -196,6 +194,10 @@ fn parameter_eq(want: &Bson, have: &Bson) -> bool {
 
 /// How the reason of a test skipped by its `runOnRequirements` begins.
 pub const UNMET: &str = "runOnRequirements not met";
+
+/// A requirement's `auth: true` against a deployment without auth. A run without
+/// `--auth` places such a test on its auth+TLS deployment (`deployment::place`).
+pub const NEEDS_AUTH: &str = "needs authentication";
 
 /// The first topology (in preference order) that the file's and the test's
 /// requirements both allow; `Err` says why none does (it begins with [`UNMET`]).
@@ -289,11 +291,11 @@ mod tests {
         let with = with_auth();
         let run = |reqs: Bson, d: &Deployment| satisfied(Some(&reqs), Topology::Single, d);
         let err = run(bson!([{"auth": true}]), &without).unwrap_err();
-        assert!(err.contains("--auth"), "{err}");
+        assert_eq!(err, NEEDS_AUTH);
         run(bson!([{"auth": true}]), &with).unwrap();
         run(bson!([{"auth": false}]), &without).unwrap();
         let err = run(bson!([{"auth": false}]), &with).unwrap_err();
-        assert!(err.contains("off"), "{err}");
+        assert!(err.contains("refuses authentication"), "{err}");
         assert!(run(bson!([{"auth": "yes"}]), &with).is_err());
         // No requirement: runs either way.
         run(bson!([{"minServerVersion": "4.4"}]), &with).unwrap();
@@ -306,7 +308,7 @@ mod tests {
         );
         assert!(choose(Some(&sdam), None, &without)
             .unwrap_err()
-            .contains("needs authentication"));
+            .contains(NEEDS_AUTH));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Runs suites: finds the test files, decides for each test whether (and on
 //! which topology) it runs, hands it to a worker, and records the result.
 
-use super::deployment::Deployment;
+use super::deployment::{Deployments, Which};
 use super::report::{Report, Status, TestResult};
 use super::requirements::{parse_version, Topology};
 use super::server_version;
@@ -121,7 +121,7 @@ fn schema_ok(file: &Document) -> Result<(), String> {
 }
 
 pub fn run_suite(
-    dep: &mut Deployment,
+    dep: &mut Deployments,
     cfg: &Config,
     suite: &str,
     report: &mut Report,
@@ -191,11 +191,12 @@ fn result(
         status,
         reason,
         millis,
+        auth_tls: false,
     }
 }
 
 fn run_file(
-    dep: &mut Deployment,
+    dep: &mut Deployments,
     cfg: &Config,
     suite: &str,
     key: &str,
@@ -239,34 +240,48 @@ fn run_file(
             }
         }
         let started = Instant::now();
-        let (status, reason) = match &schema {
-            Err(e) => (Status::Failed, e.clone()),
+        let (status, reason, which) = match &schema {
+            Err(e) => (Status::Failed, e.clone(), Which::Main),
             Ok(()) => decide(dep, cfg, key, &file, i, test),
         };
         let millis = started.elapsed().as_millis();
-        report.add(result(suite, key, description, status, reason, millis));
+        let mut r = result(suite, key, description, status, reason, millis);
+        r.auth_tls = which == Which::AuthTls;
+        report.add(r);
     }
 }
 
+/// Runs (or skips) one test; says on which of the run's deployments.
 fn decide(
-    dep: &mut Deployment,
+    deps: &mut Deployments,
+    cfg: &Config,
+    key: &str,
+    file: &Arc<Document>,
+    i: usize,
+    test: &Document,
+) -> (Status, String, Which) {
+    if let Ok(why) = test.get_str("skipReason") {
+        return (Status::Skipped, format!("skipReason: {why}"), Which::Main);
+    }
+    let placed = match deps.place(file.get("runOnRequirements"), test.get("runOnRequirements")) {
+        Ok(placed) => placed,
+        Err(why) => return (Status::Skipped, why, Which::Main),
+    };
+    let (status, reason) = run_on(deps, placed, cfg, key, file, i, test);
+    (status, reason, placed.0)
+}
+
+/// The rest of [`decide`] once the test is placed: skips by its content or the skip
+/// list, else the run on that deployment, topology and server version.
+fn run_on(
+    deps: &mut Deployments,
+    (which, topology, version): (Which, Topology, [u64; 3]),
     cfg: &Config,
     key: &str,
     file: &Arc<Document>,
     i: usize,
     test: &Document,
 ) -> (Status, String) {
-    if let Ok(why) = test.get_str("skipReason") {
-        return (Status::Skipped, format!("skipReason: {why}"));
-    }
-    let (topology, version) = match server_version::choose(
-        file.get("runOnRequirements"),
-        test.get("runOnRequirements"),
-        &dep.info,
-    ) {
-        Ok(chosen) => chosen,
-        Err(why) => return (Status::Skipped, why),
-    };
     if let Some(why) = testcase::structural_skip(file, test) {
         return (Status::Skipped, why);
     }
@@ -274,6 +289,7 @@ fn decide(
     if let Some(why) = cfg.skips.reason(key, description) {
         return (Status::Skipped, format!("skip list: {why}"));
     }
+    let dep = deps.get(which);
     if let Err(why) = dep.present_version(version) {
         return (Status::Failed, why);
     }
@@ -296,7 +312,15 @@ fn decide(
         Verdict::Pass => (Status::Passed, String::new()),
         Verdict::Fail(why) => (
             Status::Failed,
-            format!("[{topology} {}] {why}", server_version::text(version)),
+            format!(
+                "[{}{topology} {}] {why}",
+                if which == Which::AuthTls {
+                    "auth+tls "
+                } else {
+                    ""
+                },
+                server_version::text(version)
+            ),
         ),
     }
 }

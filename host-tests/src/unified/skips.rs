@@ -1,5 +1,6 @@
 //! The checked-in lists: tests skipped on purpose (`spec/skips.txt`) and tests
-//! that must keep passing (`spec/expected-pass.txt`).
+//! that must keep passing (`spec/expected-pass.txt`, and `spec/expected-pass-auth-tls.txt`
+//! for those that need authentication).
 //!
 //! Both name a test as `<file>: <description>`, the file relative to the spec
 //! tests' root (e.g. `crud/tests/unified/find.json`). A skip line adds a glob
@@ -114,13 +115,23 @@ pub fn parse_expected(text: &str) -> Result<BTreeSet<(String, String)>, String> 
     Ok(out)
 }
 
-/// The list's text for `tests`, sorted, with a header saying how to regenerate it.
-pub fn format_expected(tests: &BTreeSet<(String, String)>) -> String {
-    let mut out = String::from(
-        "# Spec tests that pass and must keep passing: `cargo xtask test` fails if one of\n\
-         # these fails or is missing. Regenerate from a full run with\n\
-         # `cargo xtask spec --all --update-expected`.\n",
-    );
+/// The header of `expected-pass.txt`: the tests that pass on a run's own deployment.
+pub const EXPECTED_HEADER: &str =
+    "# Spec tests that pass and must keep passing: `cargo xtask test` fails if one of\n\
+     # these fails or is missing. Regenerate from a full run with\n\
+     # `cargo xtask spec --all --update-expected`.\n";
+
+/// The header of `expected-pass-auth-tls.txt`: the tests that pass on the auth+TLS
+/// deployment a run without `--auth` places the tests that need authentication on.
+pub const EXPECTED_AUTH_TLS_HEADER: &str =
+    "# Spec tests that only an authenticated deployment can pass (their runOnRequirements\n\
+     # need authentication): a run without --auth runs them on its auth+TLS deployment.\n\
+     # Both runs of `cargo xtask test` check them with expected-pass.txt. Regenerated\n\
+     # with it by `cargo xtask spec --all --update-expected`.\n";
+
+/// The list's text for `tests`, sorted, under `header` (which says how to regenerate it).
+pub fn format_expected(header: &str, tests: &BTreeSet<(String, String)>) -> String {
+    let mut out = String::from(header);
     for (file, description) in tests {
         out.push_str(&format!("{file}: {description}\n"));
     }
@@ -176,8 +187,11 @@ mod tests {
         let text = "# c\ncrud/a.json: one: two\nsessions/b.json: three\n";
         let set = parse_expected(text).unwrap();
         assert!(set.contains(&("crud/a.json".to_string(), "one: two".to_string())));
-        let again = parse_expected(&format_expected(&set)).unwrap();
-        assert_eq!(set, again);
+        for header in [EXPECTED_HEADER, EXPECTED_AUTH_TLS_HEADER] {
+            let text = format_expected(header, &set);
+            assert!(text.starts_with(header));
+            assert_eq!(parse_expected(&text).unwrap(), set);
+        }
         assert!(parse_expected("crud/a.json:").is_err());
         assert!(parse_expected("just words").is_err());
     }

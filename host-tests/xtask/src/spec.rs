@@ -10,17 +10,20 @@ use crate::steps;
 
 /// The checked-in list of tests that must keep passing, relative to the repo root.
 const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
-/// Tests that only an `--auth --tls` run can pass (their `runOnRequirements`
-/// need authentication, e.g. handshake errors): checked by that run, together
-/// with the plain list.
+/// Tests that only an authenticated deployment can pass (their `runOnRequirements`
+/// need authentication, e.g. handshake errors): a run without `--auth` runs them on
+/// its auth+TLS deployment. Both runs of `cargo xtask test` check them with the plain list.
 const EXPECTED_AUTH_TLS: &str = "host-tests/spec/expected-pass-auth-tls.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
                         [--update-expected] [--auth] [--tls]
+  Without --auth, the tests whose runOnRequirements need authentication run on a second
+  set of proxies with auth and TLS: each test runs once, on a deployment that meets them.
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
   --all                every unified-format suite
-  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes
+  --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes (and
+                       expected-pass-auth-tls.txt from those of the tests that need auth)
   --auth               proxies with auth on; every client authenticates as a root user
   --tls                the proxies terminate TLS; every client uses tls=true and trusts their CA";
 
@@ -97,8 +100,12 @@ impl Args {
             v.push("--tls".into());
         }
         if self.update_expected {
-            let path = ctx.root.join(EXPECTED);
-            v.extend(["--update-expected".into(), path.display().to_string()]);
+            for (flag, list) in [
+                ("--update-expected", EXPECTED),
+                ("--update-expected-auth-tls", EXPECTED_AUTH_TLS),
+            ] {
+                v.extend([flag.into(), ctx.root.join(list).display().to_string()]);
+            }
         }
         v
     }
@@ -122,25 +129,20 @@ pub fn spec(ctx: &Ctx, args: &[&str]) -> Result<()> {
 }
 
 /// The spec steps of `cargo xtask test`: every suite, failing only when a test on the
-/// expected-pass list does not pass (spec-runner prints the new passes too). Run once
-/// plain (what the list describes) and once with `--auth --tls`, as the drivers' CI
-/// does; there a listed test its `runOnRequirements` rule out (`auth: false`) is
-/// skipped, while one that fails still fails the step.
+/// expected-pass lists does not pass (spec-runner prints the new passes too). Run once
+/// plain (the tests that need auth on its auth+TLS deployment) and once with `--auth
+/// --tls`, as the drivers' CI does; there a listed test its `runOnRequirements` rule
+/// out (`auth: false`) is skipped, while one that fails still fails the step.
 pub fn expected_pass_step(ctx: &Ctx, secure: bool) -> Result<()> {
     let report = match secure {
         false => "spec-report.json",
         true => "spec-report-auth-tls.json",
     };
-    let mut expected = ctx.root.join(EXPECTED);
-    if secure {
-        // One list for the runner: the plain one, then the auth-only one.
-        let both = ctx.work.join("expected-pass-with-auth-tls.txt");
-        let read =
-            |p: &str| std::fs::read_to_string(ctx.root.join(p)).map_err(|e| format!("{p}: {e}"));
-        let text = read(EXPECTED)? + "\n" + &read(EXPECTED_AUTH_TLS)?;
-        std::fs::write(&both, text).map_err(|e| format!("{}: {e}", both.display()))?;
-        expected = both;
-    }
+    // One list for the runner: the plain one, then the auth-only one.
+    let expected = ctx.work.join("expected-pass-with-auth-tls.txt");
+    let read = |p: &str| std::fs::read_to_string(ctx.root.join(p)).map_err(|e| format!("{p}: {e}"));
+    let text = read(EXPECTED)? + "\n" + &read(EXPECTED_AUTH_TLS)?;
+    std::fs::write(&expected, text).map_err(|e| format!("{}: {e}", expected.display()))?;
     let mut args = vec![
         "--all".to_string(),
         "--expected".to_string(),
@@ -195,7 +197,11 @@ mod tests {
         let all = Args::parse(&["--all", "--update-expected"]).unwrap();
         let args = all.runner_args(&ctx);
         assert_eq!(args[0], "--all");
+        assert_eq!(args[1], "--update-expected");
         assert!(args[2].ends_with("host-tests/spec/expected-pass.txt"));
+        assert_eq!(args[3], "--update-expected-auth-tls");
+        assert!(args[4].ends_with("host-tests/spec/expected-pass-auth-tls.txt"));
+        assert_eq!(args.len(), 5);
         let tls = Args::parse(&["crud/tests/unified", "--tls"]).unwrap();
         assert_eq!(
             tls.runner_args(&ctx),
