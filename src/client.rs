@@ -277,6 +277,11 @@ impl Client {
         self.inner.topology.borrow_mut().take_pool_events()
     }
 
+    /// Drains the recorded SDAM events (empty unless monitoring is on).
+    pub fn take_sdam_events(&self) -> Vec<crate::sdam::monitoring::SdamEvent> {
+        self.inner.topology.borrow_mut().take_sdam_events()
+    }
+
     pub fn topology_description(&self) -> TopologyDescription {
         self.inner.topology.borrow().description.clone()
     }

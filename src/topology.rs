@@ -13,6 +13,7 @@ use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::runtime;
+use crate::sdam::monitoring::{Heartbeat, SdamEvent};
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
 use crate::sdam::{AppError, CommandError, ServerDescription, ServerType, TopologyDescription};
@@ -48,7 +49,8 @@ pub struct TopologySettings {
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
-    /// Record pool events (CMAP and pending-response drains) for `take_pool_events`.
+    /// Record pool events (CMAP and pending-response drains) for
+    /// `take_pool_events`, and SDAM events for `take_sdam_events`.
     pub monitor_pool: bool,
 }
 
@@ -81,7 +83,10 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
-        let description = describe(&settings);
+        let mut description = describe(&settings);
+        if settings.monitor_pool {
+            description.monitor();
+        }
         let rng = runtime::now().0 | 1;
         Topology {
             events: PoolEvents::new(settings.monitor_pool),
@@ -192,7 +197,7 @@ impl Topology {
         self.settings.replica_set = set_name;
         // A TXT record may say loadBalanced=true.
         self.settings.connect.load_balanced = found.cs.options.load_balanced == Some(true);
-        self.description = describe(&self.settings);
+        self.description.restart(describe(&self.settings));
         self.settings.connect.name_servers = found.name_servers;
         if let Some(credential) = found.cs.credential.clone() {
             // A TXT record's authSource says where the user is defined.
@@ -317,8 +322,12 @@ impl Topology {
             return false;
         };
         let mut conn = state.idle.remove(at);
+        let (id, started) = (conn.id, runtime::now());
+        self.description.emit(|| Heartbeat::started(address, id));
         match conn.heartbeat(&self.settings.connect, deadline) {
             Ok(rtt) => {
+                self.description
+                    .emit(|| Heartbeat::succeeded(address, id, rtt));
                 let hello = conn.hello.clone();
                 let state = self.state(address);
                 state.rtt.add(rtt);
@@ -327,7 +336,10 @@ impl Topology {
                 self.checked(address, hello, average);
                 true
             }
-            Err(_) => {
+            Err(e) => {
+                let took = runtime::now().since(started);
+                self.description
+                    .emit(|| Heartbeat::failed(address, id, took, e.to_string()));
                 conn.abandon_pending();
                 self.closed(&conn, CloseReason::Error);
                 false
@@ -548,6 +560,11 @@ impl Topology {
         self.events.take()
     }
 
+    /// Drains the recorded SDAM events.
+    pub fn take_sdam_events(&mut self) -> Vec<SdamEvent> {
+        self.description.take_events()
+    }
+
     fn next_id(&mut self) -> u64 {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
@@ -564,7 +581,14 @@ impl Topology {
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         let generation = self.state(address).generation;
-        let Established { conn, rtt } = Connection::establish(
+        // A server check's new connection (not a checkout's): the monitor's
+        // heartbeat, announced before its socket is opened.
+        let check = !authenticate;
+        let started = runtime::now();
+        if check {
+            self.description.emit(|| Heartbeat::started(address, id));
+        }
+        let result = Connection::establish(
             address,
             &host,
             port,
@@ -573,7 +597,16 @@ impl Topology {
             generation,
             (connect, handshake),
             authenticate,
-        )?;
+        );
+        if check {
+            self.description.emit(|| match &result {
+                Ok(e) => Heartbeat::succeeded(address, id, e.rtt),
+                Err(e) => {
+                    Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
+                }
+            });
+        }
+        let Established { conn, rtt } = result?;
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();
@@ -741,6 +774,7 @@ impl Topology {
             self.events
                 .emit(|| PoolEvent::new(PoolEventKind::PoolClosed, &address, 0));
         }
+        self.description.close();
     }
 
     /// The pool of `address`, created (and announced) at its first use.
