@@ -10,6 +10,13 @@ use crate::unified::{Fail, Step};
 use bson::{doc, Bson, Document};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The command monitoring events of the unified format.
+const COMMAND_EVENTS: &[&str] = &[
+    "commandStartedEvent",
+    "commandSucceededEvent",
+    "commandFailedEvent",
+];
+
 /// How long `waitForEvent` waits, as the spec says.
 const EVENT_WAIT: Duration = Duration::from_secs(10);
 
@@ -212,12 +219,17 @@ impl TestRun {
             .or_else(|| arg(args, "count").ok().and_then(Bson::as_i64))
             .ok_or_else(|| Fail("count is not an integer".into()))?;
         let key = event.keys().next().map(String::as_str).unwrap_or_default();
-        let cmap = events::is_cmap_event(key);
-        if !cmap && !key.starts_with("command") {
-            return Err(Fail(format!(
-                "{name} {key}: the driver exposes command and CMAP events only"
-            )));
+        let (cmap, sdam) = (events::is_cmap_event(key), events::is_sdam_event(key));
+        if !cmap && !sdam && !COMMAND_EVENTS.contains(&key) {
+            return Err(Fail(format!("{name}: unknown event {key:?}")));
         }
+        // A malformed SDAM expectation fails instead of counting nothing.
+        let sdam_want = match sdam {
+            true => Some(
+                events::SdamExpectation::parse(event).map_err(|m| Fail(format!("{name}: {m}")))?,
+            ),
+            false => None,
+        };
         let deadline = Instant::now() + EVENT_WAIT;
         loop {
             let log = &self.entities.client(&client)?.log;
@@ -226,6 +238,8 @@ impl TestRun {
                     .iter()
                     .filter(|e| events::cmap_matches(event, e).is_ok())
                     .count() as i64
+            } else if let Some(want) = &sdam_want {
+                log.sdam.iter().filter(|e| want.matches(e).is_ok()).count() as i64
             } else {
                 log.events
                     .iter()
