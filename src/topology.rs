@@ -237,6 +237,37 @@ impl Topology {
         Ok(!due.is_empty())
     }
 
+    /// The checks a background monitor would have run by now (a
+    /// single-threaded client has none): each server never checked, due for
+    /// its heartbeat, or Unknown and not checked within
+    /// minHeartbeatFrequencyMS, within `deadline`. For a host with idle time.
+    pub fn check_due_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+        if self.settings.srv.is_some() {
+            self.discover_seeds(timeout, deadline)?;
+        }
+        let (now, heartbeat) = (runtime::now(), self.settings.heartbeat);
+        let due: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .filter(|s| s.kind != ServerType::LoadBalancer)
+            .filter(|s| {
+                let last = self.servers.get(&s.address).and_then(|st| st.last_check);
+                let every = match s.kind.is_known() {
+                    true => heartbeat,
+                    false => MIN_HEARTBEAT.min(heartbeat),
+                };
+                last.is_none_or(|t| now.since(t) >= every)
+            })
+            .map(|s| s.address.clone())
+            .collect();
+        let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
+        for address in &due {
+            self.check(address, &criteria, timeout, deadline)?;
+        }
+        Ok(())
+    }
+
     /// Whether `address` was last checked a heartbeat ago or more.
     fn check_due(&mut self, address: &str) -> bool {
         let heartbeat = self.settings.heartbeat;
@@ -299,7 +330,10 @@ impl Topology {
                 self.mark_unknown(address, &e);
                 return Err(e);
             }
-            Err(e) => self.check_failed(address, &e),
+            // SDAM "network or command error during server check": the
+            // server is Unknown and its pool cleared (after the retry on a
+            // new connection, for a known server's pooled check).
+            Err(e) => self.mark_unknown(address, &e),
         }
         Ok(())
     }

@@ -176,6 +176,10 @@ impl GuestClient for ClientRes {
             .collect()
     }
 
+    fn check_servers(&self) -> WitResult<()> {
+        wrap(self.0.check_servers())
+    }
+
     fn take_sdam_events(&self) -> Vec<SdamEvent> {
         self.0
             .take_sdam_events()

@@ -191,6 +191,18 @@ impl TestRun {
         }
     }
 
+    /// What the background monitor of a multi-threaded driver would do while
+    /// the test waits: the client's due server checks (`check-servers`; a
+    /// single-threaded client has no monitor of its own). Their failures are
+    /// the monitor's, not the test's: they show as events.
+    fn monitor(&mut self, client: &str) -> Step<()> {
+        let handle = self.entities.client(client)?.handle;
+        let g = &mut self.guest;
+        let api = g.driver.mongo_wasi_driver_client().client();
+        let _ = api.call_check_servers(&mut g.store, handle)?;
+        Ok(())
+    }
+
     fn last_two_lsids(&self, name: &str, log: &EventLog) -> Step<()> {
         let started = log.started_commands();
         let [.., a, b] = started.as_slice() else {
@@ -255,6 +267,7 @@ impl TestRun {
                 )));
             }
             std::thread::sleep(Duration::from_millis(20));
+            self.monitor(&client)?;
             self.drain_events()?;
         }
     }
