@@ -277,6 +277,24 @@ impl Client {
         self.inner.topology.borrow_mut().take_pool_events()
     }
 
+    /// Runs the server checks a background monitor would have run by now
+    /// (`Topology::check_due_servers`), within the client's timeoutMS, else
+    /// serverSelectionTimeoutMS.
+    pub fn check_servers(&self) -> Result<()> {
+        self.inner.check_open()?;
+        let timeout = self.start_timeout(self.inner.timeout_ms);
+        let deadline = timeout.selection_deadline(crate::runtime::now());
+        self.inner
+            .topology
+            .borrow_mut()
+            .check_due_servers(&timeout, deadline)
+    }
+
+    /// Drains the recorded SDAM events (empty unless monitoring is on).
+    pub fn take_sdam_events(&self) -> Vec<crate::sdam::monitoring::SdamEvent> {
+        self.inner.topology.borrow_mut().take_sdam_events()
+    }
+
     pub fn topology_description(&self) -> TopologyDescription {
         self.inner.topology.borrow().description.clone()
     }

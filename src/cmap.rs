@@ -262,42 +262,8 @@ impl PoolEvent {
     }
 }
 
-/// At most this many pool events wait to be taken; past it the oldest are
-/// dropped (a client that monitors but never takes them stays bounded).
-pub const MAX_POOL_EVENTS: usize = 10_000;
-
-/// The recorded pool events: the one place they are emitted, and only when
-/// the client monitors.
-#[derive(Debug, Default)]
-pub struct PoolEvents {
-    /// `None` unless monitoring is on.
-    events: Option<std::collections::VecDeque<PoolEvent>>,
-}
-
-impl PoolEvents {
-    pub fn new(enabled: bool) -> PoolEvents {
-        PoolEvents {
-            events: enabled.then(std::collections::VecDeque::new),
-        }
-    }
-
-    /// Records the event `make` builds (not even built when monitoring is off).
-    pub fn emit(&mut self, make: impl FnOnce() -> PoolEvent) {
-        if let Some(events) = self.events.as_mut() {
-            if events.len() >= MAX_POOL_EVENTS {
-                events.pop_front();
-            }
-            events.push_back(make());
-        }
-    }
-
-    pub fn take(&mut self) -> Vec<PoolEvent> {
-        self.events
-            .as_mut()
-            .map(|e| e.drain(..).collect())
-            .unwrap_or_default()
-    }
-}
+/// The recorded pool events (bounded; only when the client monitors).
+pub type PoolEvents = crate::monitoring::Recorder<PoolEvent>;
 
 #[cfg(test)]
 mod tests {
@@ -406,18 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn pool_events_are_recorded_only_when_monitoring_and_bounded() {
-        let mut off = PoolEvents::new(false);
-        off.emit(|| unreachable!("not built when monitoring is off"));
-        assert!(off.take().is_empty());
-        let mut on = PoolEvents::new(true);
-        for id in 0..MAX_POOL_EVENTS as u64 + 2 {
-            on.emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, "h:1", id));
-        }
-        let got = on.take();
-        assert_eq!(got.len(), MAX_POOL_EVENTS);
-        assert_eq!(got[0].connection_id, 2, "the oldest are dropped");
-        assert!(on.take().is_empty(), "taking drains");
+    fn pool_event_builders() {
         let e = PoolEvent::new(PoolEventKind::ConnectionClosed, "h:1", 3)
             .because(CloseReason::Stale.as_str())
             .took(Duration::from_millis(2));

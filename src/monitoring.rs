@@ -1,5 +1,6 @@
 //! Command Logging and Monitoring: started/succeeded/failed events,
-//! recorded only when the client asked for them.
+//! recorded only when the client asked for them; and `Recorder`, the one
+//! bounded queue pool (CMAP) and SDAM events wait in until they are taken.
 
 use crate::error::Error;
 use bson::RawDocumentBuf;
@@ -65,10 +66,72 @@ pub fn redact_failure(e: &Error) -> Error {
     }
 }
 
+/// At most this many pool or SDAM events wait to be taken; past it the
+/// oldest are dropped (a client that monitors but never takes them stays bounded).
+pub const MAX_EVENTS: usize = 10_000;
+
+/// Recorded events of one kind: the one place they are kept, and only when
+/// the client monitors.
+#[derive(Debug)]
+pub struct Recorder<E> {
+    /// `None` unless monitoring is on.
+    events: Option<std::collections::VecDeque<E>>,
+}
+
+impl<E> Default for Recorder<E> {
+    fn default() -> Self {
+        Recorder { events: None }
+    }
+}
+
+impl<E> Recorder<E> {
+    pub fn new(enabled: bool) -> Recorder<E> {
+        Recorder {
+            events: enabled.then(std::collections::VecDeque::new),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Records the event `make` builds (not even built when monitoring is off).
+    pub fn emit(&mut self, make: impl FnOnce() -> E) {
+        if let Some(events) = self.events.as_mut() {
+            if events.len() >= MAX_EVENTS {
+                events.pop_front();
+            }
+            events.push_back(make());
+        }
+    }
+
+    pub fn take(&mut self) -> Vec<E> {
+        self.events
+            .as_mut()
+            .map(|e| e.drain(..).collect())
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn events_are_recorded_only_when_monitoring_and_bounded() {
+        let mut off = Recorder::<u64>::new(false);
+        off.emit(|| unreachable!("not built when monitoring is off"));
+        assert!(off.take().is_empty() && !off.enabled());
+        let mut on = Recorder::new(true);
+        for id in 0..MAX_EVENTS as u64 + 2 {
+            on.emit(|| id);
+        }
+        let got = on.take();
+        assert_eq!(got.len(), MAX_EVENTS);
+        assert_eq!(got[0], 2, "the oldest are dropped");
+        assert!(on.take().is_empty(), "taking drains");
+    }
 
     #[test]
     fn redaction_rules() {

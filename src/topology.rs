@@ -13,6 +13,7 @@ use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::runtime;
+use crate::sdam::monitoring::{Heartbeat, SdamEvent};
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
 use crate::sdam::{AppError, CommandError, ServerDescription, ServerType, TopologyDescription};
@@ -48,7 +49,8 @@ pub struct TopologySettings {
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
-    /// Record pool events (CMAP and pending-response drains) for `take_pool_events`.
+    /// Record pool events (CMAP and pending-response drains) for
+    /// `take_pool_events`, and SDAM events for `take_sdam_events`.
     pub monitor_pool: bool,
 }
 
@@ -81,7 +83,10 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
-        let description = describe(&settings);
+        let mut description = describe(&settings);
+        if settings.monitor_pool {
+            description.monitor();
+        }
         let rng = runtime::now().0 | 1;
         Topology {
             events: PoolEvents::new(settings.monitor_pool),
@@ -192,7 +197,7 @@ impl Topology {
         self.settings.replica_set = set_name;
         // A TXT record may say loadBalanced=true.
         self.settings.connect.load_balanced = found.cs.options.load_balanced == Some(true);
-        self.description = describe(&self.settings);
+        self.description.restart(describe(&self.settings));
         self.settings.connect.name_servers = found.name_servers;
         if let Some(credential) = found.cs.credential.clone() {
             // A TXT record's authSource says where the user is defined.
@@ -230,6 +235,37 @@ impl Topology {
             self.check(address, criteria, timeout, deadline)?;
         }
         Ok(!due.is_empty())
+    }
+
+    /// The checks a background monitor would have run by now (a
+    /// single-threaded client has none): each server never checked, due for
+    /// its heartbeat, or Unknown and not checked within
+    /// minHeartbeatFrequencyMS, within `deadline`. For a host with idle time.
+    pub fn check_due_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+        if self.settings.srv.is_some() {
+            self.discover_seeds(timeout, deadline)?;
+        }
+        let (now, heartbeat) = (runtime::now(), self.settings.heartbeat);
+        let due: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .filter(|s| s.kind != ServerType::LoadBalancer)
+            .filter(|s| {
+                let last = self.servers.get(&s.address).and_then(|st| st.last_check);
+                let every = match s.kind.is_known() {
+                    true => heartbeat,
+                    false => MIN_HEARTBEAT.min(heartbeat),
+                };
+                last.is_none_or(|t| now.since(t) >= every)
+            })
+            .map(|s| s.address.clone())
+            .collect();
+        let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
+        for address in &due {
+            self.check(address, &criteria, timeout, deadline)?;
+        }
+        Ok(())
     }
 
     /// Whether `address` was last checked a heartbeat ago or more.
@@ -294,7 +330,10 @@ impl Topology {
                 self.mark_unknown(address, &e);
                 return Err(e);
             }
-            Err(e) => self.check_failed(address, &e),
+            // SDAM "network or command error during server check": the
+            // server is Unknown and its pool cleared (after the retry on a
+            // new connection, for a known server's pooled check).
+            Err(e) => self.mark_unknown(address, &e),
         }
         Ok(())
     }
@@ -317,8 +356,12 @@ impl Topology {
             return false;
         };
         let mut conn = state.idle.remove(at);
+        let (id, started) = (conn.id, runtime::now());
+        self.description.emit(|| Heartbeat::started(address, id));
         match conn.heartbeat(&self.settings.connect, deadline) {
             Ok(rtt) => {
+                self.description
+                    .emit(|| Heartbeat::succeeded(address, id, rtt));
                 let hello = conn.hello.clone();
                 let state = self.state(address);
                 state.rtt.add(rtt);
@@ -327,7 +370,10 @@ impl Topology {
                 self.checked(address, hello, average);
                 true
             }
-            Err(_) => {
+            Err(e) => {
+                let took = runtime::now().since(started);
+                self.description
+                    .emit(|| Heartbeat::failed(address, id, took, e.to_string()));
                 conn.abandon_pending();
                 self.closed(&conn, CloseReason::Error);
                 false
@@ -584,6 +630,11 @@ impl Topology {
         self.events.take()
     }
 
+    /// Drains the recorded SDAM events.
+    pub fn take_sdam_events(&mut self) -> Vec<SdamEvent> {
+        self.description.take_events()
+    }
+
     fn next_id(&mut self) -> u64 {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
@@ -600,7 +651,14 @@ impl Topology {
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         let generation = self.state(address).generation;
-        let Established { conn, rtt } = Connection::establish(
+        // A server check's new connection (not a checkout's): the monitor's
+        // heartbeat, announced before its socket is opened.
+        let check = !authenticate;
+        let started = runtime::now();
+        if check {
+            self.description.emit(|| Heartbeat::started(address, id));
+        }
+        let result = Connection::establish(
             address,
             &host,
             port,
@@ -609,7 +667,16 @@ impl Topology {
             generation,
             (connect, handshake),
             authenticate,
-        )?;
+        );
+        if check {
+            self.description.emit(|| match &result {
+                Ok(e) => Heartbeat::succeeded(address, id, e.rtt),
+                Err(e) => {
+                    Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
+                }
+            });
+        }
+        let Established { conn, rtt } = result?;
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();
@@ -780,6 +847,7 @@ impl Topology {
             self.events
                 .emit(|| PoolEvent::new(PoolEventKind::PoolClosed, &address, 0));
         }
+        self.description.close();
     }
 
     /// The pool of `address`, created (and announced) at its first use.

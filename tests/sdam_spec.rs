@@ -5,25 +5,24 @@
 //! through `HelloReply::parse` and `TopologyDescription::apply`, its
 //! application errors through `handle_application_error` (with a pool
 //! generation per server, as the client's pools keep), and the outcome is
-//! compared with the description. Every file is a case; the test fails if
-//! one fails that `SKIPS` does not list with its reason.
+//! compared with the description; in `monitoring`, the SDAM events each
+//! phase published (the client's opening ones in the first) are compared
+//! with the phase's. Every file is a case; the test fails if one fails that
+//! `SKIPS` does not list with its reason.
 
 mod common;
 
 use std::collections::HashMap;
 
 use mongo_wasi::handshake::HelloReply;
+use mongo_wasi::sdam::monitoring::SdamEvent;
 use mongo_wasi::sdam::{
     address_of, AppError, CommandError, ServerDescription, TopologyDescription,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Files skipped on purpose: (path under the suite, reason).
-const SKIPS: &[(&str, &str)] = &[(
-    "monitoring/",
-    "SDAM monitoring events (ServerDescriptionChanged, TopologyOpening...): the driver \
-         publishes no SDAM events, so there is nothing to compare these phases' outcomes with",
-)];
+const SKIPS: &[(&str, &str)] = &[];
 
 /// The client's initial description, as `Client::with_options` and
 /// `Topology::new` make it from the URI.
@@ -194,12 +193,114 @@ fn compare(t: &TopologyDescription, pools: &HashMap<String, u64>, outcome: &Valu
     p
 }
 
+/// A server description as the monitoring files write it.
+fn server_json(s: &ServerDescription) -> Value {
+    let hello = s.hello.as_ref();
+    let list = |f: fn(&mongo_wasi::handshake::HelloReply) -> &Vec<String>| {
+        json!(hello.map(f).cloned().unwrap_or_default())
+    };
+    let mut v = json!({
+        "address": s.address,
+        "arbiters": list(|h| &h.arbiters),
+        "hosts": list(|h| &h.hosts),
+        "passives": list(|h| &h.passives),
+        "type": s.kind.as_str(),
+    });
+    if let Some(primary) = hello.and_then(|h| h.primary.clone()) {
+        v["primary"] = primary.into();
+    }
+    if let Some(name) = s.set_name() {
+        v["setName"] = name.into();
+    }
+    v
+}
+
+fn topology_json(t: &TopologyDescription) -> Value {
+    let mut servers: Vec<&ServerDescription> = t.servers.iter().collect();
+    servers.sort_by(|a, b| a.address.cmp(&b.address));
+    let mut v = json!({
+        "topologyType": t.kind.as_str(),
+        "servers": servers.into_iter().map(server_json).collect::<Vec<_>>(),
+    });
+    if let Some(name) = &t.set_name {
+        v["setName"] = name.clone().into();
+    }
+    v
+}
+
+/// An event as the monitoring files write it (without the topologyId,
+/// which the files leave to the driver).
+fn event_json(e: &SdamEvent) -> Value {
+    match e {
+        SdamEvent::TopologyOpening => json!({ "topology_opening_event": {} }),
+        SdamEvent::TopologyClosed => json!({ "topology_closed_event": {} }),
+        SdamEvent::TopologyDescriptionChanged { previous, new } => json!({
+            "topology_description_changed_event": {
+                "previousDescription": topology_json(previous),
+                "newDescription": topology_json(new),
+            }
+        }),
+        SdamEvent::ServerOpening { address } => {
+            json!({ "server_opening_event": { "address": address } })
+        }
+        SdamEvent::ServerClosed { address } => {
+            json!({ "server_closed_event": { "address": address } })
+        }
+        SdamEvent::ServerDescriptionChanged {
+            address,
+            previous,
+            new,
+        } => json!({
+            "server_description_changed_event": {
+                "address": address,
+                "previousDescription": server_json(previous),
+                "newDescription": server_json(new),
+            }
+        }),
+        other => json!({ "unexpected": format!("{other:?}") }),
+    }
+}
+
+/// The file's expected event, its topologyId dropped and its servers in
+/// address order (the order of a description's servers is not specified).
+fn expected_event(e: &Value) -> Value {
+    let mut e = e.clone();
+    if let Some(body) = e.as_object_mut().and_then(|o| o.values_mut().next()) {
+        if let Some(body) = body.as_object_mut() {
+            body.remove("topologyId");
+            for key in ["previousDescription", "newDescription"] {
+                if let Some(Value::Array(servers)) =
+                    body.get_mut(key).and_then(|d| d.get_mut("servers"))
+                {
+                    servers.sort_by(|a, b| a["address"].to_string().cmp(&b["address"].to_string()));
+                }
+            }
+        }
+    }
+    e
+}
+
+fn compare_events(t: &mut TopologyDescription, want: &[Value]) -> Vec<String> {
+    let got: Vec<Value> = t.take_events().iter().map(event_json).collect();
+    let want: Vec<Value> = want.iter().map(expected_event).collect();
+    if got == want {
+        return Vec::new();
+    }
+    vec![format!(
+        "events: expected {}, got {}",
+        Value::Array(want),
+        Value::Array(got)
+    )]
+}
+
 fn run_file(case: &Value) -> Vec<String> {
     let uri = case["uri"].as_str().expect("uri");
     let mut t = match initial(uri) {
         Ok(t) => t,
         Err(e) => return vec![format!("uri {uri}: {e}")],
     };
+    // As the client does when it monitors: SDAM events from its creation on.
+    t.monitor();
     let mut pools: HashMap<String, u64> = HashMap::new();
     for (i, phase) in case["phases"]
         .as_array()
@@ -216,7 +317,10 @@ fn run_file(case: &Value) -> Vec<String> {
                 return vec![format!("phase {i}: {problem}")];
             }
         }
-        let problems = compare(&t, &pools, &phase["outcome"]);
+        let problems = match phase["outcome"]["events"].as_array() {
+            Some(events) => compare_events(&mut t, events),
+            None => compare(&t, &pools, &phase["outcome"]),
+        };
         if !problems.is_empty() {
             let name = phase["description"].as_str().unwrap_or("");
             return vec![format!("phase {i} ({name}): {}", problems.join("; "))];

@@ -9,7 +9,9 @@ use crate::bindings::exports::mongo_wasi::driver::cursor::PackedBatch;
 use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
-use crate::bindings::exports::mongo_wasi::driver::types::{Batch, CommandEvent, Error, PoolEvent};
+use crate::bindings::exports::mongo_wasi::driver::types::{
+    Batch, CommandEvent, Error, PoolEvent, SdamEvent,
+};
 use crate::bindings::Driver;
 use crate::{driver_pre, new_store, wasi_state, HostState};
 use std::net::SocketAddr;
@@ -405,6 +407,21 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_pool_events(&mut self.store, client.0)
+    }
+
+    pub fn take_sdam_events(&mut self, client: Client) -> Result<Vec<SdamEvent>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_take_sdam_events(&mut self.store, client.0)
+    }
+
+    /// `client.check-servers`: the server checks that are due, without an operation.
+    pub fn check_servers(&mut self, client: Client) -> Result<WitResult<()>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_check_servers(&mut self.store, client.0)
     }
 
     /// `client.close`: ends its sessions and closes its pooled connections.

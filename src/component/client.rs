@@ -5,7 +5,8 @@ use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
 use super::exports::mongo_wasi::driver::types::{
-    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind,
+    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind,
+    ServerDescription, ServerType, TopologyDescription, TopologyType,
 };
 use super::session::SessionRes;
 use super::{doc, to_wit, wrap, Component, WitResult};
@@ -175,7 +176,113 @@ impl GuestClient for ClientRes {
             .collect()
     }
 
+    fn check_servers(&self) -> WitResult<()> {
+        wrap(self.0.check_servers())
+    }
+
+    fn take_sdam_events(&self) -> Vec<SdamEvent> {
+        self.0
+            .take_sdam_events()
+            .into_iter()
+            .map(sdam_event)
+            .collect()
+    }
+
     fn close(&self) {
         self.0.close()
+    }
+}
+
+fn server_description(s: &crate::sdam::ServerDescription) -> ServerDescription {
+    use crate::sdam::ServerType as T;
+    let hello = s.hello.as_ref();
+    let list = |f: fn(&crate::handshake::HelloReply) -> &Vec<String>| {
+        hello.map(f).cloned().unwrap_or_default()
+    };
+    ServerDescription {
+        address: s.address.clone(),
+        server_type: match s.kind {
+            T::Unknown => ServerType::Unknown,
+            T::Standalone => ServerType::Standalone,
+            T::Mongos => ServerType::Mongos,
+            T::PossiblePrimary => ServerType::PossiblePrimary,
+            T::RsPrimary => ServerType::RsPrimary,
+            T::RsSecondary => ServerType::RsSecondary,
+            T::RsArbiter => ServerType::RsArbiter,
+            T::RsOther => ServerType::RsOther,
+            T::RsGhost => ServerType::RsGhost,
+            T::LoadBalancer => ServerType::LoadBalancer,
+        },
+        error: s.error.clone(),
+        average_rtt_micros: s.average_rtt.map(|d| d.as_micros() as u64),
+        set_name: s.set_name().map(str::to_string),
+        primary: hello.and_then(|h| h.primary.clone()),
+        hosts: list(|h| &h.hosts),
+        passives: list(|h| &h.passives),
+        arbiters: list(|h| &h.arbiters),
+        min_wire_version: hello.map_or(0, |h| h.min_wire_version),
+        max_wire_version: hello.map_or(0, |h| h.max_wire_version),
+    }
+}
+
+fn topology_description(t: &crate::sdam::TopologyDescription) -> TopologyDescription {
+    use crate::sdam::TopologyType as T;
+    TopologyDescription {
+        topology_type: match t.kind {
+            T::Single => TopologyType::Single,
+            T::Unknown => TopologyType::Unknown,
+            T::Sharded => TopologyType::Sharded,
+            T::ReplicaSetNoPrimary => TopologyType::ReplicaSetNoPrimary,
+            T::ReplicaSetWithPrimary => TopologyType::ReplicaSetWithPrimary,
+            T::LoadBalanced => TopologyType::LoadBalanced,
+        },
+        set_name: t.set_name.clone(),
+        servers: t.servers.iter().map(server_description).collect(),
+    }
+}
+
+fn sdam_event(e: crate::sdam::monitoring::SdamEvent) -> SdamEvent {
+    use crate::sdam::monitoring::SdamEvent as E;
+    let event = |kind, server_address: String| SdamEvent {
+        kind,
+        server_address,
+        previous_server: None,
+        new_server: None,
+        previous_topology: None,
+        new_topology: None,
+        connection_id: 0,
+        awaited: false,
+        duration_micros: None,
+        failure: None,
+    };
+    let heartbeat = |kind, h: crate::sdam::monitoring::Heartbeat| SdamEvent {
+        connection_id: h.connection_id,
+        awaited: h.awaited,
+        duration_micros: h.duration.map(|d| d.as_micros() as u64),
+        failure: h.failure,
+        ..event(kind, h.address)
+    };
+    match e {
+        E::TopologyOpening => event(SdamEventKind::TopologyOpening, String::new()),
+        E::TopologyClosed => event(SdamEventKind::TopologyClosed, String::new()),
+        E::TopologyDescriptionChanged { previous, new } => SdamEvent {
+            previous_topology: Some(topology_description(&previous)),
+            new_topology: Some(topology_description(&new)),
+            ..event(SdamEventKind::TopologyDescriptionChanged, String::new())
+        },
+        E::ServerOpening { address } => event(SdamEventKind::ServerOpening, address),
+        E::ServerClosed { address } => event(SdamEventKind::ServerClosed, address),
+        E::ServerDescriptionChanged {
+            address,
+            previous,
+            new,
+        } => SdamEvent {
+            previous_server: Some(server_description(&previous)),
+            new_server: Some(server_description(&new)),
+            ..event(SdamEventKind::ServerDescriptionChanged, address)
+        },
+        E::ServerHeartbeatStarted(h) => heartbeat(SdamEventKind::ServerHeartbeatStarted, h),
+        E::ServerHeartbeatSucceeded(h) => heartbeat(SdamEventKind::ServerHeartbeatSucceeded, h),
+        E::ServerHeartbeatFailed(h) => heartbeat(SdamEventKind::ServerHeartbeatFailed, h),
     }
 }

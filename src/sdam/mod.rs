@@ -4,6 +4,7 @@
 //! The client runs it single-threaded: servers are checked when selection
 //! needs them. The official JSON suites run natively (`tests/sdam_spec.rs`).
 
+pub mod monitoring;
 pub mod rtt;
 pub mod selection;
 
@@ -11,6 +12,7 @@ use crate::handshake::{HelloReply, MAX_WIRE_VERSION, MIN_WIRE_VERSION};
 use crate::uri::HostAddress;
 use bson::oid::ObjectId;
 use bson::RawDocument;
+use monitoring::{SdamEvent, SdamEvents};
 use std::cmp::Ordering;
 use std::time::Duration;
 
@@ -206,6 +208,33 @@ impl ServerDescription {
         self.hello.as_ref()?.set_name.as_deref()
     }
 
+    /// SDAM's Server Description Equality: the fields it marks compared, so
+    /// not the RTT nor when it was checked (events are published only for a
+    /// change).
+    pub fn same_as(&self, other: &ServerDescription) -> bool {
+        let hellos_same = match (&self.hello, &other.hello) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                (a.min_wire_version, a.max_wire_version, &a.me)
+                    == (b.min_wire_version, b.max_wire_version, &b.me)
+                    && (&a.hosts, &a.passives, &a.arbiters, &a.tags)
+                        == (&b.hosts, &b.passives, &b.arbiters, &b.tags)
+                    && (&a.set_name, a.set_version, a.election_id, &a.primary)
+                        == (&b.set_name, b.set_version, b.election_id, &b.primary)
+                    && a.logical_session_timeout_minutes == b.logical_session_timeout_minutes
+            }
+            _ => false,
+        };
+        (&self.address, self.kind, &self.error, self.topology_version)
+            == (
+                &other.address,
+                other.kind,
+                &other.error,
+                other.topology_version,
+            )
+            && hellos_same
+    }
+
     pub fn tags(&self) -> Option<&std::collections::BTreeMap<String, String>> {
         self.hello.as_ref().map(|h| &h.tags)
     }
@@ -270,6 +299,8 @@ pub struct TopologyDescription {
     pub compatibility_error: Option<String>,
     /// How many seeds the client was given (updateUnknownWithStandalone).
     pub seed_count: usize,
+    /// SDAM events, recorded once `monitor` turned them on (a copy records none).
+    events: SdamEvents,
 }
 
 /// What the SDAM error handling rules make of an application error.
@@ -425,7 +456,72 @@ impl TopologyDescription {
             max_set_version: None,
             compatibility_error: None,
             seed_count: seeds.len(),
+            events: SdamEvents::default(),
         }
+    }
+
+    /// Turns SDAM events on and publishes the opening ones (the client does
+    /// it when it monitors, as it creates its topology).
+    pub fn monitor(&mut self) {
+        self.events = SdamEvents::new(true);
+        for event in monitoring::opening(self) {
+            self.events.emit(|| event);
+        }
+    }
+
+    /// Records a monitor's event (the heartbeats), when monitoring is on.
+    pub fn emit(&mut self, make: impl FnOnce() -> SdamEvent) {
+        self.events.emit(make)
+    }
+
+    /// Drains the recorded SDAM events.
+    pub fn take_events(&mut self) -> Vec<SdamEvent> {
+        self.events.take()
+    }
+
+    /// Starts over from `new` (seedlist discovery found the seeds), keeping
+    /// the recorder: servers added and removed, and the change, are published.
+    pub fn restart(&mut self, mut new: TopologyDescription) {
+        new.events = std::mem::take(&mut self.events);
+        let before = std::mem::replace(self, new);
+        self.publish(&before, None);
+    }
+
+    /// The topology is closed: its description becomes Unknown without
+    /// servers (SDAM monitoring: each server closed, the change, then TopologyClosed).
+    pub fn close(&mut self) {
+        let before = self.events.enabled().then(|| self.clone());
+        self.kind = TopologyType::Unknown;
+        self.servers.clear();
+        self.refresh_session_timeout();
+        self.refresh_compatibility();
+        if let Some(before) = before {
+            self.publish(&before, None);
+        }
+        self.events.emit(|| SdamEvent::TopologyClosed);
+    }
+
+    /// The one place a change is published: the events `monitoring::changes`
+    /// finds from `before` to now.
+    fn publish(&mut self, before: &TopologyDescription, checked: Option<&ServerDescription>) {
+        for event in monitoring::changes(before, self, checked) {
+            self.events.emit(|| event);
+        }
+    }
+
+    /// Equality for TopologyDescriptionChanged: what describes the topology,
+    /// its servers compared by Server Description Equality.
+    pub fn same_as(&self, other: &TopologyDescription) -> bool {
+        let (a, b) = (self, other);
+        (a.kind, &a.set_name, a.logical_session_timeout_minutes)
+            == (b.kind, &b.set_name, b.logical_session_timeout_minutes)
+            && (a.max_election_id, a.max_set_version, &a.compatibility_error)
+                == (b.max_election_id, b.max_set_version, &b.compatibility_error)
+            && a.servers.len() == b.servers.len()
+            && self
+                .servers
+                .iter()
+                .all(|s| other.server(&s.address).is_some_and(|o| s.same_as(o)))
     }
 
     /// `loadBalanced=true` (Load Balancer spec): the seed is a load balancer
@@ -464,8 +560,18 @@ impl TopologyDescription {
 
     /// The spec's onServerDescriptionChanged: replaces the server's
     /// description (unless its topologyVersion is older than the current
-    /// one's) and runs the TopologyType table's action.
+    /// one's) and runs the TopologyType table's action. Every change of a
+    /// server's description comes here, so here its events are published.
     pub fn apply(&mut self, new: ServerDescription) {
+        let Some(before) = self.events.enabled().then(|| self.clone()) else {
+            return self.apply_change(new);
+        };
+        let checked = new.clone();
+        self.apply_change(new);
+        self.publish(&before, Some(&checked));
+    }
+
+    fn apply_change(&mut self, new: ServerDescription) {
         // Outcomes from servers no longer in the topology are ignored.
         let Some(idx) = self.position(&new.address) else {
             return;

@@ -1,11 +1,13 @@
-//! Command monitoring and CMAP events as a client entity observes them, and `expectEvents`.
+//! Command monitoring, CMAP and SDAM events as a client entity observes them, and `expectEvents`.
 //!
-//! The driver exposes command events (`take-command-events`) and pool events
-//! (`take-pool-events`); SDAM and log-message expectations fail with that reason.
+//! The driver exposes command events (`take-command-events`), pool events
+//! (`take-pool-events`) and SDAM events (`take-sdam-events`); log-message
+//! expectations fail with that reason.
 
 use super::matching::{self, Lookup};
 use crate::bindings::exports::mongo_wasi::driver::types::{
-    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind,
+    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind, ServerType,
+    TopologyType,
 };
 use bson::{Bson, Document};
 
@@ -110,13 +112,30 @@ const CMAP_EVENTS: &[&str] = &[
     "connectionCheckedInEvent",
 ];
 
-/// SDAM events a client may observe; the driver exposes none, so a test that
-/// expects them fails in `check`.
+/// The unified format's name of an SDAM event.
+pub fn sdam_name(kind: SdamEventKind) -> &'static str {
+    use SdamEventKind as K;
+    match kind {
+        K::TopologyOpening => "topologyOpeningEvent",
+        K::TopologyDescriptionChanged => "topologyDescriptionChangedEvent",
+        K::TopologyClosed => "topologyClosedEvent",
+        K::ServerOpening => "serverOpeningEvent",
+        K::ServerDescriptionChanged => "serverDescriptionChangedEvent",
+        K::ServerClosed => "serverClosedEvent",
+        K::ServerHeartbeatStarted => "serverHeartbeatStartedEvent",
+        K::ServerHeartbeatSucceeded => "serverHeartbeatSucceededEvent",
+        K::ServerHeartbeatFailed => "serverHeartbeatFailedEvent",
+    }
+}
+
+/// Every SDAM event name of the unified format.
 const SDAM_EVENTS: &[&str] = &[
-    "serverDescriptionChangedEvent",
-    "topologyDescriptionChangedEvent",
     "topologyOpeningEvent",
+    "topologyDescriptionChangedEvent",
     "topologyClosedEvent",
+    "serverOpeningEvent",
+    "serverDescriptionChangedEvent",
+    "serverClosedEvent",
     "serverHeartbeatStartedEvent",
     "serverHeartbeatSucceededEvent",
     "serverHeartbeatFailedEvent",
@@ -124,6 +143,74 @@ const SDAM_EVENTS: &[&str] = &[
 
 pub fn is_cmap_event(name: &str) -> bool {
     CMAP_EVENTS.contains(&name)
+}
+
+pub fn is_sdam_event(name: &str) -> bool {
+    SDAM_EVENTS.contains(&name)
+}
+
+/// The SDAM spec's name of a server type (as `type` in expected descriptions).
+fn server_type_name(t: ServerType) -> &'static str {
+    use ServerType as T;
+    match t {
+        T::Unknown => "Unknown",
+        T::Standalone => "Standalone",
+        T::Mongos => "Mongos",
+        T::PossiblePrimary => "PossiblePrimary",
+        T::RsPrimary => "RSPrimary",
+        T::RsSecondary => "RSSecondary",
+        T::RsArbiter => "RSArbiter",
+        T::RsOther => "RSOther",
+        T::RsGhost => "RSGhost",
+        T::LoadBalancer => "LoadBalancer",
+    }
+}
+
+fn topology_type_name(t: TopologyType) -> &'static str {
+    use TopologyType as T;
+    match t {
+        T::Single => "Single",
+        T::Unknown => "Unknown",
+        T::Sharded => "Sharded",
+        T::ReplicaSetNoPrimary => "ReplicaSetNoPrimary",
+        T::ReplicaSetWithPrimary => "ReplicaSetWithPrimary",
+        T::LoadBalanced => "LoadBalanced",
+    }
+}
+
+/// One observed SDAM event: its name, and what expectations can look at.
+#[derive(Clone, Debug)]
+pub struct SdamObserved {
+    pub name: &'static str,
+    /// The previous and new descriptions' `type` (server or topology).
+    pub previous_type: Option<&'static str>,
+    pub new_type: Option<&'static str>,
+    pub awaited: bool,
+}
+
+impl SdamObserved {
+    pub fn from_wit(e: &SdamEvent) -> SdamObserved {
+        let server = |s: &Option<_>| {
+            s.as_ref().map(
+                |d: &crate::bindings::exports::mongo_wasi::driver::types::ServerDescription| {
+                    server_type_name(d.server_type)
+                },
+            )
+        };
+        let topology = |t: &Option<_>| {
+            t.as_ref().map(
+                |d: &crate::bindings::exports::mongo_wasi::driver::types::TopologyDescription| {
+                    topology_type_name(d.topology_type)
+                },
+            )
+        };
+        SdamObserved {
+            name: sdam_name(e.kind),
+            previous_type: server(&e.previous_server).or(topology(&e.previous_topology)),
+            new_type: server(&e.new_server).or(topology(&e.new_topology)),
+            awaited: e.awaited,
+        }
+    }
 }
 
 /// One observed CMAP event.
@@ -142,6 +229,10 @@ pub struct EventLog {
     observe_cmap: Vec<&'static str>,
     /// CMAP events in the order the driver emitted them.
     pub cmap: Vec<CmapObserved>,
+    /// The SDAM events observed, by name.
+    observe_sdam: Vec<&'static str>,
+    /// SDAM events in the order the driver emitted them.
+    pub sdam: Vec<SdamObserved>,
     /// Connections checked out and not checked in yet (all pool events
     /// count, observed or not): `assertNumberConnectionsCheckedOut`.
     pub checked_out: i64,
@@ -165,9 +256,10 @@ impl EventLog {
                         let name = CMAP_EVENTS.iter().find(|n| **n == k).copied();
                         log.observe_cmap.extend(name);
                     }
-                    // SDAM events: the driver has none to record; tests that
-                    // expect them fail in `check`.
-                    k if SDAM_EVENTS.contains(&k) => {}
+                    k if is_sdam_event(k) => {
+                        let name = SDAM_EVENTS.iter().find(|n| **n == k).copied();
+                        log.observe_sdam.extend(name);
+                    }
                     other => return Err(format!("observeEvents: unknown event {other:?}")),
                 }
             }
@@ -228,6 +320,15 @@ impl EventLog {
         }
     }
 
+    /// Keeps the SDAM events this client observes, in order.
+    pub fn record_sdam(&mut self, events: &[SdamEvent]) {
+        for e in events {
+            if self.observe_sdam.contains(&sdam_name(e.kind)) {
+                self.sdam.push(SdamObserved::from_wit(e));
+            }
+        }
+    }
+
     /// The command documents of the started events, newest last.
     pub fn started_commands(&self) -> Vec<&Document> {
         self.events
@@ -248,11 +349,7 @@ pub fn check(expected: &Document, log: &EventLog, lookup: &dyn Lookup) -> Result
     match kind {
         "command" => {}
         "cmap" => return check_cmap(want, ignore_extra, &log.cmap),
-        "sdam" => {
-            return Err(
-                "expects SDAM events: the driver exposes command and CMAP events only".into(),
-            )
-        }
+        "sdam" => return check_sdam(want, ignore_extra, &log.sdam),
         other => return Err(format!("unknown eventType {other:?}")),
     }
     let got = &log.events;
@@ -347,6 +444,148 @@ pub fn cmap_matches(expected: &Document, actual: &CmapObserved) -> Result<(), St
         result.map_err(|m| format!("{key}: {m}"))?;
     }
     Ok(())
+}
+
+/// `expectEvents` of `eventType: sdam`: the same order, no extra events
+/// unless `ignoreExtraEvents`.
+fn check_sdam(want: &[Bson], ignore_extra: bool, got: &[SdamObserved]) -> Result<(), String> {
+    let seen = || sdam_summary(got);
+    for (i, e) in want.iter().enumerate() {
+        let e = e
+            .as_document()
+            .ok_or("an expected event is not a document")?;
+        let Some(actual) = got.get(i) else {
+            return Err(format!(
+                "expected {} SDAM events, observed {}: {}",
+                want.len(),
+                got.len(),
+                seen()
+            ));
+        };
+        SdamExpectation::parse(e)
+            .and_then(|want| want.matches(actual))
+            .map_err(|m| format!("event {i}: {m} (observed: {})", seen()))?;
+    }
+    if !ignore_extra && got.len() > want.len() {
+        return Err(format!(
+            "expected {} SDAM events, observed {}: {}",
+            want.len(),
+            got.len(),
+            seen()
+        ));
+    }
+    Ok(())
+}
+
+/// One `expectedSdamEvent` (`{serverDescriptionChangedEvent: {newDescription:
+/// {type: "Unknown"}}}` and the like), checked for shape before any matching:
+/// an unknown event or field fails the test instead of matching nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SdamExpectation {
+    name: String,
+    previous_type: Option<String>,
+    new_type: Option<String>,
+    awaited: Option<bool>,
+}
+
+impl SdamExpectation {
+    pub fn parse(expected: &Document) -> Result<SdamExpectation, String> {
+        let (key, fields) = expected.iter().next().ok_or("an expected event is empty")?;
+        if expected.len() != 1 {
+            return Err("an expected event needs exactly one key".into());
+        }
+        if !is_sdam_event(key) {
+            return Err(format!("unknown SDAM event {key}"));
+        }
+        let fields = fields
+            .as_document()
+            .ok_or("expected event fields are not a document")?;
+        let described = matches!(
+            key.as_str(),
+            "serverDescriptionChangedEvent" | "topologyDescriptionChangedEvent"
+        );
+        let heartbeat = key.starts_with("serverHeartbeat");
+        let mut want = SdamExpectation {
+            name: key.clone(),
+            ..SdamExpectation::default()
+        };
+        for (field, value) in fields {
+            let bad = |m: &str| format!("{key}: {m}");
+            match field.as_str() {
+                "previousDescription" if described => {
+                    want.previous_type = description_type(value).map_err(|m| bad(&m))?
+                }
+                "newDescription" if described => {
+                    want.new_type = description_type(value).map_err(|m| bad(&m))?
+                }
+                "awaited" if heartbeat => {
+                    want.awaited = Some(value.as_bool().ok_or_else(|| bad("awaited needs a bool"))?)
+                }
+                other => return Err(bad(&format!("unknown field {other:?}"))),
+            }
+        }
+        Ok(want)
+    }
+
+    pub fn matches(&self, actual: &SdamObserved) -> Result<(), String> {
+        let key = &self.name;
+        if key != actual.name {
+            return Err(format!("expected {key}, observed {}", actual.name));
+        }
+        let types = [
+            (
+                "previousDescription",
+                &self.previous_type,
+                actual.previous_type,
+            ),
+            ("newDescription", &self.new_type, actual.new_type),
+        ];
+        for (what, want, got) in types {
+            if let Some(want) = want {
+                if Some(want.as_str()) != got {
+                    return Err(format!(
+                        "{key}: {what} type: expected {want}, observed {got:?}"
+                    ));
+                }
+            }
+        }
+        match self.awaited {
+            Some(w) if w != actual.awaited => Err(format!(
+                "{key}: awaited: expected {w}, observed {}",
+                actual.awaited
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An expected description's `type`: the only field the format gives it.
+fn description_type(want: &Bson) -> Result<Option<String>, String> {
+    let want = want
+        .as_document()
+        .ok_or("a description is not a document")?;
+    let mut kind = None;
+    for (field, value) in want {
+        match field.as_str() {
+            "type" => kind = Some(value.as_str().ok_or("type needs a string")?.to_string()),
+            other => return Err(format!("unknown description field {other:?}")),
+        }
+    }
+    Ok(kind)
+}
+
+fn sdam_summary(events: &[SdamObserved]) -> String {
+    if events.is_empty() {
+        return "none".into();
+    }
+    let parts: Vec<String> = events
+        .iter()
+        .map(|e| match (e.previous_type, e.new_type) {
+            (Some(p), Some(n)) => format!("{}({p}->{n})", e.name),
+            _ => e.name.to_string(),
+        })
+        .collect();
+    parts.join(", ")
 }
 
 fn cmap_summary(events: &[CmapObserved]) -> String {
@@ -557,10 +796,10 @@ mod tests {
         assert!(check(&wrong, &log, &NoEntities)
             .unwrap_err()
             .contains("expected commandFailedEvent"));
-        let sdam = doc! { "eventType": "sdam", "events": [] };
-        assert!(check(&sdam, &log, &NoEntities)
+        let logs = doc! { "eventType": "log", "events": [] };
+        assert!(check(&logs, &log, &NoEntities)
             .unwrap_err()
-            .contains("SDAM"));
+            .contains("unknown eventType"));
     }
 
     fn pool(kind: PoolEventKind, reason: Option<&str>) -> PoolEvent {
@@ -648,6 +887,90 @@ mod tests {
             .contains("unknown event"));
         let sdam = doc! { "observeEvents": ["topologyDescriptionChangedEvent"] };
         assert!(EventLog::from_spec(&sdam).is_ok());
+    }
+
+    fn sdam(kind: SdamEventKind, types: Option<(ServerType, ServerType)>) -> SdamEvent {
+        use crate::bindings::exports::mongo_wasi::driver::types::ServerDescription;
+        let server = |t| ServerDescription {
+            address: "a:1".into(),
+            server_type: t,
+            error: None,
+            average_rtt_micros: None,
+            set_name: None,
+            primary: None,
+            hosts: Vec::new(),
+            passives: Vec::new(),
+            arbiters: Vec::new(),
+            min_wire_version: 0,
+            max_wire_version: 0,
+        };
+        SdamEvent {
+            kind,
+            server_address: "a:1".into(),
+            previous_server: types.map(|(p, _)| server(p)),
+            new_server: types.map(|(_, n)| server(n)),
+            previous_topology: None,
+            new_topology: None,
+            connection_id: 0,
+            awaited: false,
+            duration_micros: None,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn sdam_events_are_observed_by_name_and_matched_by_type() {
+        use SdamEventKind as K;
+        let spec = doc! { "observeEvents": ["serverDescriptionChangedEvent", "serverHeartbeatStartedEvent"] };
+        let mut log = EventLog::from_spec(&spec).unwrap();
+        log.record_sdam(&[
+            sdam(K::TopologyOpening, None),
+            sdam(K::ServerHeartbeatStarted, None),
+            sdam(
+                K::ServerDescriptionChanged,
+                Some((ServerType::Unknown, ServerType::Standalone)),
+            ),
+            sdam(
+                K::ServerDescriptionChanged,
+                Some((ServerType::Standalone, ServerType::Unknown)),
+            ),
+        ]);
+        assert_eq!(log.sdam.len(), 3, "topologyOpeningEvent is not observed");
+        let exact = doc! { "eventType": "sdam", "events": [
+            { "serverHeartbeatStartedEvent": { "awaited": false } },
+            { "serverDescriptionChangedEvent": { "newDescription": { "type": "Standalone" } } },
+            { "serverDescriptionChangedEvent": {
+                "previousDescription": { "type": "Standalone" },
+                "newDescription": { "type": "Unknown" } } },
+        ] };
+        check(&exact, &log, &NoEntities).unwrap();
+        let wrong_type = doc! { "eventType": "sdam", "ignoreExtraEvents": true, "events": [
+            { "serverHeartbeatStartedEvent": {} },
+            { "serverDescriptionChangedEvent": { "newDescription": { "type": "RSPrimary" } } },
+        ] };
+        assert!(check(&wrong_type, &log, &NoEntities)
+            .unwrap_err()
+            .contains("type"));
+        let awaited = doc! { "eventType": "sdam", "ignoreExtraEvents": true,
+        "events": [ { "serverHeartbeatStartedEvent": { "awaited": true } } ] };
+        assert!(check(&awaited, &log, &NoEntities).is_err());
+        let unknown = doc! { "eventType": "sdam", "ignoreExtraEvents": true,
+        "events": [ { "serverHeartbeatStartedEvnt": {} } ] };
+        assert!(check(&unknown, &log, &NoEntities)
+            .unwrap_err()
+            .contains("unknown SDAM event"));
+        let bad_field =
+            doc! { "serverDescriptionChangedEvent": { "newDescription": { "tyep": "Unknown" } } };
+        assert!(SdamExpectation::parse(&bad_field)
+            .unwrap_err()
+            .contains("unknown description field"));
+        let no_awaited = doc! { "topologyOpeningEvent": { "awaited": false } };
+        assert!(SdamExpectation::parse(&no_awaited).is_err());
+        let fewer =
+            doc! { "eventType": "sdam", "events": [ { "serverHeartbeatStartedEvent": {} } ] };
+        assert!(check(&fewer, &log, &NoEntities)
+            .unwrap_err()
+            .contains("expected 1 SDAM events, observed 3"));
     }
 
     #[test]

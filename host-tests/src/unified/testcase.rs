@@ -187,7 +187,7 @@ impl TestRun {
             .map_err(|m| Fail(format!("outcome {db}.{coll}: {m}")))
     }
 
-    /// Moves every client's recorded command and pool events into its log.
+    /// Moves every client's recorded command, pool and SDAM events into its log.
     pub fn drain_events(&mut self) -> Step<()> {
         let g = &mut self.guest;
         let api = g.driver.mongo_wasi_driver_client().client();
@@ -196,6 +196,8 @@ impl TestRun {
             client.log.record(&events);
             let pool = api.call_take_pool_events(&mut g.store, client.handle)?;
             client.log.record_pool(&pool);
+            let sdam = api.call_take_sdam_events(&mut g.store, client.handle)?;
+            client.log.record_sdam(&sdam);
         }
         Ok(())
     }

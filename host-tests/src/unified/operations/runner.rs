@@ -10,6 +10,13 @@ use crate::unified::{Fail, Step};
 use bson::{doc, Bson, Document};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The command monitoring events of the unified format.
+const COMMAND_EVENTS: &[&str] = &[
+    "commandStartedEvent",
+    "commandSucceededEvent",
+    "commandFailedEvent",
+];
+
 /// How long `waitForEvent` waits, as the spec says.
 const EVENT_WAIT: Duration = Duration::from_secs(10);
 
@@ -184,6 +191,18 @@ impl TestRun {
         }
     }
 
+    /// What the background monitor of a multi-threaded driver would do while
+    /// the test waits: the client's due server checks (`check-servers`; a
+    /// single-threaded client has no monitor of its own). Their failures are
+    /// the monitor's, not the test's: they show as events.
+    fn monitor(&mut self, client: &str) -> Step<()> {
+        let handle = self.entities.client(client)?.handle;
+        let g = &mut self.guest;
+        let api = g.driver.mongo_wasi_driver_client().client();
+        let _ = api.call_check_servers(&mut g.store, handle)?;
+        Ok(())
+    }
+
     fn last_two_lsids(&self, name: &str, log: &EventLog) -> Step<()> {
         let started = log.started_commands();
         let [.., a, b] = started.as_slice() else {
@@ -212,12 +231,17 @@ impl TestRun {
             .or_else(|| arg(args, "count").ok().and_then(Bson::as_i64))
             .ok_or_else(|| Fail("count is not an integer".into()))?;
         let key = event.keys().next().map(String::as_str).unwrap_or_default();
-        let cmap = events::is_cmap_event(key);
-        if !cmap && !key.starts_with("command") {
-            return Err(Fail(format!(
-                "{name} {key}: the driver exposes command and CMAP events only"
-            )));
+        let (cmap, sdam) = (events::is_cmap_event(key), events::is_sdam_event(key));
+        if !cmap && !sdam && !COMMAND_EVENTS.contains(&key) {
+            return Err(Fail(format!("{name}: unknown event {key:?}")));
         }
+        // A malformed SDAM expectation fails instead of counting nothing.
+        let sdam_want = match sdam {
+            true => Some(
+                events::SdamExpectation::parse(event).map_err(|m| Fail(format!("{name}: {m}")))?,
+            ),
+            false => None,
+        };
         let deadline = Instant::now() + EVENT_WAIT;
         loop {
             let log = &self.entities.client(&client)?.log;
@@ -226,6 +250,8 @@ impl TestRun {
                     .iter()
                     .filter(|e| events::cmap_matches(event, e).is_ok())
                     .count() as i64
+            } else if let Some(want) = &sdam_want {
+                log.sdam.iter().filter(|e| want.matches(e).is_ok()).count() as i64
             } else {
                 log.events
                     .iter()
@@ -241,6 +267,7 @@ impl TestRun {
                 )));
             }
             std::thread::sleep(Duration::from_millis(20));
+            self.monitor(&client)?;
             self.drain_events()?;
         }
     }

@@ -1,0 +1,313 @@
+//! SDAM Logging and Monitoring, sans I/O: the events a topology publishes
+//! (opening and closing, description changes, the monitor's heartbeats),
+//! recorded only when the client monitors. Which description events a change
+//! publishes is decided in one place, `changes`, from the descriptions
+//! before and after it (Server Description Equality: nothing for what is equal).
+
+use super::{ServerDescription, TopologyDescription};
+use crate::monitoring::Recorder;
+use std::time::Duration;
+
+/// One SDAM event. There is no topology id: a client has one topology, and
+/// its events are taken from that client.
+#[derive(Debug, Clone)]
+pub enum SdamEvent {
+    /// The topology was created: always the first event.
+    TopologyOpening,
+    /// The description changed (the first one from an empty Unknown description).
+    TopologyDescriptionChanged {
+        previous: Box<TopologyDescription>,
+        new: Box<TopologyDescription>,
+    },
+    /// The topology was closed: always the last event.
+    TopologyClosed,
+    /// A server joined the topology (a seed, or a member a replica set named).
+    ServerOpening {
+        address: String,
+    },
+    /// A server's description changed (RTT aside).
+    ServerDescriptionChanged {
+        address: String,
+        previous: Box<ServerDescription>,
+        new: Box<ServerDescription>,
+    },
+    /// A server left the topology (or the topology was closed).
+    ServerClosed {
+        address: String,
+    },
+    ServerHeartbeatStarted(Heartbeat),
+    ServerHeartbeatSucceeded(Heartbeat),
+    ServerHeartbeatFailed(Heartbeat),
+}
+
+/// What a heartbeat event tells: a server check's hello.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    pub address: String,
+    /// The driver's id of the check's connection (for a new connection, the
+    /// id it gets: started is published before its socket is opened).
+    pub connection_id: u64,
+    /// Always false: a single-threaded client never streams (awaited hellos).
+    pub awaited: bool,
+    /// Succeeded: the round trip (the RTT sample); failed: until the failure.
+    pub duration: Option<Duration>,
+    /// Failed: why.
+    pub failure: Option<String>,
+}
+
+impl Heartbeat {
+    fn new(address: &str, connection_id: u64) -> Heartbeat {
+        Heartbeat {
+            address: address.to_string(),
+            connection_id,
+            awaited: false,
+            duration: None,
+            failure: None,
+        }
+    }
+
+    pub fn started(address: &str, connection_id: u64) -> SdamEvent {
+        SdamEvent::ServerHeartbeatStarted(Heartbeat::new(address, connection_id))
+    }
+
+    pub fn succeeded(address: &str, connection_id: u64, duration: Duration) -> SdamEvent {
+        SdamEvent::ServerHeartbeatSucceeded(Heartbeat {
+            duration: Some(duration),
+            ..Heartbeat::new(address, connection_id)
+        })
+    }
+
+    pub fn failed(
+        address: &str,
+        connection_id: u64,
+        duration: Duration,
+        failure: String,
+    ) -> SdamEvent {
+        SdamEvent::ServerHeartbeatFailed(Heartbeat {
+            duration: Some(duration),
+            failure: Some(failure),
+            ..Heartbeat::new(address, connection_id)
+        })
+    }
+}
+
+/// The recorder a topology description carries. A copy of a description (a
+/// snapshot: the previous description, an event's) records nothing.
+#[derive(Debug, Default)]
+pub struct SdamEvents(Recorder<SdamEvent>);
+
+impl Clone for SdamEvents {
+    fn clone(&self) -> Self {
+        SdamEvents::default()
+    }
+}
+
+impl SdamEvents {
+    pub fn new(enabled: bool) -> SdamEvents {
+        SdamEvents(Recorder::new(enabled))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.0.enabled()
+    }
+
+    pub fn emit(&mut self, make: impl FnOnce() -> SdamEvent) {
+        self.0.emit(make)
+    }
+
+    pub fn take(&mut self) -> Vec<SdamEvent> {
+        self.0.take()
+    }
+}
+
+/// The events of one change from `before` to `after`, in the order the spec's
+/// tests expect: ServerDescriptionChanged for `checked` (the server whose new
+/// description was applied; the description it has now, or the one applied
+/// if that removed it), ServerOpening for each server added, ServerClosed for
+/// each removed, TopologyDescriptionChanged last. Equal descriptions publish
+/// nothing.
+pub fn changes(
+    before: &TopologyDescription,
+    after: &TopologyDescription,
+    checked: Option<&ServerDescription>,
+) -> Vec<SdamEvent> {
+    let mut events = Vec::new();
+    if let Some(checked) = checked {
+        let address = &checked.address;
+        if let Some(previous) = before.server(address) {
+            let new = after.server(address).unwrap_or(checked);
+            if !previous.same_as(new) {
+                events.push(SdamEvent::ServerDescriptionChanged {
+                    address: address.clone(),
+                    previous: Box::new(previous.clone()),
+                    new: Box::new(new.clone()),
+                });
+            }
+        }
+    }
+    for s in &after.servers {
+        if before.server(&s.address).is_none() {
+            let address = s.address.clone();
+            events.push(SdamEvent::ServerOpening { address });
+        }
+    }
+    for s in &before.servers {
+        if after.server(&s.address).is_none() {
+            let address = s.address.clone();
+            events.push(SdamEvent::ServerClosed { address });
+        }
+    }
+    if !before.same_as(after) {
+        events.push(SdamEvent::TopologyDescriptionChanged {
+            previous: Box::new(before.clone()),
+            new: Box::new(after.clone()),
+        });
+    }
+    events
+}
+
+/// The events of a topology opening on `initial`: TopologyOpening, the first
+/// TopologyDescriptionChanged (from an empty Unknown description to `initial`
+/// with every server Unknown), ServerOpening for each server; then what
+/// `initial` already knows (a load balancer's type) as a change.
+pub fn opening(initial: &TopologyDescription) -> Vec<SdamEvent> {
+    let mut seeded = initial.clone();
+    for s in &mut seeded.servers {
+        *s = ServerDescription::unknown(s.address.clone());
+    }
+    let empty = TopologyDescription::new(&[], None, None);
+    let mut events = vec![
+        SdamEvent::TopologyOpening,
+        SdamEvent::TopologyDescriptionChanged {
+            previous: Box::new(empty),
+            new: Box::new(seeded.clone()),
+        },
+    ];
+    for s in &seeded.servers {
+        let address = s.address.clone();
+        events.push(SdamEvent::ServerOpening { address });
+    }
+    for s in &initial.servers {
+        events.extend(
+            changes(&seeded, initial, Some(s))
+                .into_iter()
+                .filter(|e| matches!(e, SdamEvent::ServerDescriptionChanged { .. })),
+        );
+    }
+    if !seeded.same_as(initial) {
+        events.push(SdamEvent::TopologyDescriptionChanged {
+            previous: Box::new(seeded),
+            new: Box::new(initial.clone()),
+        });
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::HelloReply;
+
+    fn names(events: &[SdamEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                SdamEvent::TopologyOpening => "TopologyOpening".into(),
+                SdamEvent::TopologyClosed => "TopologyClosed".into(),
+                SdamEvent::TopologyDescriptionChanged { previous, new } => {
+                    format!("TDC {}->{}", previous.kind.as_str(), new.kind.as_str())
+                }
+                SdamEvent::ServerOpening { address } => format!("ServerOpening {address}"),
+                SdamEvent::ServerClosed { address } => format!("ServerClosed {address}"),
+                SdamEvent::ServerDescriptionChanged {
+                    address,
+                    previous,
+                    new,
+                } => format!(
+                    "SDC {address} {}->{}",
+                    previous.kind.as_str(),
+                    new.kind.as_str()
+                ),
+                SdamEvent::ServerHeartbeatStarted(_) => "HeartbeatStarted".into(),
+                SdamEvent::ServerHeartbeatSucceeded(_) => "HeartbeatSucceeded".into(),
+                SdamEvent::ServerHeartbeatFailed(_) => "HeartbeatFailed".into(),
+            })
+            .collect()
+    }
+
+    fn standalone() -> HelloReply {
+        HelloReply {
+            is_writable_primary: true,
+            max_wire_version: 21,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_topology_publishes_its_life_and_nothing_for_equal_descriptions() {
+        let mut t = TopologyDescription::new(&["a:1".into()], Some(true), None);
+        t.monitor();
+        t.update("a:1", Ok((standalone(), None)));
+        // Only the RTT differs: nothing to publish.
+        let rtt = Some(Duration::from_millis(3));
+        t.update("a:1", Ok((standalone(), rtt)));
+        t.close();
+        assert_eq!(
+            names(&t.take_events()),
+            [
+                "TopologyOpening",
+                "TDC Unknown->Single",
+                "ServerOpening a:1",
+                "SDC a:1 Unknown->Standalone",
+                "TDC Single->Single",
+                "ServerClosed a:1",
+                "TDC Single->Unknown",
+                "TopologyClosed"
+            ]
+        );
+        assert!(t.take_events().is_empty(), "taking drains");
+    }
+
+    #[test]
+    fn nothing_is_recorded_without_monitoring() {
+        let mut t = TopologyDescription::new(&["a:1".into()], Some(true), None);
+        t.update("a:1", Ok((standalone(), None)));
+        t.emit(|| unreachable!("not built when monitoring is off"));
+        t.close();
+        assert!(t.take_events().is_empty());
+        // A copy never records either.
+        let mut m = TopologyDescription::new(&["a:1".into()], Some(true), None);
+        m.monitor();
+        let mut copy = m.clone();
+        copy.update("a:1", Ok((standalone(), None)));
+        assert!(copy.take_events().is_empty());
+    }
+
+    #[test]
+    fn a_load_balancer_opens_unknown_then_changes() {
+        let mut t = TopologyDescription::load_balanced("lb:1");
+        t.monitor();
+        assert_eq!(
+            names(&t.take_events()),
+            [
+                "TopologyOpening",
+                "TDC Unknown->LoadBalanced",
+                "ServerOpening lb:1",
+                "SDC lb:1 Unknown->LoadBalancer",
+                "TDC LoadBalanced->LoadBalanced"
+            ]
+        );
+    }
+
+    #[test]
+    fn heartbeats_carry_the_connection_and_outcome() {
+        let SdamEvent::ServerHeartbeatFailed(h) =
+            Heartbeat::failed("a:1", 4, Duration::from_millis(2), "refused".into())
+        else {
+            panic!("a failed heartbeat")
+        };
+        assert_eq!((h.connection_id, h.awaited), (4, false));
+        assert_eq!(h.failure.as_deref(), Some("refused"));
+        assert_eq!(h.duration, Some(Duration::from_millis(2)));
+    }
+}
