@@ -30,6 +30,8 @@ pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
+/// `$changeStream` on a mongod that is not a replica-set member (no oplog).
+pub const CHANGE_STREAM_NEEDS_REPLICA_SET: i32 = 40573;
 /// IDL: a required field is missing (a location code: no name).
 pub const IDL_MISSING_FIELD: i32 = 40414;
 /// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
