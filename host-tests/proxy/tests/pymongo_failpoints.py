@@ -229,6 +229,32 @@ def change_stream_labels(admin, coll):
               "after failGetMoreAfterCursorCheckout PyMongo resumes and sees the insert")
     admin.admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout",
                          "mode": "off"})
+    # Until 6.0, 63 (StaleShardVersion) was resumable; 7.0 made the code obsolete.
+    for version, resumes in (("6.0.0", True), ("7.0.0", False)):
+        admin.admin.command({"proxySetVersion": version})
+        host, port = admin.address
+        c = client(f"mongodb://{host}:{port}/?directConnection=true")  # a new handshake
+        stream_coll = c[coll.database.name][coll.name]
+        with stream_coll.watch(max_await_time_ms=200) as stream:
+            c.admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout",
+                             "mode": {"times": 1}, "data": {"errorCode": 63}})
+            stream_coll.insert_one({"cs": version})
+            change, err = None, None
+            try:
+                for _ in range(20):
+                    change = stream.try_next()
+                    if change is not None:
+                        break
+            except PyMongoError as e:
+                err = e
+            if resumes:
+                check(change is not None and err is None,
+                      f"{version}: PyMongo resumes after StaleShardVersion ({err!r})")
+            else:
+                check(err is not None and code_of(err) == 63,
+                      f"{version}: code 63 is not resumable ({err!r}, {change})")
+        c.close()
+    admin.admin.command({"proxySetVersion": "7.0.0"})
 
 
 def main():
