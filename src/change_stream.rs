@@ -75,6 +75,16 @@ pub struct StreamState {
 }
 
 impl StreamState {
+    /// The aggregate's `comment`, which its getMores carry too (4.4+).
+    pub fn comment(&self) -> Option<RawBson> {
+        self.options
+            .command_extra
+            .get("comment")
+            .ok()
+            .flatten()
+            .map(RawBson::from)
+    }
+
     /// The aggregate, resuming from `token` when there is one.
     pub fn command(&self, token: Option<&RawDocumentBuf>) -> Result<RawDocumentBuf> {
         let o = &self.options;
@@ -180,12 +190,28 @@ pub fn token_after(
     }
 }
 
+/// Servers from this wire version (4.4) label resumable errors themselves.
+const LABEL_MIN_WIRE_VERSION: i32 = 9;
+
+/// Codes resumable on servers older than 4.4 (spec, "Resumable Error").
+const RESUMABLE_CODES: &[i32] = &[
+    6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 13388, 234, 133,
+];
+
 /// Errors after which the stream opens itself again at once (once per
 /// call). A timeout is resumed by the next call instead (CSOT spec).
-pub fn is_resumable(e: &Error) -> bool {
-    (e.is_network() && !e.is_timeout())
-        || e.has_label("ResumableChangeStreamError")
-        || e.code == Some(43)
+/// `wire_version` is that of the connection the getMore ran on (None: it
+/// never reached one).
+pub fn is_resumable(e: &Error, wire_version: Option<i32>) -> bool {
+    if e.is_network() && !e.is_timeout() || e.code == Some(43) {
+        return true;
+    }
+    match wire_version {
+        Some(w) if w < LABEL_MIN_WIRE_VERSION => {
+            e.code.is_some_and(|c| RESUMABLE_CODES.contains(&c))
+        }
+        _ => e.has_label("ResumableChangeStreamError"),
+    }
 }
 
 #[cfg(test)]
@@ -292,10 +318,34 @@ mod tests {
 
     #[test]
     fn resumable_errors() {
-        assert!(is_resumable(&Error::network("reset")));
+        assert!(is_resumable(&Error::network("reset"), None));
         let mut e = Error::new(ErrorKind::Server, "x");
-        assert!(!is_resumable(&e));
+        assert!(!is_resumable(&e, Some(17)));
         e.add_label("ResumableChangeStreamError");
-        assert!(is_resumable(&e));
+        assert!(is_resumable(&e, Some(17)));
+        assert!(is_resumable(&e, None));
+    }
+
+    #[test]
+    fn resumable_codes_before_4_4_labels_after() {
+        let mut stale = Error::new(ErrorKind::Server, "x");
+        stale.code = Some(63);
+        // 4.2 labels nothing: the allowlist decides.
+        assert!(is_resumable(&stale, Some(8)));
+        // 4.4 and later: only the label (mongod leaves it off a failCommand getMore).
+        assert!(!is_resumable(&stale, Some(9)));
+        let mut other = Error::new(ErrorKind::Server, "x");
+        other.code = Some(2);
+        other.add_label("ResumableChangeStreamError");
+        assert!(!is_resumable(&other, Some(8)));
+        other.code = Some(43);
+        assert!(is_resumable(&other, Some(25)));
+    }
+
+    #[test]
+    fn comment_is_the_aggregates() {
+        let s = state(rawdoc! { "comment": { "k": "v" }, "fullDocument": "updateLookup" });
+        assert_eq!(s.comment(), Some(RawBson::Document(rawdoc! { "k": "v" })));
+        assert_eq!(state(rawdoc! {}).comment(), None);
     }
 }

@@ -223,6 +223,8 @@ impl Cursor {
                 id: self.id,
                 batch_size: self.settings.batch_size,
                 max_await_ms: self.settings.max_await_ms,
+                comment: None,
+                wire_version: None,
             };
             let reply = self
                 .client
@@ -257,16 +259,18 @@ impl Cursor {
             // same budget (CSOT spec, "Cursors").
             self.resume(&budget)?;
             if self.pending.is_empty() && self.id != 0 {
-                self.get_more_changes(&budget)
-                    .inspect_err(|e| self.resume_next = e.is_timeout())?;
+                self.get_more_changes(&budget).map_err(|(e, _)| {
+                    self.resume_next = e.is_timeout();
+                    e
+                })?;
             }
         } else if !initial && self.pending.is_empty() && self.id != 0 {
             match self.get_more_changes(&budget) {
                 Ok(()) => {}
-                Err(e) if change_stream::is_resumable(&e) => self.resume(&budget)?,
-                // A timed-out getMore left the server cursor behind: the
-                // next call resumes.
-                Err(e) => {
+                Err((e, wire)) if change_stream::is_resumable(&e, wire) => self.resume(&budget)?,
+                Err((e, _)) => {
+                    // A timed-out getMore left the server cursor behind: the
+                    // next call resumes.
                     self.resume_next = e.is_timeout();
                     return Err(e);
                 }
@@ -286,7 +290,11 @@ impl Cursor {
         })
     }
 
-    fn get_more_changes(&mut self, budget: &OpTimeout) -> Result<()> {
+    /// A failure comes with the wire version of the connection it ran on.
+    fn get_more_changes(
+        &mut self,
+        budget: &OpTimeout,
+    ) -> std::result::Result<(), (crate::Error, Option<i32>)> {
         let max_await_ms = self.stream.as_ref().and_then(|s| s.options.max_await_ms);
         let mut op = GetMore {
             db: self.db.clone(),
@@ -294,13 +302,13 @@ impl Cursor {
             id: self.id,
             batch_size: self.settings.batch_size,
             max_await_ms,
+            comment: self.stream.as_ref().and_then(|s| s.comment()),
+            wire_version: None,
         };
-        let reply = self.client.execute_within(
-            &mut op,
-            budget,
-            self.session.as_ref(),
-            Some(&self.address),
-        )?;
+        let reply = self
+            .client
+            .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
+            .map_err(|e| (e, op.wire_version))?;
         self.id = reply.id;
         self.pending = reply.batch;
         self.batch_token = reply.post_batch_resume_token;

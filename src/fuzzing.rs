@@ -214,7 +214,7 @@ pub fn error_reply(bytes: &[u8]) {
     if let Err(e) = note(check_ok(doc)) {
         let _ = e.to_string();
         let _ = crate::retryable::is_retryable_read_error(&e);
-        let _ = crate::change_stream::is_resumable(&e);
+        let _ = crate::change_stream::is_resumable(&e, Some(8));
         if let Some(code) = e.code {
             let _ = crate::sdam::state_change_error(code);
         }

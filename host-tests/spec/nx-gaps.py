@@ -334,9 +334,94 @@ def map_reduce(db):
     return not ran, f"answered {shown}"
 
 
+def first_change(stream):
+    """The next change, waiting a few awaits (None when none comes)."""
+    for _ in range(10):
+        change = stream.try_next()
+        if change is not None:
+            return change
+    return None
+
+
+@gap("cs-update-description", "gives an update event an updateDescription (updatedFields, removedFields, truncatedArrays)")
+def cs_update_description(db):
+    db.c.insert_one({"_id": 1})
+    with db.c.watch(max_await_time_ms=100) as stream:
+        db.c.update_one({"_id": 1}, {"$set": {"x": 1}})
+        change = first_change(stream) or {}
+    desc = change.get("updateDescription")
+    return not isinstance(desc, dict), f"updateDescription {desc!r}"
+
+
+@gap("cs-pipeline", "applies the stages after $changeStream ($project, $addFields) and refuses an unknown stage (40324)")
+def cs_pipeline(db):
+    with db.c.watch([{"$addFields": {"newField": "v"}}], max_await_time_ms=100) as stream:
+        db.c.insert_one({"_id": 1})
+        change = first_change(stream) or {}
+    stream, err = attempt(lambda: db.c.watch([{"$unsupported": "foo"}]))
+    if stream is not None:
+        stream.close()
+    applied = change.get("newField") == "v"
+    return not applied or err is None, f"newField {change.get('newField')!r}, unknown stage: {err or 'accepted'}"
+
+
+@gap("cs-db-watch", "reports a collection's changes to a database-level or client-level change stream")
+def cs_db_watch(db):
+    seen = []
+    for target in (db, db.client):
+        with target.watch(max_await_time_ms=100) as stream:
+            db.c.insert_one({})
+            seen.append(first_change(stream) is not None)
+    return not all(seen), f"database stream saw a change: {seen[0]}, client stream: {seen[1]}"
+
+
+@gap("cs-ddl-events", "reports createIndexes, dropIndexes, collMod (showExpandedEvents), rename and drop to a collection's change stream")
+def cs_ddl_events(db):
+    db.c.insert_one({"_id": 1})
+    steps = [
+        ("createIndexes", lambda: db.c.create_index("k")),
+        ("dropIndexes", lambda: db.c.drop_index("k_1")),
+        ("modify", lambda: db.command({"collMod": "c", "validator": {}})),
+        ("rename", lambda: db.c.rename("r")),
+    ]
+    missing = []
+    with db.c.watch(max_await_time_ms=100, show_expanded_events=True) as stream:
+        for name, step in steps:
+            attempt(step)
+            if first_change(stream) is None:
+                missing.append(name)
+    with db.r.watch(max_await_time_ms=100) as stream:
+        db.r.drop()
+        if first_change(stream) is None:
+            missing.append("drop")
+    return bool(missing), f"no event for {', '.join(missing) or 'none'}"
+
+
+@gap("cs-expanded-fields", "adds collectionUUID to an insert event when showExpandedEvents is true")
+def cs_expanded_fields(db):
+    db.create_collection("c")
+    with db.c.watch(max_await_time_ms=100, show_expanded_events=True) as stream:
+        db.c.insert_one({"_id": 1})
+        change = first_change(stream) or {}
+    return "collectionUUID" not in change, f"fields {sorted(change)}"
+
+
+@gap("cs-required-images", "fails a change stream with fullDocument/fullDocumentBeforeChange 'required' when the collection keeps no images")
+def cs_required_images(db):
+    db.c.insert_one({"_id": 1})
+    outcomes = []
+    for option in ({"full_document": "required"}, {"full_document_before_change": "required"}):
+        with db.c.watch(max_await_time_ms=100, **option) as stream:
+            db.c.update_one({"_id": 1}, {"$inc": {"x": 1}})
+            change, err = attempt(lambda: first_change(stream))
+            outcomes.append(err or f"a change ({change and change.get('operationType')})")
+    return not all(o.startswith("OperationFailure") for o in outcomes), "; ".join(outcomes)
+
+
 PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
+    ("no-shards", "the sharded cluster is two proxied mongoses in front of one nx-27017: no shardCollection command or change event"),
 ]
 
 

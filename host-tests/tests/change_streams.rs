@@ -126,7 +126,8 @@ fn max_await_time_must_be_below_timeout_ms() {
 #[test]
 fn a_dropped_connection_resumes_from_the_last_token() {
     let (_, backend) = host_tests::test_server();
-    let proxy = Proxy::start(ProxyConfig::new(backend)).unwrap();
+    // A replica set: a standalone refuses $changeStream, as mongod does.
+    let proxy = Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).unwrap();
     let addr = proxy.addresses()[0];
     let mut g = Guest::new(&[addr]).unwrap();
     let (client, coll) = setup(&mut g, &format!("mongodb://{addr}/"), "resume");

@@ -6,7 +6,7 @@ use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
 use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use bson::cstr;
-use bson::{RawArray, RawDocument, RawDocumentBuf};
+use bson::{RawArray, RawBson, RawDocument, RawDocumentBuf};
 
 /// What a cursor-returning reply holds.
 #[derive(Debug)]
@@ -180,6 +180,9 @@ impl Operation for Find {
     }
 }
 
+/// getMore takes a comment from 4.4 (wire version 9).
+const COMMENT_MIN_WIRE_VERSION: i32 = 9;
+
 pub struct GetMore {
     pub db: String,
     pub coll: String,
@@ -187,12 +190,18 @@ pub struct GetMore {
     pub batch_size: Option<u32>,
     /// An awaiting (change stream) cursor's maxAwaitTimeMS, sent as maxTimeMS.
     pub max_await_ms: Option<u64>,
+    /// The opening command's comment: servers before 4.4 refuse it on getMore.
+    pub comment: Option<RawBson>,
+    /// The wire version of the connection it was sent on (a change stream's
+    /// resumability depends on it).
+    pub wire_version: Option<i32>,
 }
 
 impl Operation for GetMore {
     type Output = CursorReply;
 
-    fn build(&mut self, _: &HelloReply) -> Result<Command> {
+    fn build(&mut self, hello: &HelloReply) -> Result<Command> {
+        self.wire_version = Some(hello.max_wire_version);
         let mut body = RawDocumentBuf::new();
         body.append(cstr!("getMore"), self.id);
         body.append(cstr!("collection"), self.coll.as_str());
@@ -201,6 +210,12 @@ impl Operation for GetMore {
         }
         if let Some(ms) = self.max_await_ms {
             body.append(cstr!("maxTimeMS"), ms as i64);
+        }
+        match &self.comment {
+            Some(c) if hello.max_wire_version >= COMMENT_MIN_WIRE_VERSION => {
+                body.append(cstr!("comment"), c.clone())
+            }
+            _ => {}
         }
         Ok(Command {
             name: "getMore".into(),
@@ -372,5 +387,28 @@ mod tests {
         };
         let body = k.build(&HelloReply::default()).unwrap().body;
         assert_eq!(body, rawdoc! { "killCursors": "c", "cursors": [9i64] });
+    }
+
+    #[test]
+    fn get_more_comment_from_4_4() {
+        let mut g = GetMore {
+            db: "d".into(),
+            coll: "c".into(),
+            id: 7,
+            batch_size: None,
+            max_await_ms: None,
+            comment: Some(RawBson::String("hi".into())),
+            wire_version: None,
+        };
+        let mut hello = HelloReply {
+            max_wire_version: 8,
+            ..Default::default()
+        };
+        let body = g.build(&hello).unwrap().body;
+        assert_eq!(body.get("comment").unwrap(), None);
+        assert_eq!(g.wire_version, Some(8));
+        hello.max_wire_version = 9;
+        let body = g.build(&hello).unwrap().body;
+        assert_eq!(body.get_str("comment").unwrap(), "hi");
     }
 }

@@ -30,6 +30,8 @@ pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
+/// `$changeStream` on a mongod that is not a replica-set member (no oplog).
+pub const CHANGE_STREAM_NEEDS_REPLICA_SET: i32 = 40573;
 /// IDL: a required field is missing (a location code: no name).
 pub const IDL_MISSING_FIELD: i32 = 40414;
 /// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
@@ -166,12 +168,15 @@ pub fn is_transient_txn(code: i32, has_wce: bool, commit_or_abort: bool) -> bool
     transient
 }
 
-/// Codes that may get the ResumableChangeStreamError label on a change-stream command.
-pub fn is_resumable_change_stream(code: i32) -> bool {
+/// Codes that may get the ResumableChangeStreamError label on a change-stream command, from
+/// a server presenting `max_wire`: before 7.0 (wire 21) 63 was StaleShardVersion, a
+/// NeedRetargettingError (7.0 made the code obsolete).
+pub fn is_resumable_change_stream(code: i32, max_wire: i32) -> bool {
     is_retriable(code)
         || is_network(code)
         || is_need_retargetting(code)
         || matches!(code, 234 | 133)
+        || (code == 63 && max_wire < 21)
 }
 
 pub fn is_non_resumable_change_stream(code: i32) -> bool {
@@ -196,6 +201,14 @@ pub fn with_labels(mut reply: Document, labels: Vec<String>) -> Document {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_shard_version_is_resumable_until_7_0() {
+        assert!(is_resumable_change_stream(63, 17));
+        assert!(!is_resumable_change_stream(63, 21));
+        assert!(is_resumable_change_stream(6, 25));
+        assert!(!is_resumable_change_stream(2, 8));
+    }
 
     #[test]
     fn names_and_fallback() {

@@ -223,6 +223,7 @@ impl Conn {
             body,
             app_name: self.app_name.as_deref(),
             internal_client: self.internal_client,
+            max_wire: self.shared.version.get().max_wire,
         }
     }
 

@@ -229,6 +229,8 @@ pub struct CmdInfo<'a> {
     pub body: &'a Document,
     pub app_name: Option<&'a str>,
     pub internal_client: bool,
+    /// The presented server version's maxWireVersion (some codes' categories changed).
+    pub max_wire: i32,
 }
 
 impl CmdInfo<'_> {
@@ -322,7 +324,7 @@ pub fn error_labels(
         if cs_command
             && change_stream
             && wc_code.is_none()
-            && codes::is_resumable_change_stream(code)
+            && codes::is_resumable_change_stream(code, cmd.max_wire)
         {
             labels.push("ResumableChangeStreamError".to_string());
         } else if codes::is_non_resumable_change_stream(code) {

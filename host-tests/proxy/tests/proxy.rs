@@ -469,7 +469,7 @@ fn change_stream_errors_get_change_stream_labels() {
         doc! { "failCommands": ["aggregate"], "errorCode": 280 },
     );
     assert_eq!(
-        labels(&c.run("test", watch)),
+        labels(&c.run("test", watch.clone())),
         ["NonResumableChangeStreamError"]
     );
     fail_point(
@@ -479,6 +479,8 @@ fn change_stream_errors_get_change_stream_labels() {
     );
     let plain = doc! { "aggregate": "c", "pipeline": [], "cursor": {} };
     assert!(labels(&c.run("test", plain)).is_empty());
+    // With no fail point, a standalone has no oplog to watch (mongod's 40573).
+    assert_error(&c.run("test", watch), 40573, "Location40573");
 }
 
 #[test]

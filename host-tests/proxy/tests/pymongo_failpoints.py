@@ -196,8 +196,65 @@ def replica_set(uri):
     if e is not None:
         check(code_of(e) == 91 and e.has_error_label("RetryableWriteError"),
               f"the retry's error has code 91 and RetryableWriteError ({e!r})")
+    change_stream_labels(admin, coll)
     coll.drop()
     admin.close()
+
+
+def change_stream_labels(admin, coll):
+    """mongod labels a change stream's getMore error ResumableChangeStreamError only once
+    the cursor is checked out: failCommand fires before (PyMongo does not resume),
+    failGetMoreAfterCursorCheckout after (PyMongo resumes)."""
+    with coll.watch(max_await_time_ms=200) as stream:
+        fail_point(admin, {"times": 1}, {"failCommands": ["getMore"], "errorCode": 6})
+        coll.insert_one({"cs": 1})
+        e = expect_error("failCommand on a change stream's getMore", stream.try_next)
+        if e is not None:
+            check(code_of(e) == 6 and not e.has_error_label("ResumableChangeStreamError"),
+                  f"failCommand's getMore error has code 6 and no label ({e!r})")
+    off(admin)
+    with coll.watch(max_await_time_ms=200) as stream:
+        admin.admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout",
+                             "mode": {"times": 1}, "data": {"errorCode": 6}})
+        coll.insert_one({"cs": 2})
+        change = None
+        try:
+            for _ in range(20):
+                change = stream.try_next()
+                if change is not None:
+                    break
+        except PyMongoError as e:
+            check(False, f"failGetMoreAfterCursorCheckout: PyMongo did not resume ({e!r})")
+        check(change is not None and change["operationType"] == "insert",
+              "after failGetMoreAfterCursorCheckout PyMongo resumes and sees the insert")
+    admin.admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout",
+                         "mode": "off"})
+    # Until 6.0, 63 (StaleShardVersion) was resumable; 7.0 made the code obsolete.
+    for version, resumes in (("6.0.0", True), ("7.0.0", False)):
+        admin.admin.command({"proxySetVersion": version})
+        host, port = admin.address
+        c = client(f"mongodb://{host}:{port}/?directConnection=true")  # a new handshake
+        stream_coll = c[coll.database.name][coll.name]
+        with stream_coll.watch(max_await_time_ms=200) as stream:
+            c.admin.command({"configureFailPoint": "failGetMoreAfterCursorCheckout",
+                             "mode": {"times": 1}, "data": {"errorCode": 63}})
+            stream_coll.insert_one({"cs": version})
+            change, err = None, None
+            try:
+                for _ in range(20):
+                    change = stream.try_next()
+                    if change is not None:
+                        break
+            except PyMongoError as e:
+                err = e
+            if resumes:
+                check(change is not None and err is None,
+                      f"{version}: PyMongo resumes after StaleShardVersion ({err!r})")
+            else:
+                check(err is not None and code_of(err) == 63,
+                      f"{version}: code 63 is not resumable ({err!r}, {change})")
+        c.close()
+    admin.admin.command({"proxySetVersion": "7.0.0"})
 
 
 def main():

@@ -160,6 +160,10 @@ impl Conn {
         if let Some(refusal) = crate::cluster_time::snapshot_refusal(standalone, name, body) {
             return Action::Reply(refusal);
         }
+        if standalone && commands::is_change_stream_aggregate(name, body) {
+            let msg = "The $changeStream stage is only supported on replica sets";
+            return Action::Reply(error_doc(codes::CHANGE_STREAM_NEEDS_REPLICA_SET, msg));
+        }
         if routing {
             return Action::Reply(crate::mongos::router_command(name, db));
         }
@@ -289,7 +293,12 @@ impl Conn {
         change_stream: bool,
     ) -> Option<Action> {
         let info = self.info(name, db, body);
-        let labels = |code: i32, data: Option<&Document>| {
+        // failCommand fires before getMore checks its cursor out, so mongod does not know
+        // the getMore continues a change stream: no ResumableChangeStreamError label
+        // (error_labels.cpp reads the originating command). failGetMoreAfterCursorCheckout
+        // fires after, and gets it.
+        let known_change_stream = change_stream && name != "getMore";
+        let labels = |code: i32, data: Option<&Document>, change_stream: bool| {
             data.and_then(fp::labels_override)
                 .unwrap_or_else(|| fp::error_labels(&info, Some(code), None, change_stream))
         };
@@ -297,7 +306,7 @@ impl Conn {
             let reply = error_doc(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
             Some(Action::Reply(with_labels(
                 reply,
-                labels(codes::MAX_TIME_MS_EXPIRED, data),
+                labels(codes::MAX_TIME_MS_EXPIRED, data, change_stream),
             )))
         };
 
@@ -335,7 +344,8 @@ impl Conn {
                 if let Ok(extra) = data.get_document("errorExtraInfo") {
                     reply.extend(extra.clone());
                 }
-                return Some(Action::Reply(with_labels(reply, labels(code, Some(&data)))));
+                let labels = labels(code, Some(&data), known_change_stream);
+                return Some(Action::Reply(with_labels(reply, labels)));
             }
         }
 
@@ -350,7 +360,10 @@ impl Conn {
             {
                 let code = fp::number(&data, "errorCode").unwrap_or(1.0) as i32;
                 let reply = error_doc(code, "Hit the 'failGetMoreAfterCursorCheckout' failpoint");
-                return Some(Action::Reply(with_labels(reply, labels(code, None))));
+                return Some(Action::Reply(with_labels(
+                    reply,
+                    labels(code, None, change_stream),
+                )));
             }
         }
         let slow = fps.check(fp::SLOW_COMMAND, |d| fp::should_activate(d, &info));
