@@ -23,7 +23,7 @@ pub const ALLOWED: [(&str, &str); 16] = [
     ("wasi:clocks/monotonic-clock", "deadlines"),
     (
         "wasi:clocks/wall-clock",
-        "std::time::SystemTime (bson, rustls)",
+        "ObjectId seconds (object_id), certificate validity (rustls)",
     ),
     ("wasi:random/random", "session ids, nonces, jitter"),
     ("wasi:random/insecure-seed", "std's HashMap seeds"),
