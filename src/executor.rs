@@ -303,7 +303,13 @@ fn attempt<O: Operation>(
             return Err(e);
         }
     };
-    let mut body = cmd.body;
+    let mut body = match crate::operation::strip_raw_data(cmd.body, conn.hello.max_wire_version) {
+        Ok(body) => body,
+        Err(e) => {
+            give_back(conn, cursor);
+            return Err(e);
+        }
+    };
     body.append(cstr!("$db"), cmd.db.as_str());
     // The Stable API goes on every command, getMore and transactions included.
     crate::versioned_api::apply(client.server_api.as_ref(), &mut body);

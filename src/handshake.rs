@@ -12,6 +12,8 @@ pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const MIN_WIRE_VERSION: i32 = 8;
 /// MongoDB 5.0: snapshot reads outside transactions (Snapshot Reads spec).
 pub const SNAPSHOT_MIN_WIRE_VERSION: i32 = 13;
+/// `rawData` (server 8.2).
+pub const RAW_DATA_MIN_WIRE_VERSION: i32 = 27;
 pub const MAX_WIRE_VERSION: i32 = 25;
 /// The size limits a `hello` announces are believed up to what every mongod
 /// and mongos announces (16 MiB documents, 100,000 writes a batch,

@@ -52,7 +52,8 @@ mod component;
 pub use client::{Client, ClientOptions};
 pub use collection::{
     BulkWriteResult, Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadConcern, ReadMode,
-    ReturnDocument, UpdateModel, UpdateResult, UpdateSpec, WriteConcern, WriteModel,
+    ReturnDocument, SearchIndexModel, UpdateModel, UpdateResult, UpdateSpec, WriteConcern,
+    WriteModel,
 };
 pub use cursor::{Batch, Cursor, PackedBatch, TimeoutMode};
 pub use database::{Database, RunCommandOptions};

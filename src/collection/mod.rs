@@ -3,10 +3,12 @@
 mod indexes;
 mod map_reduce;
 mod options;
+mod search_indexes;
 pub(crate) mod writes;
 
 pub use crate::sdam::selection::ReadMode;
 pub use options::{Hint, ReadConcern, ReturnDocument, WriteConcern};
+pub use search_indexes::SearchIndexModel;
 pub use writes::{DeleteModel, UpdateModel, WriteModel};
 
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
@@ -401,7 +403,7 @@ impl Collection {
     /// retryable write, or a write sent once.
     fn command(
         &self,
-        mut body: RawDocumentBuf,
+        body: RawDocumentBuf,
         options: &OpOptions,
         retry: Retryability,
     ) -> Result<RawDocumentBuf> {
@@ -410,6 +412,18 @@ impl Collection {
             Retryability::Read => self.reading(options)?,
             _ => self.writing(options)?,
         };
+        self.command_as_given(body, &options, retry)
+    }
+
+    /// `command` without the handles' read and write concerns: what the
+    /// caller's options hold is sent, nothing more.
+    fn command_as_given(
+        &self,
+        mut body: RawDocumentBuf,
+        options: &OpOptions,
+        retry: Retryability,
+    ) -> Result<RawDocumentBuf> {
+        let options = &options.flattened()?;
         crate::operation::merge_extra(&mut body, options.extra.as_deref())?;
         let pref = self.read_preference(options.read_preference.as_ref(), options.session);
         let mut op = command_op(&self.db.name, body, retry, pref);

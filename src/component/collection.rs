@@ -1,6 +1,6 @@
 use super::exports::mongo_wasi::driver::collection::{
     self as wit_collection, AggregateOptions, FindOptions, GuestCollection, Hint, OpOptions,
-    ReturnDocument, UpdateSpec, WriteModel,
+    ReturnDocument, SearchIndexModel, UpdateSpec, WriteModel,
 };
 use super::exports::mongo_wasi::driver::cursor::{
     self as wit_cursor, Cursor as WitCursor, GuestCursor, PackedBatch, TimeoutMode,
@@ -403,6 +403,64 @@ impl GuestCollection for CollectionRes {
         wrap(self.0.drop_index("*", &op_options(&options)?))
     }
 
+    fn create_search_index(
+        &self,
+        model: SearchIndexModel,
+        options: OpOptions<'_>,
+    ) -> WitResult<String> {
+        let names = wrap(
+            self.0
+                .create_search_indexes(&[search_model(model)?], &op_options(&options)?),
+        )?;
+        Ok(names.into_iter().next().unwrap_or_default())
+    }
+
+    fn create_search_indexes(
+        &self,
+        models: Vec<SearchIndexModel>,
+        options: OpOptions<'_>,
+    ) -> WitResult<Vec<String>> {
+        let models = models
+            .into_iter()
+            .map(search_model)
+            .collect::<WitResult<Vec<_>>>()?;
+        wrap(
+            self.0
+                .create_search_indexes(&models, &op_options(&options)?),
+        )
+    }
+
+    fn list_search_indexes(
+        &self,
+        name: Option<String>,
+        options: AggregateOptions<'_>,
+    ) -> WitResult<WitCursor> {
+        let (opts, batch_size, mode) = aggregate_parts(&options)?;
+        Ok(CursorRes::wit(wrap(self.0.list_search_indexes(
+            name.as_deref(),
+            batch_size,
+            &opts,
+            mode,
+        ))?))
+    }
+
+    fn update_search_index(
+        &self,
+        name: String,
+        definition: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> WitResult<()> {
+        let definition = doc(definition)?;
+        wrap(
+            self.0
+                .update_search_index(&name, &definition, &op_options(&options)?),
+        )
+    }
+
+    fn drop_search_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
+        wrap(self.0.drop_search_index(&name, &op_options(&options)?))
+    }
+
     fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
         wrap(self.0.drop(&op_options(&options)?))
     }
@@ -465,4 +523,13 @@ impl GuestCursor for CursorRes {
         let docs = wrap(self.0.borrow_mut().collect(max))?;
         Ok(docs.into_iter().map(|d| d.into_bytes()).collect())
     }
+}
+
+/// A WIT search index model as the driver's (its definition checked).
+fn search_model(m: SearchIndexModel) -> WitResult<crate::SearchIndexModel> {
+    Ok(crate::SearchIndexModel {
+        definition: doc(m.definition)?,
+        name: m.name,
+        kind: m.kind,
+    })
 }

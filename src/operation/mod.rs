@@ -185,10 +185,34 @@ pub fn retryable_write_concern_error(reply: &RawDocument) -> Option<Error> {
     write_concern_error(reply).filter(|e| e.has_label("RetryableWriteError"))
 }
 
+/// `rawData` exists from server 8.2 (wire version 27): for an older server
+/// it is left off the command, which that server would refuse (CRUD spec:
+/// the option is ignored below 8.2).
+pub fn strip_raw_data(body: RawDocumentBuf, max_wire_version: i32) -> Result<RawDocumentBuf> {
+    if max_wire_version >= crate::handshake::RAW_DATA_MIN_WIRE_VERSION
+        || body.get("rawData")?.is_none()
+    {
+        return Ok(body);
+    }
+    crate::concern::without(&body, "rawData")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn raw_data_goes_to_8_2_and_later_only() {
+        let cmd = rawdoc! { "find": "c", "rawData": true, "filter": {} };
+        assert_eq!(strip_raw_data(cmd.clone(), 27).unwrap(), cmd);
+        assert_eq!(
+            strip_raw_data(cmd, 25).unwrap(),
+            rawdoc! { "find": "c", "filter": {} }
+        );
+        let plain = rawdoc! { "find": "c" };
+        assert_eq!(strip_raw_data(plain.clone(), 8).unwrap(), plain);
+    }
 
     #[test]
     fn int_fields_of_any_integer_type() {

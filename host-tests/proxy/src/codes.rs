@@ -32,6 +32,9 @@ pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
 /// `$changeStream` on a mongod that is not a replica-set member (no oplog).
 pub const CHANGE_STREAM_NEEDS_REPLICA_SET: i32 = 40573;
+/// Atlas Search index commands on a mongod without a search index
+/// management host (`throwIfNotRunningWithRemoteSearchIndexManagement`).
+pub const SEARCH_NOT_ENABLED: i32 = 31082;
 /// IDL: a required field is missing (a location code: no name).
 pub const IDL_MISSING_FIELD: i32 = 40414;
 /// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
@@ -120,6 +123,7 @@ const NAMES: &[(i32, &str)] = &[
     (13435, "NotPrimaryNoSecondaryOk"),
     (13436, "NotPrimaryOrSecondary"),
     (14031, "OutOfDiskSpace"),
+    (31082, "SearchNotEnabled"),
 ];
 
 /// mongod names a code it has no name for "Location<code>".

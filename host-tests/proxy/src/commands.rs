@@ -136,6 +136,21 @@ pub fn is_await_data_find(name: &str, body: &Document) -> bool {
         && body.get_bool("awaitData").unwrap_or(false)
 }
 
+/// Atlas Search index management: the three commands (from 7.0, wire
+/// version 21) and an aggregate starting with `$listSearchIndexes`.
+pub fn is_search_index_command(name: &str, body: &Document) -> bool {
+    match name {
+        "createSearchIndexes" | "updateSearchIndex" | "dropSearchIndex" => true,
+        "aggregate" => body.get_array("pipeline").is_ok_and(|stages| {
+            stages
+                .first()
+                .and_then(Bson::as_document)
+                .is_some_and(|s| s.contains_key("$listSearchIndexes"))
+        }),
+        _ => false,
+    }
+}
+
 pub fn is_change_stream_aggregate(name: &str, body: &Document) -> bool {
     name == "aggregate"
         && body.get_array("pipeline").is_ok_and(|stages| {

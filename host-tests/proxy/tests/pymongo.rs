@@ -141,3 +141,20 @@ fn pymongo_meets_the_refusals_of_the_presented_version_only() {
         SCRIPT_TIMEOUT,
     );
 }
+
+/// Atlas Search index management through the proxy, as PyMongo meets it: every helper
+/// gets mongod's SearchNotEnabled (31082), and a plain aggregate still reaches nx-27017.
+#[test]
+fn pymongo_meets_search_not_enabled() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let proxy = Proxy::start(ProxyConfig::new(backend_addr(&uri))).expect("start the proxy");
+    let direct = format!("mongodb://{}/?directConnection=true", proxy.addresses()[0]);
+    run_python(
+        &venv,
+        "pymongo_search_indexes.py",
+        &[("PROXY_URI", direct)],
+        SCRIPT_TIMEOUT,
+    );
+}

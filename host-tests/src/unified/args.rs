@@ -278,6 +278,11 @@ pub fn extra_names(op: &str) -> &'static [&'static str] {
             &["comment", "maxTimeMS", "rawData"]
         }
         "drop" | "dropCollection" => &["comment"],
+        "createSearchIndex"
+        | "createSearchIndexes"
+        | "listSearchIndexes"
+        | "updateSearchIndex"
+        | "dropSearchIndex" => &["comment"],
         "rename" => &["dropTarget", "comment"],
         "runCursorCommand" | "createCommandCursor" => {
             &["tailable", "awaitData", "maxTimeMS", "comment"]

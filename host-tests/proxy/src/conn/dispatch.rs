@@ -102,7 +102,9 @@ impl Conn {
             || routing
             || name == "configureFailPoint"
             || name == "waitForFailPoint"
-            || commands::is_forwarded(name, self.shared.version.get().max_wire);
+            || commands::is_forwarded(name, self.shared.version.get().max_wire)
+            || (commands::is_search_index_command(name, body)
+                && self.shared.version.get().max_wire >= 21);
         if !known {
             return Action::Reply(error_doc(
                 codes::COMMAND_NOT_FOUND,
@@ -163,6 +165,14 @@ impl Conn {
         if standalone && commands::is_change_stream_aggregate(name, body) {
             let msg = "The $changeStream stage is only supported on replica sets";
             return Action::Reply(error_doc(codes::CHANGE_STREAM_NEEDS_REPLICA_SET, msg));
+        }
+        if commands::is_search_index_command(name, body) {
+            // A mongod without Atlas Search (nx-27017 has none either).
+            let msg = "Using Atlas Search Database Commands and the $listSearchIndexes \
+                       aggregation stage requires additional configuration. Please connect to \
+                       Atlas or an AtlasCLI local deployment to enable. For more information on \
+                       how to connect, see https://dochub.mongodb.org/core/atlas-cli-deploy-local-reqs.";
+            return Action::Reply(error_doc(codes::SEARCH_NOT_ENABLED, msg));
         }
         if routing {
             return Action::Reply(crate::mongos::router_command(name, db));

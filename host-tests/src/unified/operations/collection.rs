@@ -3,8 +3,8 @@
 use super::cursor;
 use super::{decode, output, unwrap_v, OpResult, Output};
 use crate::bindings::exports::mongo_wasi::driver::collection::{
-    AggregateOptions, DeleteModel, FindOptions, Hint, OpOptions, UpdateModel, UpdateSpec,
-    WriteModel,
+    AggregateOptions, DeleteModel, FindOptions, Hint, OpOptions, SearchIndexModel, UpdateModel,
+    UpdateSpec, WriteModel,
 };
 use crate::bindings::exports::mongo_wasi::driver::cursor::TimeoutMode;
 use crate::bindings::exports::mongo_wasi::driver::types::{BulkWriteResult, UpdateResult};
@@ -557,6 +557,61 @@ impl TestRun {
                     .map(|d| d.get("name").cloned().unwrap_or(Bson::Null));
                 Ok(Ok(Output::Value(Bson::Array(names.collect()))))
             }
+            "createSearchIndex" => {
+                let model = search_model(&args.req_doc("model")?)?;
+                let r = api.call_create_search_index(
+                    s,
+                    coll,
+                    &model,
+                    &op_options(&mut args, session)?,
+                )?;
+                output(r, |n| Ok(Output::Value(Bson::String(n))))
+            }
+            "createSearchIndexes" => {
+                let models: Step<Vec<SearchIndexModel>> =
+                    args.docs("models")?.iter().map(search_model).collect();
+                let r = api.call_create_search_indexes(
+                    s,
+                    coll,
+                    &models?,
+                    &op_options(&mut args, session)?,
+                )?;
+                output(r, |names| {
+                    Ok(Output::Value(Bson::Array(
+                        names.into_iter().map(Bson::String).collect(),
+                    )))
+                })
+            }
+            "listSearchIndexes" => {
+                let name = args.string("name")?;
+                // The spec's `aggregationOptions` are the aggregate's own.
+                if let Some(agg) = args.doc("aggregationOptions")? {
+                    for (k, v) in agg {
+                        args.set(&k, v);
+                    }
+                }
+                let o = aggregate_options(&mut args, session)?;
+                let r = api.call_list_search_indexes(s, coll, name.as_deref(), &o)?;
+                cursor::documents(g, r)
+            }
+            "updateSearchIndex" => {
+                let name = args.req_string("name")?;
+                let definition = bytes(&args.req_doc("definition")?)?;
+                let r = api.call_update_search_index(
+                    s,
+                    coll,
+                    &name,
+                    &definition,
+                    &op_options(&mut args, session)?,
+                )?;
+                output(r, |()| Ok(Output::None))
+            }
+            "dropSearchIndex" => {
+                let name = args.req_string("name")?;
+                let r =
+                    api.call_drop_search_index(s, coll, &name, &op_options(&mut args, session)?)?;
+                output(r, |()| Ok(Output::None))
+            }
             "drop" => {
                 let r = api.call_drop(s, coll, &typed_options(&mut args, session)?)?;
                 output(r, |()| Ok(Output::None))
@@ -581,4 +636,32 @@ impl TestRun {
 /// A WIT list of documents, decoded.
 pub fn decode_all(list: &[Vec<u8>], what: &str) -> Step<Vec<Document>> {
     list.iter().map(|d| decode(d, what)).collect()
+}
+
+/// A unified test's `{definition, name?, type?}` as the WIT record.
+fn search_model(d: &Document) -> Step<SearchIndexModel> {
+    let mut d = d.clone();
+    let definition = match d.remove("definition") {
+        Some(Bson::Document(def)) => bytes(&def)?,
+        _ => {
+            return Err(Fail(
+                "a search index model needs a definition document".into(),
+            ))
+        }
+    };
+    let text = |v: Option<Bson>, what: &str| match v {
+        None => Ok(None),
+        Some(Bson::String(s)) => Ok(Some(s)),
+        Some(other) => Err(Fail(format!("search index model {what}: {other}"))),
+    };
+    let name = text(d.remove("name"), "name")?;
+    let kind = text(d.remove("type"), "type")?;
+    if let Some(k) = d.keys().next() {
+        return Err(Fail(format!("search index model: unknown field {k}")));
+    }
+    Ok(SearchIndexModel {
+        definition,
+        name,
+        kind,
+    })
 }
