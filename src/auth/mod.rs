@@ -176,8 +176,15 @@ impl Authenticator {
         Ok((conv, Step::Send(first)))
     }
 
-    /// A failed `hello` with a credential is an authentication error (auth spec).
+    /// A failed `hello` with a credential is an authentication error (auth
+    /// spec), except a state change error (shutting down, recovering, not
+    /// primary): the server refused the hello itself, before authenticating,
+    /// and SDAM handles it as it does any handshake's (SDAM
+    /// hello-command-error under auth).
     pub fn hello_failed(&self, e: Error) -> Error {
+        if e.code.and_then(crate::sdam::state_change_error).is_some() {
+            return e;
+        }
         as_auth_error(e, &self.describe(None))
     }
 

@@ -311,6 +311,13 @@ fn a_failed_hello_is_an_authentication_error() {
     assert_eq!((e.kind, e.code), (ErrorKind::Authentication, Some(11)));
     let net = a.hello_failed(Error::network("closed"));
     assert_eq!(net.kind, ErrorKind::Network, "a network error stays one");
+    // A hello refused for shutdown is the server's state, not the credential's.
+    let shutdown = crate::conn::check_ok(
+        &rawdoc! { "ok": 0, "errmsg": "shutting down", "code": 91, "codeName": "ShutdownInProgress" },
+    )
+    .unwrap_err();
+    let e = a.hello_failed(shutdown);
+    assert_eq!((e.kind, e.code), (ErrorKind::Server, Some(91)));
 }
 
 #[test]
