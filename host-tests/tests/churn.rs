@@ -224,6 +224,11 @@ fn a_drained_reply_for_another_request_closes_the_connection() {
             .map(|_| ())
             .map_err(|e| e.kind)
     };
+    // Connect and handshake first (the server check's connection joins the
+    // pool), so the 100 ms ping times out waiting for its reply, not in a
+    // handshake slowed by a loaded machine (which would close the connection).
+    guest.check_servers(client).unwrap().expect("check");
+    guest.take_pool_events(client).unwrap();
     assert_eq!(ping(&mut guest, 100), Err(ErrorKind::Timeout));
     assert_eq!(listener.accepted(), 1);
     // The wrong reply is in the socket by now.
