@@ -127,6 +127,22 @@ impl GuestBucket for BucketRes {
         wrap(self.0.rename(&id(file_id)?, &new_filename, &options(&o)))
     }
 
+    fn delete_by_name(&self, filename: String, o: GridfsOptions<'_>) -> WitResult<()> {
+        wrap(self.0.delete_by_name(&filename, &options(&o)))
+    }
+
+    fn rename_by_name(
+        &self,
+        filename: String,
+        new_filename: String,
+        o: GridfsOptions<'_>,
+    ) -> WitResult<()> {
+        wrap(
+            self.0
+                .rename_by_name(&filename, &new_filename, &options(&o)),
+        )
+    }
+
     fn drop(&self, o: GridfsOptions<'_>) -> WitResult<()> {
         wrap(self.0.drop(&options(&o)))
     }

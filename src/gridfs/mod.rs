@@ -255,6 +255,104 @@ impl Bucket {
         Ok(())
     }
 
+    /// Every revision named `filename`: finds their ids, deletes those files
+    /// documents, then their chunks (GridFS spec: delete_by_name);
+    /// FileNotFound when there is none. One budget for all of it.
+    pub fn delete_by_name(&self, filename: &str, options: &GridfsOptions) -> Result<()> {
+        let call = self.call(options);
+        let ids = self.ids_named(filename, &call)?;
+        if ids.is_empty() {
+            return Err(Error::invalid_argument(format!(
+                "FileNotFound: no file named {filename:?}"
+            )));
+        }
+        let ids = RawBson::Array(ids);
+        self.delete_where(
+            &self.files(),
+            rawdoc! { "_id": { "$in": ids.clone() } },
+            &call,
+        )?;
+        self.delete_where(
+            &self.chunks(),
+            rawdoc! { "files_id": { "$in": ids } },
+            &call,
+        )?;
+        Ok(())
+    }
+
+    /// The `_id` of every files document named `filename`, the cursor
+    /// iterated to its end under the call's budget.
+    fn ids_named(&self, filename: &str, call: &Call) -> Result<bson::RawArrayBuf> {
+        let mut op = Find {
+            db: self.db.clone(),
+            coll: self.files(),
+            filter: rawdoc! { "filename": filename },
+            sort: None,
+            projection: Some(rawdoc! { "_id": 1 }),
+            skip: None,
+            limit: None,
+            batch_size: None,
+            extra: None,
+            max_time: true,
+            read_preference: crate::sdam::selection::ReadPreference::primary(),
+        };
+        // The cursor's getMores need the session its find ran under.
+        let session = self.client.session_for(call.session);
+        let reply: CursorReply =
+            self.client
+                .execute_within(&mut op, &call.budget, Some(&session), None)?;
+        let settings = crate::cursor::CursorSettings::default();
+        let mut cursor = Cursor::new(
+            self.client.clone(),
+            &self.db,
+            reply,
+            settings,
+            call.budget,
+            Some(session),
+        )?;
+        let mut ids = bson::RawArrayBuf::new();
+        loop {
+            let batch = cursor.next_batch()?;
+            for d in &batch.documents {
+                let id = d
+                    .get("_id")
+                    .map_err(|e| Error::protocol(format!("files document: {e}")))?
+                    .ok_or_else(|| Error::protocol("files document without _id"))?;
+                ids.push(id.to_owned());
+            }
+            if batch.exhausted {
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// Sets the filename of every revision named `filename` (GridFS spec:
+    /// rename_by_name, one update of them all); FileNotFound when none matched.
+    pub fn rename_by_name(
+        &self,
+        filename: &str,
+        new_filename: &str,
+        options: &GridfsOptions,
+    ) -> Result<()> {
+        let call = self.call(options);
+        let update = rawdoc! {
+            "q": { "filename": filename },
+            "u": { "$set": { "filename": new_filename } },
+            "multi": true,
+        };
+        let reply = self.command(
+            rawdoc! { "update": self.files(), "updates": [update] },
+            &call,
+        )?;
+        crate::operation::check_write_errors(&reply)?;
+        if reply.get_i32("n").unwrap_or(0) == 0 {
+            return Err(Error::invalid_argument(format!(
+                "FileNotFound: no file named {filename:?}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Drops both collections.
     pub fn drop(&self, options: &GridfsOptions) -> Result<()> {
         let call = self.call(options);

@@ -124,6 +124,19 @@ impl TestRun {
                 )?;
                 output(r, |()| Ok(Output::None))
             }
+            "deleteByName" => {
+                let name = args.req_string("filename")?;
+                let opts = gridfs_options(args, session, timeout_ms)?;
+                let r = api.call_delete_by_name(s, bucket, &name, opts)?;
+                output(r, |()| Ok(Output::None))
+            }
+            "renameByName" => {
+                let name = args.req_string("filename")?;
+                let new_name = args.req_string("newFilename")?;
+                let opts = gridfs_options(args, session, timeout_ms)?;
+                let r = api.call_rename_by_name(s, bucket, &name, &new_name, opts)?;
+                output(r, |()| Ok(Output::None))
+            }
             "drop" => {
                 let r = api.call_drop(s, bucket, gridfs_options(args, session, timeout_ms)?)?;
                 output(r, |()| Ok(Output::None))

@@ -120,6 +120,33 @@ impl TestRun {
                 handle.resource_drop(&mut g.store)?;
                 output(r, |()| Ok(Output::None))
             }
+            // No driver helper (the spec has none): collMod through runCommand,
+            // as other drivers' runners do.
+            "modifyCollection" => {
+                let coll = args.req_string("collection")?;
+                let mut command = bson::doc! { "collMod": coll };
+                for key in [
+                    "index",
+                    "validator",
+                    "validationLevel",
+                    "validationAction",
+                    "changeStreamPreAndPostImages",
+                    "expireAfterSeconds",
+                    "comment",
+                ] {
+                    if let Some(v) = args.take(key) {
+                        command.insert(key, v);
+                    }
+                }
+                let opts = RunCommandOptions {
+                    timeout_ms: args.timeout()?,
+                    session,
+                    read_preference: None,
+                };
+                args.done()?;
+                let r = api.call_run_command(s, db, &bytes(&command)?, &opts)?;
+                output(r, |_| Ok(Output::None))
+            }
             "createChangeStream" => {
                 let p = pipeline(&mut args)?;
                 let r = api.call_watch(s, db, &p, &aggregate_options(&mut args, session)?)?;
