@@ -432,11 +432,12 @@ const WIRE_VERSION_4_2: i32 = 8;
 const WIRE_VERSION_6_0: i32 = 17;
 
 impl TopologyDescription {
-    /// `direct`: the directConnection option. Unset, one seed without a
-    /// replica set name is a direct connection; explicitly false, it is discovered.
+    /// `direct`: the directConnection option. Unset is false (SDAM spec,
+    /// initial TopologyType: "newly developed drivers"), so one seed is
+    /// discovered too: Unknown, then Single if it is a standalone
+    /// (updateUnknownWithStandalone), or the replica set it belongs to.
     pub fn new(seeds: &[String], direct: Option<bool>, set_name: Option<String>) -> Self {
-        let single_seed = seeds.len() == 1 && set_name.is_none() && direct.is_none();
-        let kind = if direct == Some(true) || single_seed {
+        let kind = if direct == Some(true) {
             TopologyType::Single
         } else if set_name.is_some() {
             TopologyType::ReplicaSetNoPrimary
@@ -900,9 +901,9 @@ mod tests {
     }
 
     #[test]
-    fn single_seed_is_single() {
+    fn a_single_seed_is_discovered_standalone_becomes_single() {
         let mut t = TopologyDescription::new(&["a:1".into()], None, None);
-        assert_eq!(t.kind, TopologyType::Single);
+        assert_eq!(t.kind, TopologyType::Unknown);
         t.update(
             "a:1",
             Ok((
@@ -914,6 +915,26 @@ mod tests {
             )),
         );
         assert_eq!(t.servers[0].kind, ServerType::Standalone);
+        assert_eq!(t.kind, TopologyType::Single);
+        // Only directConnection=true starts Single.
+        let t = TopologyDescription::new(&["a:1".into()], Some(true), None);
+        assert_eq!(t.kind, TopologyType::Single);
+    }
+
+    #[test]
+    fn a_single_seed_that_is_a_secondary_discovers_its_set() {
+        let mut t = TopologyDescription::new(&["a:1".into()], None, None);
+        let hello = HelloReply {
+            secondary: true,
+            set_name: Some("rs0".into()),
+            hosts: vec!["a:1".into(), "b:1".into()],
+            me: Some("a:1".into()),
+            max_wire_version: 21,
+            ..Default::default()
+        };
+        t.update("a:1", Ok((hello, None)));
+        assert_eq!(t.kind, TopologyType::ReplicaSetNoPrimary);
+        assert_eq!(t.servers.len(), 2, "b:1 is discovered");
     }
 
     #[test]
