@@ -36,9 +36,12 @@ impl Gate {
     }
 }
 
+/// The label of an overload error.
+pub const OVERLOADED: &str = "SystemOverloadedError";
+
 /// The server is overloaded: a retry of this error waits a backoff first.
 pub fn is_overload(e: &Error) -> bool {
-    e.has_label("SystemOverloadedError")
+    e.has_label(OVERLOADED)
 }
 
 /// An overload error that any command may retry.

@@ -164,6 +164,7 @@ impl Client {
                 load_balanced: o.load_balanced == Some(true),
             },
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
+            min_pool_size: o.min_pool_size.unwrap_or(0) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
             monitor_pool: options.monitor_commands,

@@ -12,6 +12,18 @@ use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind};
 use std::time::Duration;
 
+/// CMAP, establishing a connection: a network error or timeout in the TCP
+/// connect, TLS or hello of a pool's new connection (not in authentication)
+/// gets the `SystemOverloadedError` and `RetryableError` labels, so SDAM
+/// leaves the server and pool alone and the overload retry policy applies.
+pub fn label_establishment_error(mut e: Error) -> Error {
+    if e.is_network() {
+        e.add_label(crate::backpressure::OVERLOADED);
+        e.add_label("RetryableError");
+    }
+    e
+}
+
 /// How long a pending reply is waited for, counted from the timeout (or from
 /// the last aliveness check that found bytes). Past it the reply is presumed lost.
 pub const PENDING_RESPONSE_WINDOW: Duration = Duration::from_secs(3);
@@ -271,6 +283,23 @@ mod tests {
     use crate::csot::LegacyTimeouts;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn network_errors_and_timeouts_of_an_establishment_are_overloads_others_are_not() {
+        for e in [Error::network("reset"), Error::timeout("hello")] {
+            let e = label_establishment_error(e);
+            assert!(crate::backpressure::is_overload(&e), "{e}");
+            assert!(e.has_label("RetryableError"), "{e}");
+        }
+        let mut auth = Error::network("x");
+        auth.kind = ErrorKind::Authentication;
+        let auth = label_establishment_error(auth);
+        assert!(!crate::backpressure::is_overload(&auth));
+        let mut server = Error::network("x");
+        server.kind = ErrorKind::Server;
+        server.code = Some(91);
+        assert!(!label_establishment_error(server).has_label("RetryableError"));
+    }
 
     fn csot(now: Instant, ms: u64) -> OpTimeout {
         OpTimeout::start(now, Some(ms), LegacyTimeouts::default())

@@ -101,6 +101,12 @@ impl Connection {
         (connect, handshake): (Deadline, Deadline),
         authenticate: bool,
     ) -> Result<Established> {
+        // A pool's connection (`authenticate`): its failures before
+        // authentication are labelled overloads (CMAP backpressure).
+        let label = |e: Error| match authenticate {
+            true => crate::cmap::label_establishment_error(e),
+            false => e,
+        };
         let stream = Stream::connect(
             address,
             host,
@@ -108,7 +114,8 @@ impl Connection {
             &settings.name_servers,
             settings.tls.as_ref(),
             connect,
-        )?;
+        )
+        .map_err(label)?;
         let deadline = handshake;
         let mut conn = Connection {
             stream,
@@ -137,7 +144,7 @@ impl Connection {
         }
         .map_err(|e| match auth {
             Some(a) if e.kind == ErrorKind::Server => a.hello_failed(e),
-            _ => in_handshake(e, address),
+            _ => label(in_handshake(e, address)),
         })?;
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;

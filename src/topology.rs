@@ -46,6 +46,9 @@ pub struct TopologySettings {
     pub local_threshold: Duration,
     pub connect: ConnectSettings,
     pub max_pool_size: usize,
+    /// CMAP minPoolSize: filled by `check_due_servers` (the host's idle time;
+    /// a single-threaded client has no background thread).
+    pub min_pool_size: usize,
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
@@ -265,7 +268,55 @@ impl Topology {
         for address in &due {
             self.check(address, &criteria, timeout, deadline)?;
         }
+        self.fill_pools(timeout, deadline);
         Ok(())
+    }
+
+    /// CMAP minPoolSize: each ready pool short of it gets new connections,
+    /// fully established (hello and authentication), one at a time within
+    /// `deadline`. A failure ends that pool's filling; it is the pool's
+    /// (events, SDAM error handling as for a checkout), not the caller's.
+    fn fill_pools(&mut self, timeout: &OpTimeout, deadline: Deadline) {
+        let min = self.settings.min_pool_size;
+        if min == 0 || self.settings.connect.load_balanced {
+            return;
+        }
+        let addresses: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .filter(|s| s.kind.is_known())
+            .map(|s| s.address.clone())
+            .collect();
+        for address in addresses {
+            // A check's connection no checkout took yet is the monitor's in
+            // CMAP terms, not yet the pool's: it does not count.
+            while {
+                let state = self.state(&address);
+                let pooled = state.idle.len() - state.unannounced.len().min(state.idle.len());
+                state.ready && pooled < min.min(self.settings.max_pool_size.max(1))
+            } {
+                let now = runtime::now();
+                if deadline.is_expired(now) {
+                    return;
+                }
+                let (connect, handshake) = timeout.establish_deadlines(deadline, now);
+                let id = self.next_id();
+                self.events
+                    .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
+                let result = self.establish(
+                    &address,
+                    id,
+                    connect.min(deadline),
+                    handshake.min(deadline),
+                    true,
+                );
+                match self.handshake_done(&address, id, now, result) {
+                    Ok(conn) => self.keep_or_close(conn),
+                    Err(_) => break,
+                }
+            }
+        }
     }
 
     /// Whether `address` was last checked a heartbeat ago or more.
@@ -546,7 +597,10 @@ impl Topology {
                 Ok(conn)
             }
             Err(e) => {
-                if !e.is_timeout() {
+                // A network error or timeout before authentication is the
+                // server shedding load (CMAP backpressure): labelled, it
+                // neither marks the server Unknown nor clears the pool.
+                if !e.is_timeout() && !crate::backpressure::is_overload(&e) {
                     self.mark_unknown(address, &e);
                 }
                 self.events.emit(|| {
