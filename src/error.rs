@@ -61,6 +61,16 @@ pub struct WriteFailure {
     pub partial_result: crate::collection::BulkWriteResult,
 }
 
+/// What a failed client bulk write reports (Bulk Write spec,
+/// BulkWriteException): its errors by model index and, when some write
+/// succeeded, what it wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientWriteFailure {
+    pub write_errors: Vec<WriteError>,
+    pub write_concern_errors: Vec<WriteConcernError>,
+    pub partial_result: Option<crate::bulk_write::ClientBulkWriteResult>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Error {
     pub kind: ErrorKind,
@@ -76,6 +86,9 @@ pub struct Error {
     /// The write errors and partial result of a failed insert-many or
     /// bulk write. Boxed, as `reply`.
     pub write_failure: Option<Box<WriteFailure>>,
+    /// The write errors and partial result of a failed client bulk write.
+    /// Boxed, as `reply`.
+    pub client_write_failure: Option<Box<ClientWriteFailure>>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -107,6 +120,7 @@ impl Error {
             cause: None,
             reply: None,
             write_failure: None,
+            client_write_failure: None,
         }
     }
 

@@ -46,7 +46,7 @@ pub enum WriteModel {
 
 impl WriteModel {
     /// The model in the planner's shape (`{updateOne: {filter, update, ...}}`).
-    fn to_document(&self) -> Result<RawDocumentBuf> {
+    pub(crate) fn to_document(&self) -> Result<RawDocumentBuf> {
         let statement_options =
             |d: &mut RawDocumentBuf, collation: &Option<RawDocumentBuf>, hint: &Option<Hint>| {
                 if let Some(c) = collation {
