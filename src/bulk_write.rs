@@ -473,9 +473,12 @@ impl Operation for BulkWriteCommand<'_> {
 
     fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<BatchReply> {
         // A write concern error the server labelled retryable is retried
-        // (same batch, same txnNumber), as for the collection's writes.
-        if let Some(e) = crate::operation::retryable_write_concern_error(&reply) {
-            return Err(e);
+        // (same batch, same txnNumber) when the batch is a retryable write,
+        // as for the collection's writes; otherwise it is reported.
+        if self.retryability() == Retryability::Write {
+            if let Some(e) = crate::operation::retryable_write_concern_error(&reply) {
+                return Err(e);
+            }
         }
         BatchReply::parse(&reply, address, self.acknowledged)
     }
@@ -743,9 +746,22 @@ impl crate::Client {
         }
         .flattened()?;
         let mut extra = crate::csot::without_caller_max_time(typed.extra.as_ref(), timeout_ms)?;
+        let in_transaction = session_opt.is_some_and(Session::in_transaction);
+        let given_concern = extra.as_ref().is_some_and(|e| {
+            e.get(crate::concern::WRITE.as_str())
+                .ok()
+                .flatten()
+                .is_some()
+        });
+        if in_transaction && given_concern {
+            // Transactions spec: the transaction's write concern applies.
+            return Err(Error::invalid_argument(
+                "Cannot set write concern after starting a transaction",
+            ));
+        }
         // The client's write concern, outside transactions (under CSOT
         // without wtimeout), as for the collection's writes.
-        if !session_opt.is_some_and(Session::in_transaction) {
+        if !in_transaction {
             let concern = match &self.inner.write_concern {
                 Some(c) if timeout_ms.is_some() => Some(crate::concern::without_wtimeout(c)?),
                 other => other.clone(),
