@@ -1240,6 +1240,49 @@ mod tests {
     }
 
     #[test]
+    fn a_labelled_write_concern_error_is_retried_only_by_a_retryable_batch() {
+        let reply = rawdoc! {
+            "ok": 1, "nErrors": 0, "nDeleted": 1,
+            "cursor": { "id": 0i64, "firstBatch": [], "ns": "admin.$cmd.bulkWrite" },
+            "writeConcernError": { "code": 91, "errmsg": "x" },
+            "errorLabels": ["RetryableWriteError"],
+        };
+        let delete = |many| ClientWriteModel {
+            namespace: "d.c".into(),
+            model: match many {
+                true => WriteModel::DeleteMany(DeleteModel {
+                    filter: rawdoc! {},
+                    collation: None,
+                    hint: None,
+                }),
+                false => WriteModel::DeleteOne(DeleteModel {
+                    filter: rawdoc! {},
+                    collation: None,
+                    hint: None,
+                }),
+            },
+            sort: None,
+        };
+        let body = command_body(true, false, None).unwrap();
+        let single = prepare(&[delete(false)]).unwrap();
+        let mut op = BulkWriteCommand::new(&single, 0, body.clone(), true);
+        assert_eq!(op.retryability(), Retryability::Write);
+        let cmd = op.build(&hello(10, 1 << 20)).unwrap();
+        assert_eq!(cmd.db, "admin");
+        let e = op.handle_reply(reply.clone(), "a:1").unwrap_err();
+        assert!(
+            e.has_label("RetryableWriteError"),
+            "retried by the executor"
+        );
+        let multi = prepare(&[delete(true)]).unwrap();
+        let mut op = BulkWriteCommand::new(&multi, 0, body, true);
+        assert_eq!(op.retryability(), Retryability::None);
+        op.build(&hello(10, 1 << 20)).unwrap();
+        let r = op.handle_reply(reply, "a:1").unwrap();
+        assert_eq!(r.write_concern_error.unwrap().code, Some(91), "reported");
+    }
+
+    #[test]
     fn write_concern_errors_alone_fail_as_write_concern() {
         let reply = rawdoc! {
             "ok": 1, "nErrors": 0, "nInserted": 1,
