@@ -9,7 +9,7 @@
 
 use crate::collection::{UpdateResult, WriteConcern, WriteModel};
 use crate::conn::server_error;
-use crate::error::{ClientWriteFailure, Error, ErrorKind, Result, WriteConcernError, WriteError};
+use crate::error::{Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
 use crate::handshake::HelloReply;
 use crate::object_id::ObjectIds;
 use crate::operation::{int_field, Command, CursorReply, Operation};
@@ -701,10 +701,11 @@ impl Merged {
             err.add_label(l);
         }
         let partial = self.any_success.then_some(self.result);
-        err.client_write_failure = Some(Box::new(ClientWriteFailure {
+        err.write_failure = Some(Box::new(WriteFailure {
             write_errors: self.write_errors,
             write_concern_errors: self.write_concern_errors,
-            partial_result: partial,
+            partial_result: None,
+            client_partial_result: partial,
         }));
         err
     }
@@ -715,7 +716,7 @@ impl crate::Client {
     /// (MongoDB 8.0+), split to the server's limits, every command and
     /// getMore of the results cursors under one deadline. Batches without
     /// multi-document models are retryable writes. Write errors and write
-    /// concern errors fail it with `Error::client_write_failure` (the errors
+    /// concern errors fail it with `Error::write_failure` (the errors
     /// by model index and, when some write succeeded, the partial result);
     /// a top-level error (a failed command or getMore) ends it at once and
     /// carries what was observed before it the same way.
@@ -1184,10 +1185,10 @@ mod tests {
         assert_eq!(v.update_results[0].1.upserted_id, Some(RawBson::Int32(1)));
         let e = m.finish().unwrap_err();
         assert_eq!(e.kind, ErrorKind::DuplicateKey);
-        let f = e.client_write_failure.unwrap();
+        let f = e.write_failure.unwrap();
         assert_eq!(f.write_errors[0].index, 3);
         assert_eq!(f.write_errors[0].details, Some(rawdoc! { "a": 1 }));
-        assert!(f.partial_result.is_some());
+        assert!(f.client_partial_result.is_some());
     }
 
     #[test]
@@ -1202,7 +1203,7 @@ mod tests {
             details: None,
         });
         let e = m.finish().unwrap_err();
-        assert!(e.client_write_failure.unwrap().partial_result.is_none());
+        assert!(e.write_failure.unwrap().client_partial_result.is_none());
         let mut m = Merged::new(false);
         m.batch_done(true, 3, 1, Some(2));
         assert!(
@@ -1220,7 +1221,7 @@ mod tests {
     fn top_level_errors_keep_what_was_observed() {
         let top = Error::new(ErrorKind::Network, "reset");
         let m = Merged::new(false);
-        assert!(m.top_level(top.clone()).client_write_failure.is_none());
+        assert!(m.top_level(top.clone()).write_failure.is_none());
         let mut m = Merged::new(false);
         m.add_counts(&BatchReply {
             n_errors: 0,
@@ -1235,7 +1236,7 @@ mod tests {
         m.batch_done(true, 2, 0, None);
         let e = m.top_level(top);
         assert_eq!(e.kind, ErrorKind::Network);
-        let partial = e.client_write_failure.unwrap().partial_result.unwrap();
+        let partial = e.write_failure.unwrap().client_partial_result.unwrap();
         assert_eq!(partial.inserted_count, 2);
     }
 
@@ -1297,9 +1298,9 @@ mod tests {
         let e = m.finish().unwrap_err();
         assert_eq!(e.kind, ErrorKind::WriteConcern);
         assert_eq!(e.code, Some(91));
-        let f = e.client_write_failure.unwrap();
+        let f = e.write_failure.unwrap();
         assert_eq!(f.write_concern_errors[0].details, Some(rawdoc! { "w": 2 }));
-        assert_eq!(f.partial_result.unwrap().inserted_count, 1);
+        assert_eq!(f.client_partial_result.unwrap().inserted_count, 1);
         assert!(BatchReply::parse(&rawdoc! { "ok": 1 }, "a:1", true).is_err());
         assert!(BatchReply::parse(&rawdoc! { "ok": 1 }, "a:1", false).is_ok());
     }

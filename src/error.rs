@@ -52,23 +52,18 @@ pub struct WriteConcernError {
     pub details: Option<RawDocumentBuf>,
 }
 
-/// What a failed insert-many or bulk write reports (CRUD spec,
-/// BulkWriteException): its errors and what it wrote.
+/// What a failed insert-many, bulk write or client bulk write reports
+/// (CRUD spec and Bulk Write spec, BulkWriteException): its errors and what
+/// it wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteFailure {
     pub write_errors: Vec<WriteError>,
     pub write_concern_errors: Vec<WriteConcernError>,
-    pub partial_result: crate::collection::BulkWriteResult,
-}
-
-/// What a failed client bulk write reports (Bulk Write spec,
-/// BulkWriteException): its errors by model index and, when some write
-/// succeeded, what it wrote.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientWriteFailure {
-    pub write_errors: Vec<WriteError>,
-    pub write_concern_errors: Vec<WriteConcernError>,
-    pub partial_result: Option<crate::bulk_write::ClientBulkWriteResult>,
+    /// Insert-many and a collection's bulk write: what they wrote.
+    pub partial_result: Option<crate::collection::BulkWriteResult>,
+    /// A client bulk write: what it wrote, when some write is known to have
+    /// succeeded.
+    pub client_partial_result: Option<crate::bulk_write::ClientBulkWriteResult>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,12 +78,9 @@ pub struct Error {
     pub cause: Option<Box<Cause>>,
     /// Boxed: rarely set, and it keeps `Result<T>` small on the hot path.
     pub reply: Option<Box<RawDocumentBuf>>,
-    /// The write errors and partial result of a failed insert-many or
-    /// bulk write. Boxed, as `reply`.
+    /// The write errors and partial result of a failed insert-many, bulk
+    /// write or client bulk write. Boxed, as `reply`.
     pub write_failure: Option<Box<WriteFailure>>,
-    /// The write errors and partial result of a failed client bulk write.
-    /// Boxed, as `reply`.
-    pub client_write_failure: Option<Box<ClientWriteFailure>>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -120,7 +112,6 @@ impl Error {
             cause: None,
             reply: None,
             write_failure: None,
-            client_write_failure: None,
         }
     }
 

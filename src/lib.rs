@@ -62,10 +62,7 @@ pub use collection::{
 pub use cursor::{Batch, Cursor, PackedBatch, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
-pub use error::{
-    Cause, ClientWriteFailure, Error, ErrorKind, Result, WriteConcernError, WriteError,
-    WriteFailure,
-};
+pub use error::{Cause, Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };

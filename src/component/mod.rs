@@ -52,29 +52,22 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         message: w.message,
         details: w.details.map(|d| d.into_bytes()),
     };
-    let (mut write_errors, mut write_concern_errors, partial_result) = match e.write_failure {
-        None => (Vec::new(), Vec::new(), None),
-        Some(f) => {
-            let f = *f;
-            (
-                f.write_errors.into_iter().map(write_error).collect(),
-                f.write_concern_errors
-                    .into_iter()
-                    .map(concern_error)
-                    .collect(),
-                Some(bulk_write_result(f.partial_result)),
-            )
-        }
-    };
-    let client_partial_result = match e.client_write_failure {
-        None => None,
-        Some(f) => {
-            let f = *f;
-            write_errors.extend(f.write_errors.into_iter().map(write_error));
-            write_concern_errors.extend(f.write_concern_errors.into_iter().map(concern_error));
-            f.partial_result.map(client_bulk_write_result)
-        }
-    };
+    let (write_errors, write_concern_errors, partial_result, client_partial_result) =
+        match e.write_failure {
+            None => (Vec::new(), Vec::new(), None, None),
+            Some(f) => {
+                let f = *f;
+                (
+                    f.write_errors.into_iter().map(write_error).collect(),
+                    f.write_concern_errors
+                        .into_iter()
+                        .map(concern_error)
+                        .collect(),
+                    f.partial_result.map(bulk_write_result),
+                    f.client_partial_result.map(client_bulk_write_result),
+                )
+            }
+        };
     wit::Error {
         kind,
         code: e.code,

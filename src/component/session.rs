@@ -63,7 +63,6 @@ fn from_wit(e: wit::Error) -> Error {
         reply,
         // The body's outcome decides a retry by its kind and labels only.
         write_failure: None,
-        client_write_failure: None,
     }
 }
 
