@@ -1,7 +1,9 @@
 //! Client bulk write (Bulk Write spec) through the component against the
 //! test server (nx-27017, which has the 8.0 `bulkWrite` command): mixed
 //! models on two namespaces in one command, verbose results, and the error
-//! of an ordered and an unordered write with a duplicate key.
+//! of an ordered and an unordered write with a duplicate key; and against a
+//! scripted loopback server, batches split by maxWriteBatchSize and a
+//! results cursor read with getMore (nx-27017 answers in one batch).
 
 // Helpers return the WIT binding's error record as it is, large as it is.
 #![allow(clippy::result_large_err)]
@@ -249,4 +251,51 @@ fn write_errors_come_by_model_index_with_the_partial_result() {
     let err = bulk_write(&mut g, client, &ids(&[9]), &w0).expect_err("w:0 and ordered");
     assert_eq!(err.kind, ErrorKind::InvalidArgument);
     assert!(err.message.contains("ordered"), "{}", err.message);
+}
+
+#[test]
+fn batches_split_by_max_write_batch_size_and_results_cursors_are_read_to_the_end() {
+    use host_tests::listeners::{Behaviour, Listener};
+    let listener = Listener::start(Behaviour::BulkWriteBatches).unwrap();
+    let mut g = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = g.connect(&uri, None, false).unwrap().unwrap();
+    let models: Vec<ClientWriteModel> = (1..=3)
+        .map(|id| insert("db.c", rawdoc! { "_id": id }))
+        .collect();
+    let err = bulk_write(&mut g, client, &models, &options(Some(false), true))
+        .expect_err("the third insert fails");
+    let sent: Vec<String> = listener
+        .commands()
+        .into_iter()
+        .filter(|c| c == "bulkWrite" || c == "getMore")
+        .collect();
+    assert_eq!(
+        sent,
+        ["bulkWrite", "getMore", "bulkWrite"],
+        "two models per command (maxWriteBatchSize 2), the first results cursor read with getMore"
+    );
+    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
+    let failed: Vec<(u32, i32)> = err.write_errors.iter().map(|w| (w.index, w.code)).collect();
+    assert_eq!(
+        failed,
+        [(2, 11000)],
+        "the second batch's index 0 is model 2"
+    );
+    let partial = err
+        .client_partial_result
+        .as_ref()
+        .expect("two were written");
+    assert_eq!(partial.inserted_count, 2);
+    let v = partial.verbose_results.as_ref().unwrap();
+    let inserted: Vec<(u32, Bson)> = v
+        .insert_results
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
+    assert_eq!(
+        inserted,
+        [(0, Bson::Int32(1)), (1, Bson::Int32(2))],
+        "one from the first batch, one from the getMore"
+    );
 }
