@@ -299,3 +299,29 @@ fn batches_split_by_max_write_batch_size_and_results_cursors_are_read_to_the_end
         "one from the first batch, one from the getMore"
     );
 }
+
+#[test]
+fn one_deadline_bounds_the_client_bulk_write() {
+    use host_tests::listeners::{Behaviour, Listener};
+    use std::time::{Duration, Instant};
+    // The server answers the handshake, then nothing: the bulkWrite's reply never comes.
+    let listener = Listener::start(Behaviour::HelloThenSilent).unwrap();
+    let mut g = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = g.connect(&uri, None, false).unwrap().unwrap();
+    let models = [insert("db.c", rawdoc! { "_id": 1 })];
+    let opts = ClientBulkWriteOptions {
+        timeout_ms: Some(500),
+        ..options(None, false)
+    };
+    let started = Instant::now();
+    let err = bulk_write(&mut g, client, &models, &opts).expect_err("no reply");
+    let elapsed = started.elapsed();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    // Slack for a loaded 2-core machine, not driver work.
+    assert!(
+        elapsed >= Duration::from_millis(495) && elapsed <= Duration::from_millis(2000),
+        "returned after {elapsed:?} for a 500 ms deadline"
+    );
+    assert!(err.client_partial_result.is_none(), "nothing was observed");
+}
