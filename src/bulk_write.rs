@@ -1095,6 +1095,34 @@ mod tests {
     }
 
     #[test]
+    fn a_new_namespace_that_does_not_fit_starts_the_next_batch() {
+        // Prose test 11's rule: the nsInfo entry a model brings counts too.
+        let models = vec![
+            insert("d.a", rawdoc! { "_id": 1 }),
+            insert("d.a", rawdoc! { "_id": 2 }),
+            insert(&format!("d.{}", "b".repeat(200)), rawdoc! { "_id": 2 }),
+        ];
+        let p = prepare(&models).unwrap();
+        let ns_a = rawdoc! { "ns": "d.a" }.as_bytes().len();
+        let ns_b = rawdoc! { "ns": models[2].namespace.as_str() }
+            .as_bytes()
+            .len();
+        // One byte short of all three and both namespaces.
+        let room = p[0].entry_len() + p[1].entry_len() + ns_a + p[2].entry_len() + ns_b - 1;
+        let h = hello(100, MESSAGE_OVERHEAD + 40 + room);
+        let b = next_batch(&p, 0, &h, 40, false).unwrap();
+        assert_eq!(b.end, 2, "the third model fits, its namespace does not");
+        assert_eq!(b.ns_info.len(), 1);
+        let b = next_batch(&p, b.end, &h, 40, false).unwrap();
+        assert_eq!((b.start, b.end, b.ns_info.len()), (2, 3, 1));
+        assert_eq!(
+            b.ops[0].get_i32("insert").unwrap(),
+            0,
+            "indexes its own nsInfo"
+        );
+    }
+
+    #[test]
     fn unacknowledged_writes_check_sizes_themselves() {
         let big = insert("d.c", rawdoc! { "pad": "x".repeat(2000) });
         let p = prepare(&[big]).unwrap();
