@@ -550,8 +550,9 @@ impl Merged {
     }
 
     /// A batch's summary counts (spec, "Handling the bulkWrite Server
-    /// Response"); whether some write of it succeeded is settled by
-    /// `batch_done` once its cursor was read.
+    /// Response"). Counts above 0 show a write succeeded; otherwise
+    /// `batch_done` settles it once the cursor was read (an update that
+    /// matched nothing succeeded too).
     pub fn add_counts(&mut self, reply: &BatchReply) {
         let r = &mut self.result;
         // Saturating: counts come from the server and must not overflow.
@@ -560,6 +561,15 @@ impl Merged {
         r.matched_count = r.matched_count.saturating_add(reply.n_matched);
         r.modified_count = r.modified_count.saturating_add(reply.n_modified);
         r.deleted_count = r.deleted_count.saturating_add(reply.n_deleted);
+        // A count above 0 is a write that succeeded, whatever comes next.
+        let written = [
+            reply.n_inserted,
+            reply.n_upserted,
+            reply.n_matched,
+            reply.n_modified,
+            reply.n_deleted,
+        ];
+        self.any_success |= written.iter().any(|n| *n > 0);
         if let Some(e) = &reply.write_concern_error {
             self.labels.extend(e.labels.iter().cloned());
             self.write_concern_errors.push(WriteConcernError {
@@ -624,6 +634,8 @@ impl Merged {
             });
             return Ok(Some(index));
         }
+        // A successful write observed (verbose results list them).
+        self.any_success = true;
         let Some(verbose) = self.result.verbose.as_mut() else {
             return Ok(None);
         };
@@ -1266,6 +1278,20 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::Network);
         let partial = e.write_failure.unwrap().client_partial_result.unwrap();
         assert_eq!(partial.inserted_count, 2);
+        // A successful result read from the cursor is observed too, even
+        // when the counts say nothing (an update that matched nothing).
+        let p = prepare(&[update("d.a", false, rawdoc! { "$set": { "x": 1 } })]).unwrap();
+        let b = next_batch(&p, 0, &hello(10, 1 << 20), 40, false).unwrap();
+        let mut m = Merged::new(true);
+        m.fold(
+            &rawdoc! { "ok": 1, "idx": 0, "n": 0, "nModified": 0 },
+            &p,
+            &b,
+        )
+        .unwrap();
+        let e = m.top_level(Error::new(ErrorKind::Network, "reset"));
+        let partial = e.write_failure.unwrap().client_partial_result.unwrap();
+        assert_eq!(partial.verbose.unwrap().update_results.len(), 1);
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub enum Behaviour {
     /// its two inserts through a results cursor that needs a getMore, the
     /// second fails its one insert with a duplicate key (code 11000).
     BulkWriteBatches,
+    /// As `BulkWriteBatches`, but the getMore of the first results cursor
+    /// fails (code 8): a top-level error after one result was observed.
+    BulkWriteGetMoreFails,
     /// Answers `hello`, then sends the first half of a valid reply to the
     /// next command and closes the connection.
     HalfReply,
@@ -202,7 +205,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         _ => 48_000_000,
     };
     let max_batch = match behaviour {
-        Behaviour::BulkWriteBatches => BULK_WRITE_BATCH,
+        Behaviour::BulkWriteBatches | Behaviour::BulkWriteGetMoreFails => BULK_WRITE_BATCH,
         _ => 100_000,
     };
     let (request_id, _) = read_command(&mut stream, shared)?;
@@ -298,7 +301,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             tiny_batch(&mut stream, request_id, shared)?;
             hold(shared)
         }
-        Behaviour::BulkWriteBatches => {
+        Behaviour::BulkWriteBatches | Behaviour::BulkWriteGetMoreFails => {
             let mut bulk_writes = 0;
             loop {
                 let (request_id, name) = read_command(&mut stream, shared)?;
@@ -314,6 +317,9 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
                     "bulkWrite" => bson::rawdoc! {
                         "cursor": { "id": 0i64, "ns": ns, "firstBatch": [{ "ok": 0, "idx": 0, "code": 11000, "errmsg": "E11000 duplicate key" }] },
                         "nErrors": 1, "nInserted": 0, "nMatched": 0, "nModified": 0, "nUpserted": 0, "nDeleted": 0, "ok": 1.0,
+                    },
+                    "getMore" if behaviour == Behaviour::BulkWriteGetMoreFails => bson::rawdoc! {
+                        "ok": 0.0, "code": 8, "codeName": "UnknownError", "errmsg": "getMore failed",
                     },
                     "getMore" => bson::rawdoc! {
                         "cursor": { "id": 0i64, "ns": ns, "nextBatch": [{ "ok": 1, "idx": 1, "n": 1 }] },

@@ -325,3 +325,38 @@ fn one_deadline_bounds_the_client_bulk_write() {
     );
     assert!(err.client_partial_result.is_none(), "nothing was observed");
 }
+
+#[test]
+fn a_failed_get_more_ends_the_bulk_write_with_what_was_observed() {
+    use host_tests::listeners::{Behaviour, Listener};
+    let listener = Listener::start(Behaviour::BulkWriteGetMoreFails).unwrap();
+    let mut g = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = g.connect(&uri, None, false).unwrap().unwrap();
+    let models: Vec<ClientWriteModel> = (1..=3)
+        .map(|id| insert("db.c", rawdoc! { "_id": id }))
+        .collect();
+    let err = bulk_write(&mut g, client, &models, &options(Some(false), true))
+        .expect_err("the getMore fails");
+    // The top-level error is the getMore's; nothing more is sent but the
+    // killCursors of the results cursor (spec, "Top-Level Errors").
+    assert_eq!(
+        (err.kind, err.code),
+        (ErrorKind::Server, Some(8)),
+        "{err:?}"
+    );
+    let sent: Vec<String> = listener
+        .commands()
+        .into_iter()
+        .filter(|c| matches!(c.as_str(), "bulkWrite" | "getMore" | "killCursors"))
+        .collect();
+    assert_eq!(sent, ["bulkWrite", "getMore", "killCursors"]);
+    assert!(err.write_errors.is_empty());
+    let partial = err
+        .client_partial_result
+        .as_ref()
+        .expect("one insert was observed");
+    let v = partial.verbose_results.as_ref().unwrap();
+    let inserted: Vec<u32> = v.insert_results.iter().map(|i| i.index).collect();
+    assert_eq!(inserted, [0]);
+}
