@@ -52,13 +52,18 @@ pub struct WriteConcernError {
     pub details: Option<RawDocumentBuf>,
 }
 
-/// What a failed insert-many or bulk write reports (CRUD spec,
-/// BulkWriteException): its errors and what it wrote.
+/// What a failed insert-many, bulk write or client bulk write reports
+/// (CRUD spec and Bulk Write spec, BulkWriteException): its errors and what
+/// it wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteFailure {
     pub write_errors: Vec<WriteError>,
     pub write_concern_errors: Vec<WriteConcernError>,
-    pub partial_result: crate::collection::BulkWriteResult,
+    /// Insert-many and a collection's bulk write: what they wrote.
+    pub partial_result: Option<crate::collection::BulkWriteResult>,
+    /// A client bulk write: what it wrote, when some write is known to have
+    /// succeeded.
+    pub client_partial_result: Option<crate::bulk_write::ClientBulkWriteResult>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -73,8 +78,8 @@ pub struct Error {
     pub cause: Option<Box<Cause>>,
     /// Boxed: rarely set, and it keeps `Result<T>` small on the hot path.
     pub reply: Option<Box<RawDocumentBuf>>,
-    /// The write errors and partial result of a failed insert-many or
-    /// bulk write. Boxed, as `reply`.
+    /// The write errors and partial result of a failed insert-many, bulk
+    /// write or client bulk write. Boxed, as `reply`.
     pub write_failure: Option<Box<WriteFailure>>,
 }
 

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod backpressure;
+mod bulk_write;
 pub mod causal_consistency;
 pub mod cmap;
 pub mod csot;
@@ -49,6 +50,9 @@ pub mod versioned_api;
 #[cfg(all(feature = "component", target_arch = "wasm32"))]
 mod component;
 
+pub use bulk_write::{
+    ClientBulkWriteOptions, ClientBulkWriteResult, ClientWriteModel, VerboseResults,
+};
 pub use client::{Client, ClientOptions};
 pub use collection::{
     BulkWriteResult, Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadConcern, ReadMode,

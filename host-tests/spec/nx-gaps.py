@@ -132,6 +132,35 @@ def update_sort(db):
     return err is None, err or f"reply {reply}"
 
 
+def bulk_write(db, ops, **fields):
+    """The 8.0 `bulkWrite` command on admin, on the collection `db.c`."""
+    command = {"bulkWrite": 1, "ops": ops, "nsInfo": [{"ns": f"{db.name}.c"}], "errorsOnly": False}
+    command.update(fields)
+    return db.client.admin.command(command)
+
+
+@gap("bulkwrite-upsert-count", "bulkWrite leaves an upsert out of nMatched (nMatched 0, nUpserted 1)")
+def bulkwrite_upsert_count(db):
+    reply = bulk_write(db, [{"update": 0, "filter": {"_id": 4}, "updateMods": {"x": 44}, "upsert": True, "multi": False}])
+    return reply.get("nMatched") != 0, f"nMatched {reply.get('nMatched')}, nUpserted {reply.get('nUpserted')}"
+
+
+@gap("bulkwrite-sort", "bulkWrite's update `sort` picks the document (8.0): _id 3 of 2..3 sorted descending")
+def bulkwrite_sort(db):
+    db.c.insert_many([{"_id": 1, "x": 0}, {"_id": 2, "x": 0}, {"_id": 3, "x": 0}])
+    bulk_write(db, [{"update": 0, "filter": {"_id": {"$gt": 1}}, "updateMods": {"$inc": {"x": 1}}, "sort": {"_id": -1}, "multi": False}])
+    changed = [d["_id"] for d in db.c.find({"x": 1})]
+    return changed != [3], f"updated _id {changed}"
+
+
+@gap("undefined-variable", "fails a write whose filter uses an undefined $$ variable with code 17276")
+def undefined_variable(db):
+    db.c.insert_one({"_id": 1})
+    reply = bulk_write(db, [{"delete": 0, "filter": {"$expr": {"$eq": ["$_id", "$$id2"]}}, "multi": False}])
+    first = reply["cursor"]["firstBatch"][0]
+    return first.get("code") != 17276, f"code {first.get('code')}: {first.get('errmsg')}"
+
+
 @gap("dollar-id", "rejects a dollar-prefixed key inside _id")
 def dollar_id(db):
     _, err = attempt(lambda: db.c.insert_one({"_id": {"$a": 1}}))

@@ -57,6 +57,14 @@ pub enum Behaviour {
     /// As `EmptyBatches`, but the find's first batch holds a document whose
     /// string claims more bytes than it has.
     BadBatchDocument,
+    /// A server of `BULK_WRITE_BATCH` writes per command for client bulk
+    /// writes (Bulk Write spec): the first `bulkWrite` of a connection answers
+    /// its two inserts through a results cursor that needs a getMore, the
+    /// second fails its one insert with a duplicate key (code 11000).
+    BulkWriteBatches,
+    /// As `BulkWriteBatches`, but the getMore of the first results cursor
+    /// fails (code 8): a top-level error after one result was observed.
+    BulkWriteGetMoreFails,
     /// Answers `hello`, then sends the first half of a valid reply to the
     /// next command and closes the connection.
     HalfReply,
@@ -84,6 +92,8 @@ pub const SEQUENCE_LEN: usize = 47_000_000;
 pub const BYTE_PAUSE: Duration = Duration::from_millis(50);
 /// The id of `EmptyBatches`' cursor.
 pub const CURSOR_ID: i64 = 4242;
+/// `BulkWriteBatches`' maxWriteBatchSize.
+pub const BULK_WRITE_BATCH: i32 = 2;
 
 pub struct Listener {
     pub addr: SocketAddr,
@@ -194,10 +204,14 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         Behaviour::HugeFrame => i32::MAX,
         _ => 48_000_000,
     };
+    let max_batch = match behaviour {
+        Behaviour::BulkWriteBatches | Behaviour::BulkWriteGetMoreFails => BULK_WRITE_BATCH,
+        _ => 100_000,
+    };
     let (request_id, _) = read_command(&mut stream, shared)?;
     write_all(
         &mut stream,
-        &op_msg(request_id, &hello(max_message)),
+        &op_msg(request_id, &hello(max_message, max_batch)),
         shared,
     )?;
     match behaviour {
@@ -286,6 +300,35 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             let (request_id, _) = read_command(&mut stream, shared)?;
             tiny_batch(&mut stream, request_id, shared)?;
             hold(shared)
+        }
+        Behaviour::BulkWriteBatches | Behaviour::BulkWriteGetMoreFails => {
+            let mut bulk_writes = 0;
+            loop {
+                let (request_id, name) = read_command(&mut stream, shared)?;
+                let ns = "admin.$cmd.bulkWrite";
+                let reply = match name.as_str() {
+                    "bulkWrite" if bulk_writes == 0 => {
+                        bulk_writes += 1;
+                        bson::rawdoc! {
+                            "cursor": { "id": CURSOR_ID, "ns": ns, "firstBatch": [{ "ok": 1, "idx": 0, "n": 1 }] },
+                            "nErrors": 0, "nInserted": 2, "nMatched": 0, "nModified": 0, "nUpserted": 0, "nDeleted": 0, "ok": 1.0,
+                        }
+                    }
+                    "bulkWrite" => bson::rawdoc! {
+                        "cursor": { "id": 0i64, "ns": ns, "firstBatch": [{ "ok": 0, "idx": 0, "code": 11000, "errmsg": "E11000 duplicate key" }] },
+                        "nErrors": 1, "nInserted": 0, "nMatched": 0, "nModified": 0, "nUpserted": 0, "nDeleted": 0, "ok": 1.0,
+                    },
+                    "getMore" if behaviour == Behaviour::BulkWriteGetMoreFails => bson::rawdoc! {
+                        "ok": 0.0, "code": 8, "codeName": "UnknownError", "errmsg": "getMore failed",
+                    },
+                    "getMore" => bson::rawdoc! {
+                        "cursor": { "id": 0i64, "ns": ns, "nextBatch": [{ "ok": 1, "idx": 1, "n": 1 }] },
+                        "ok": 1.0,
+                    },
+                    _ => bson::rawdoc! { "ok": 1.0 },
+                };
+                write_all(&mut stream, &op_msg(request_id, &reply), shared)?;
+            }
         }
         Behaviour::EmptyBatches | Behaviour::BadBatchDocument => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;
@@ -382,11 +425,11 @@ fn read_command(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<(i32
     Ok((request_id, name))
 }
 
-fn hello(max_message: i32) -> bson::RawDocumentBuf {
+fn hello(max_message: i32, max_batch: i32) -> bson::RawDocumentBuf {
     bson::rawdoc! {
         "isWritablePrimary": true, "helloOk": true, "maxWireVersion": 21, "minWireVersion": 0,
         "maxBsonObjectSize": 16777216, "maxMessageSizeBytes": max_message,
-        "maxWriteBatchSize": 100000, "connectionId": 1, "ok": 1.0,
+        "maxWriteBatchSize": max_batch, "connectionId": 1, "ok": 1.0,
     }
 }
 

@@ -46,7 +46,7 @@ pub enum WriteModel {
 
 impl WriteModel {
     /// The model in the planner's shape (`{updateOne: {filter, update, ...}}`).
-    fn to_document(&self) -> Result<RawDocumentBuf> {
+    pub(crate) fn to_document(&self) -> Result<RawDocumentBuf> {
         let statement_options =
             |d: &mut RawDocumentBuf, collation: &Option<RawDocumentBuf>, hint: &Option<Hint>| {
                 if let Some(c) = collation {
@@ -542,7 +542,8 @@ impl Totals {
         err.write_failure = Some(Box::new(WriteFailure {
             write_errors,
             write_concern_errors,
-            partial_result: result,
+            partial_result: Some(result),
+            client_partial_result: None,
         }));
         Err(err)
     }
@@ -738,7 +739,7 @@ mod tests {
         let failure = err.write_failure.as_ref().unwrap();
         assert_eq!(failure.write_errors[0].index, 1);
         assert_eq!(
-            failure.partial_result.inserted_ids,
+            failure.partial_result.as_ref().unwrap().inserted_ids,
             vec![(0, RawBson::Int32(1))]
         );
         let reply = err.reply.unwrap();

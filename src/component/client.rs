@@ -1,12 +1,13 @@
 use super::exports::mongo_wasi::driver::client::{
-    self as wit_client, ClientOptions, GuestClient, Session, SessionOptions,
+    self as wit_client, ClientBulkWriteOptions, ClientOptions, ClientWriteModel, GuestClient,
+    Session, SessionOptions,
 };
 use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions};
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
 use super::exports::mongo_wasi::driver::types::{
-    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind,
-    ServerDescription, ServerType, TopologyDescription, TopologyType,
+    ClientBulkWriteResult, CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent,
+    SdamEventKind, ServerDescription, ServerType, TopologyDescription, TopologyType,
 };
 use super::session::SessionRes;
 use super::{doc, to_wit, wrap, Component, WitResult};
@@ -47,6 +48,36 @@ impl GuestClient for ClientRes {
         };
         let client = wrap(Client::with_options(&uri, opts))?;
         Ok(wit_client::Client::new(ClientRes(client)))
+    }
+
+    fn bulk_write(
+        &self,
+        models: Vec<ClientWriteModel>,
+        options: ClientBulkWriteOptions<'_>,
+    ) -> WitResult<ClientBulkWriteResult> {
+        let models = models
+            .into_iter()
+            .map(|m| {
+                Ok(crate::ClientWriteModel {
+                    namespace: m.namespace,
+                    model: super::collection::write_model(m.model)?,
+                    sort: super::opt_doc(m.sort)?,
+                })
+            })
+            .collect::<WitResult<Vec<_>>>()?;
+        let opts = crate::ClientBulkWriteOptions {
+            timeout_ms: options.timeout_ms,
+            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+            ordered: options.ordered,
+            bypass_document_validation: options.bypass_document_validation,
+            comment: super::collection::opt_value(options.comment)?,
+            let_vars: super::opt_doc(options.let_)?,
+            write_concern: options.write_concern.map(super::write_concern),
+            verbose_results: options.verbose_results,
+            extra: super::opt_doc(options.extra)?,
+        };
+        let r = wrap(self.0.bulk_write(&models, &opts))?;
+        Ok(super::client_bulk_write_result(r))
     }
 
     fn database(&self, name: String, options: CollectionOptions) -> Database {

@@ -48,7 +48,7 @@ fn hint(h: Option<Hint>) -> WitResult<Option<crate::Hint>> {
     })
 }
 
-fn opt_value(v: Option<Vec<u8>>) -> WitResult<Option<bson::RawBson>> {
+pub(super) fn opt_value(v: Option<Vec<u8>>) -> WitResult<Option<bson::RawBson>> {
     v.map(value).transpose()
 }
 
@@ -158,7 +158,7 @@ fn delete_model(m: wit_collection::DeleteModel) -> WitResult<crate::DeleteModel>
     })
 }
 
-fn write_model(m: WriteModel) -> WitResult<crate::WriteModel> {
+pub(super) fn write_model(m: WriteModel) -> WitResult<crate::WriteModel> {
     Ok(match m {
         WriteModel::InsertOne(d) => crate::WriteModel::InsertOne(doc(d)?),
         WriteModel::UpdateOne(m) => crate::WriteModel::UpdateOne(update_model(m)?),

@@ -39,38 +39,35 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         ErrorKind::DuplicateKey => wit::ErrorKind::DuplicateKey,
         ErrorKind::WriteConcern => wit::ErrorKind::WriteConcern,
     };
-    let (write_errors, write_concern_errors, partial_result) = match e.write_failure {
-        None => (Vec::new(), Vec::new(), None),
-        Some(f) => {
-            let f = *f;
-            let write_errors = f
-                .write_errors
-                .into_iter()
-                .map(|w| wit::WriteError {
-                    index: w.index,
-                    code: w.code,
-                    code_name: w.code_name,
-                    message: w.message,
-                    details: w.details.map(|d| d.into_bytes()),
-                })
-                .collect();
-            let concern_errors = f
-                .write_concern_errors
-                .into_iter()
-                .map(|w| wit::WriteConcernError {
-                    code: w.code,
-                    code_name: w.code_name,
-                    message: w.message,
-                    details: w.details.map(|d| d.into_bytes()),
-                })
-                .collect();
-            (
-                write_errors,
-                concern_errors,
-                Some(bulk_write_result(f.partial_result)),
-            )
-        }
+    let write_error = |w: crate::WriteError| wit::WriteError {
+        index: w.index,
+        code: w.code,
+        code_name: w.code_name,
+        message: w.message,
+        details: w.details.map(|d| d.into_bytes()),
     };
+    let concern_error = |w: crate::WriteConcernError| wit::WriteConcernError {
+        code: w.code,
+        code_name: w.code_name,
+        message: w.message,
+        details: w.details.map(|d| d.into_bytes()),
+    };
+    let (write_errors, write_concern_errors, partial_result, client_partial_result) =
+        match e.write_failure {
+            None => (Vec::new(), Vec::new(), None, None),
+            Some(f) => {
+                let f = *f;
+                (
+                    f.write_errors.into_iter().map(write_error).collect(),
+                    f.write_concern_errors
+                        .into_iter()
+                        .map(concern_error)
+                        .collect(),
+                    f.partial_result.map(bulk_write_result),
+                    f.client_partial_result.map(client_bulk_write_result),
+                )
+            }
+        };
     wit::Error {
         kind,
         code: e.code,
@@ -82,6 +79,7 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         write_errors,
         write_concern_errors,
         partial_result,
+        client_partial_result,
     }
 }
 
@@ -119,6 +117,48 @@ pub(crate) fn bulk_write_result(r: crate::BulkWriteResult) -> wit::BulkWriteResu
         upserted_count: r.upserted_count,
         inserted_ids: ids(r.inserted_ids),
         upserted_ids: ids(r.upserted_ids),
+    }
+}
+
+pub(crate) fn client_bulk_write_result(
+    r: crate::ClientBulkWriteResult,
+) -> wit::ClientBulkWriteResult {
+    let verbose_results = r.verbose.map(|v| wit::ClientVerboseResults {
+        insert_results: v
+            .insert_results
+            .into_iter()
+            .map(|(index, id)| wit::IndexedId {
+                index,
+                id: to_value(id),
+            })
+            .collect(),
+        update_results: v
+            .update_results
+            .into_iter()
+            .map(|(index, u)| wit::ClientUpdateResult {
+                index,
+                matched_count: u.matched,
+                modified_count: u.modified,
+                upserted_id: u.upserted_id.map(to_value),
+            })
+            .collect(),
+        delete_results: v
+            .delete_results
+            .into_iter()
+            .map(|(index, n)| wit::ClientDeleteResult {
+                index,
+                deleted_count: n,
+            })
+            .collect(),
+    });
+    wit::ClientBulkWriteResult {
+        acknowledged: r.acknowledged,
+        inserted_count: r.inserted_count,
+        upserted_count: r.upserted_count,
+        matched_count: r.matched_count,
+        modified_count: r.modified_count,
+        deleted_count: r.deleted_count,
+        verbose_results,
     }
 }
 

@@ -222,6 +222,8 @@ const FIND_AND_MODIFY: &[&str] = &[
 pub fn extra_names(op: &str) -> &'static [&'static str] {
     match op {
         "insertOne" => WRITE,
+        // Typed in client-bulk-write-options but for the server's rawData.
+        "clientBulkWrite" => &["rawData"],
         "insertMany" | "bulkWrite" => &[
             "ordered",
             "comment",

@@ -116,23 +116,81 @@ pub fn check(expected: &Document, e: &Error, lookup: &dyn Lookup) -> Result<(), 
                 matching::matches(want, Some(&Bson::Document(reply.clone())), true, lookup)
                     .map_err(|m| format!("errorResponse: {m}"))?;
             }
-            // A partial result (BulkWriteException.writeResult): the WIT error's
-            // `partial-result` (insert-many and bulk-write), else nothing.
+            // A partial result (BulkWriteException.writeResult / partialResult):
+            // the WIT error's `client-partial-result` (client bulk write), else
+            // its `partial-result` (insert-many and bulk-write), else nothing.
             "expectResult" => {
-                let partial = match &e.partial_result {
-                    Some(r) => Some(Bson::Document(
-                        crate::unified::operations::collection::bulk_result_document(r)
-                            .map_err(|f| f.0)?,
+                use crate::unified::operations::{client, collection};
+                let partial = match (&e.client_partial_result, &e.partial_result) {
+                    (Some(r), _) => Some(Bson::Document(
+                        client::client_result_document(r).map_err(|f| f.0)?,
                     )),
-                    None => None,
+                    (None, Some(r)) => Some(Bson::Document(
+                        collection::bulk_result_document(r).map_err(|f| f.0)?,
+                    )),
+                    (None, None) => None,
                 };
                 matching::matches(want, partial.as_ref(), true, lookup)
                     .map_err(|m| format!("expectError.expectResult: {m}"))?
             }
-            "writeErrors" | "writeConcernErrors" => {
-                return Err(format!(
-                    "expectError.{key} (client bulk write) is not available from the WIT error"
-                ))
+            // Client bulk write: the write errors by model index, each
+            // matched; exactly the indexes expected.
+            "writeErrors" => {
+                let want = want.as_document().ok_or("writeErrors needs a document")?;
+                let mut got = Document::new();
+                for w in &e.write_errors {
+                    let mut d = bson::doc! { "code": w.code, "message": w.message.as_str() };
+                    if let Some(details) = w
+                        .details
+                        .as_ref()
+                        .and_then(|b| Document::from_reader(b.as_slice()).ok())
+                    {
+                        d.insert("details", details);
+                    }
+                    got.insert(w.index.to_string(), d);
+                }
+                if got.len() != want.len() {
+                    return fail(format!(
+                        "expected {} write errors, got {} ({got})",
+                        want.len(),
+                        got.len()
+                    ));
+                }
+                // Each error is a root document: extra fields are allowed.
+                for (index, w) in want {
+                    matching::matches(w, got.get(index), true, lookup)
+                        .map_err(|m| format!("expectError.writeErrors.{index}: {m}"))?;
+                }
+            }
+            // The write concern errors in order, each matched.
+            "writeConcernErrors" => {
+                let got: Vec<Bson> = e
+                    .write_concern_errors
+                    .iter()
+                    .map(|w| {
+                        let mut d = bson::doc! { "code": w.code, "message": w.message.as_str() };
+                        if let Some(details) = w
+                            .details
+                            .as_ref()
+                            .and_then(|b| Document::from_reader(b.as_slice()).ok())
+                        {
+                            d.insert("details", details);
+                        }
+                        Bson::Document(d)
+                    })
+                    .collect();
+                let want = want.as_array().ok_or("writeConcernErrors needs an array")?;
+                if want.len() != got.len() {
+                    return fail(format!(
+                        "expected {} write concern errors, got {}",
+                        want.len(),
+                        got.len()
+                    ));
+                }
+                for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                    matching::matches(w, Some(g), true, lookup)
+                        .map_err(|m| format!("expectError.writeConcernErrors[{i}]: {m}"))?;
+                }
             }
             other => return Err(format!("unknown expectError field {other:?}")),
         }
@@ -162,6 +220,7 @@ mod tests {
             write_errors: Vec::new(),
             write_concern_errors: Vec::new(),
             partial_result: None,
+            client_partial_result: None,
         }
     }
 

@@ -157,7 +157,7 @@ fn hint(v: Option<Bson>) -> Step<Option<Hint>> {
 }
 
 /// A unified-format model (`{updateOne: {filter, update, ...}}`) as a typed WIT model.
-fn write_model(model: &Document) -> Step<WriteModel> {
+pub(super) fn write_model(model: &Document) -> Step<WriteModel> {
     let mut it = model.iter();
     let (Some((name, Bson::Document(args))), None) = (it.next(), it.next()) else {
         return Err(Fail(format!(

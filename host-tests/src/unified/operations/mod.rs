@@ -2,7 +2,7 @@
 //! test-runner operation), then `expectResult`, `expectError`, `saveResultAsEntity`.
 
 mod bucket;
-mod client;
+pub(crate) mod client;
 pub(crate) mod collection;
 pub mod cursor;
 mod database;
