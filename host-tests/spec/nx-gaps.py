@@ -65,10 +65,20 @@ def out_stage(db):
     return err is not None, err or "ran"
 
 
-@gap("database-aggregate", "runs database-level aggregate ($listLocalSessions, $currentOp)")
+@gap("database-aggregate", "runs database-level aggregate ($listLocalSessions, $currentOp); the "
+     "failpoint proxy runs $listLocalSessions itself (local_sessions.rs), not $documents")
 def database_aggregate(db):
     _, err = attempt(lambda: list(db.client.admin.aggregate([{"$listLocalSessions": {}}])))
     return err is not None, err or "ran"
+
+
+@gap("merge-db", "runs $merge into {db, coll} of another database (the failpoint proxy runs the rest "
+     "of a $listLocalSessions pipeline in a database of its own, so its $merge names the client's)")
+def merge_db(db):
+    db.c.insert_one({"_id": 1})
+    _, err = attempt(lambda: list(db.c.aggregate([{"$merge": {"into": {"db": "other_db", "coll": "m"}}}])))
+    found = list(db.client.other_db.m.find()) if err is None else []
+    return err is not None or found != [{"_id": 1}], err or f"found {found}"
 
 
 @gap("pipeline-update", "applies an update given as a pipeline")
@@ -99,7 +109,8 @@ def let(db):
     return found != [{"_id": 1}], err or f"found {found}"
 
 
-@gap("distinct-order", "answers distinct in index/insertion order for these tests (11, 22, 33)")
+@gap("distinct-order", "answers distinct values sorted in BSON order (11, 22, 33); the failpoint "
+     "proxy sorts them (bson_order.rs)")
 def distinct_order(db):
     db.c.insert_many([{"_id": i, "x": i * 11} for i in (1, 2, 3)])
     values = db.c.distinct("x")

@@ -2,6 +2,7 @@
 //! answer it here or forward it to this connection's own backend connection.
 
 mod dispatch;
+mod sessions;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -14,7 +15,7 @@ use bson::{Bson, Document};
 use crate::auth;
 use crate::cluster_time;
 use crate::codes::{self, error_doc, with_labels};
-use crate::commands;
+use crate::commands::{self, canonical};
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
 use crate::names;
@@ -448,6 +449,14 @@ impl Conn {
                 false => None,
             };
             let edited = edited.or(decoded);
+            // mongod answers distinct values sorted (bson_order.rs); nx-27017 does not.
+            let edited = match exhaust {
+                false => {
+                    let reply = edited.as_ref().unwrap_or(&parsed.body);
+                    crate::bson_order::sorted_distinct(canonical(name), reply).or(edited)
+                }
+                true => edited,
+            };
             let mut edited = match self.role() == Role::Mongos && !exhaust {
                 true => {
                     let reply = edited.as_ref().unwrap_or(&parsed.body);

@@ -32,6 +32,7 @@
 mod admin;
 mod api_version;
 pub mod auth;
+mod bson_order;
 mod cluster_time;
 mod codes;
 mod commands;
@@ -39,6 +40,7 @@ mod conn;
 pub mod failpoint;
 mod frame;
 mod load_balancer;
+mod local_sessions;
 mod mongos;
 mod names;
 mod objectid_filter;

@@ -15,12 +15,10 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::codes::{self, error_doc};
+use crate::codes::{self, error_doc, IDL_UNKNOWN_FIELD};
 use crate::commands::canonical;
 use crate::topology::Version;
 
-/// IDL: `BSON field '<command>.<field>' is an unknown field.` (a location code: no name).
-const IDL_UNKNOWN_FIELD: i32 = 40415;
 /// findAndModify's own parser (4.2, 4.4): `BSON field '<field>' is an unknown field.`
 const FIND_AND_MODIFY_UNKNOWN_FIELD: i32 = 51177;
 const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;

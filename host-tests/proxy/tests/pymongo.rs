@@ -158,3 +158,30 @@ fn pymongo_meets_search_not_enabled() {
         SCRIPT_TIMEOUT,
     );
 }
+
+/// What the proxy emulates of mongod where nx-27017 falls short, as PyMongo meets it:
+/// distinct values in BSON order (`bson_order.rs`) and a database-level aggregate starting
+/// with `$listLocalSessions` (`local_sessions.rs`), its cursor on `<db>.$cmd.aggregate`.
+#[test]
+fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let proxy = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    run_python(
+        &venv,
+        "pymongo_emulations.py",
+        &[
+            (
+                "PROXY_URI",
+                format!("mongodb://{}/?directConnection=true", proxy.addresses()[0]),
+            ),
+            (
+                "BACKEND_URI",
+                format!("mongodb://{backend}/?directConnection=true"),
+            ),
+        ],
+        SCRIPT_TIMEOUT,
+    );
+}

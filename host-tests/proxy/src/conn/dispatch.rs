@@ -114,6 +114,7 @@ impl Conn {
         if let Some(refusal) = self.auth_gate(name, db) {
             return Action::Reply(refusal);
         }
+        self.vivify_session(body);
         if name == "configureFailPoint" {
             return Action::Reply(self.configure_fail_point(db, body));
         }
@@ -246,6 +247,13 @@ impl Conn {
                     None => close_after = close,
                 }
             }
+        }
+        // nx-27017 runs no database-level aggregate: $listLocalSessions is the proxy's.
+        if crate::local_sessions::applies(name, body) {
+            return self.list_local_sessions(db, body);
+        }
+        if let Some(action) = self.local_sessions_cursor(name, db, body) {
+            return action;
         }
         // Several mongoses: each knows only the transactions started through it.
         if role == Role::Mongos && self.shared.ports.len() > 1 {

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Shows with PyMongo what the failpoint proxy emulates of mongod where nx-27017 falls short:
+
+- distinct values come sorted in BSON order (bson_order.rs), where nx-27017 answers them in
+  its own order (checked too, so that this script fails if nx ever changes);
+- a database-level aggregate starting with $listLocalSessions (local_sessions.rs) lists the
+  sessions this mongod has seen, as {_id: {id, uid}, lastUse}, runs the rest of the pipeline,
+  answers the cursor namespace <db>.$cmd.aggregate and takes getMore and killCursors on it;
+  fail points apply to it first, and mongod's refusals of a bad stage spec hold.
+
+Env: PROXY_URI (a standalone proxy), BACKEND_URI (the nx-27017 behind it).
+Exits non-zero on any mismatch.
+"""
+
+import datetime
+import hashlib
+import os
+import sys
+
+import pymongo
+from bson import Int64
+from pymongo.errors import OperationFailure
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        FAILURES.append(what)
+
+
+def code_of(f):
+    try:
+        f()
+    except OperationFailure as e:
+        return e.code
+    return "ok"
+
+
+proxy = pymongo.MongoClient(os.environ["PROXY_URI"], serverSelectionTimeoutMS=10000)
+backend = pymongo.MongoClient(os.environ["BACKEND_URI"], serverSelectionTimeoutMS=10000)
+
+# --- distinct: BSON order -------------------------------------------------------------
+db = proxy.emulations
+db.d.drop()
+# Numbers and strings only: nx-27017's distinct answers booleans as integers and documents
+# as JSON strings (another gap, no spec test meets it).
+values = [33, 11, "b", 22, 2.5, Int64(7), "B", -1, [44, 0], "ab"]
+db.d.insert_many([{"_id": i, "x": v} for i, v in enumerate(values)])
+# mongod: numbers by value (int32, int64, double together), then strings bytewise; an array
+# field contributes its elements.
+want = [-1, 0, 2.5, 7, 11, 22, 33, 44, "B", "ab", "b"]
+got = db.d.distinct("x")
+check(got == want, f"distinct through the proxy is in BSON order: {got}")
+raw = backend.emulations.command({"distinct": "d", "key": "x"})["values"]
+check(raw != want and sorted(map(repr, raw)) == sorted(map(repr, want)),
+      f"nx-27017 alone answers the same values in another order: {raw}")
+got = db.d.distinct("x", {"_id": {"$in": [0, 1, 3, 8]}})
+check(got == [0, 11, 22, 33, 44], f"distinct with a query is sorted too: {got}")
+
+# --- $listLocalSessions ---------------------------------------------------------------
+no_auth_uid = hashlib.sha256(b"").digest()
+with proxy.start_session() as s:
+    own = bytes(s.session_id["id"])
+    before = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)
+    records = list(proxy.admin.aggregate([{"$listLocalSessions": {}}], session=s))
+    check(len(records) >= 1, f"$listLocalSessions lists sessions: {len(records)}")
+    ids = {bytes(r["_id"]["id"]) for r in records}
+    check(own in ids, "the aggregate's own session is listed")
+    check(all(set(r) == {"_id", "lastUse"} and set(r["_id"]) == {"id", "uid"} for r in records),
+          f"records are shaped {{_id: {{id, uid}}, lastUse}}: {records[0]}")
+    check(all(bytes(r["_id"]["uid"]) == no_auth_uid for r in records),
+          "uid is SHA-256 of no user (auth off)")
+    mine = next(r for r in records if bytes(r["_id"]["id"]) == own)
+    last_use = mine["lastUse"].replace(tzinfo=datetime.timezone.utc)
+    check(last_use >= before, f"lastUse is the time of use: {last_use}")
+
+# The spec tests' pipeline, on admin and on another database.
+pipeline = [{"$listLocalSessions": {}}, {"$limit": 1},
+            {"$addFields": {"dummy": "dummy field"}}, {"$project": {"_id": 0, "dummy": 1}}]
+for name in ("admin", "test"):
+    got = list(proxy[name].aggregate(pipeline))
+    check(got == [{"dummy": "dummy field"}], f"the rest of the pipeline runs ({name}): {got}")
+got = list(proxy.admin.aggregate(pipeline, allowDiskUse=True))
+check(got == [{"dummy": "dummy field"}], f"with allowDiskUse: {got}")
+
+# Several sessions seen: the cursor, its namespace, getMore and killCursors.
+sessions = [proxy.start_session() for _ in range(3)]
+for s in sessions:
+    proxy.test.command("ping", session=s)
+reply = proxy.test.command({"aggregate": 1, "pipeline": [{"$listLocalSessions": {}}],
+                            "cursor": {"batchSize": 1}})
+cursor = reply["cursor"]
+check(cursor["ns"] == "test.$cmd.aggregate", f"cursor namespace: {cursor['ns']}")
+check(cursor["id"] != 0 and len(cursor["firstBatch"]) == 1, f"a first batch of one: {cursor}")
+more = proxy.test.command({"getMore": cursor["id"], "collection": "$cmd.aggregate",
+                           "batchSize": 1})["cursor"]
+check(more["ns"] == "test.$cmd.aggregate" and len(more["nextBatch"]) == 1,
+      f"getMore on $cmd.aggregate: {more}")
+killed = proxy.test.command({"killCursors": "$cmd.aggregate", "cursors": [cursor["id"]]})
+check(killed.get("cursorsKilled") == [cursor["id"]], f"killCursors on $cmd.aggregate: {killed}")
+# The whole listing through PyMongo's own cursor (getMores included).
+every = list(proxy.test.aggregate([{"$listLocalSessions": {}}], batchSize=2))
+listed = {bytes(r["_id"]["id"]) for r in every}
+check(all(bytes(s.session_id["id"]) in listed for s in sessions),
+      f"every session used is listed ({len(every)} records, batches of 2)")
+check(len(listed) == len(every), "each session once")
+for s in sessions:
+    s.end_session()
+every = list(proxy.test.aggregate([{"$listLocalSessions": {"allUsers": True}}]))
+check(len(every) >= 4, f"allUsers: {len(every)} records")
+none = list(proxy.test.aggregate([{"$listLocalSessions": {"users": [{"user": "x", "db": "y"}]}}]))
+check(none == [], f"another user's sessions: none ({none})")
+
+# Fail points apply first; mongod's refusals.
+proxy.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                     "data": {"failCommands": ["aggregate"], "errorCode": 8}})
+check(code_of(lambda: list(proxy.test.aggregate([{"$listLocalSessions": {}}]))) == 8,
+      "a failCommand fail point on aggregate fires first (8, not retried)")
+check(code_of(lambda: list(proxy.test.aggregate([{"$listLocalSessions": {"bogus": 1}}]))) == 40415,
+      "an unknown field of the stage: 40415")
+check(code_of(lambda: list(proxy.test.aggregate([{"$limit": 1}, {"$listLocalSessions": {}}]))) != "ok",
+      "the stage later in the pipeline is refused")
+check(code_of(lambda: list(proxy.test.aggregate(
+    [{"$listLocalSessions": {}}, {"$listLocalSessions": {}}]))) == 40602,
+      "the stage twice: 40602")
+
+# The records' collection is the proxy's, not the client's.
+check("proxy_local_sessions" not in proxy.test.list_collection_names(),
+      "no collection of the proxy's shows in the client's database")
+
+if FAILURES:
+    print(f"{len(FAILURES)} failure(s)")
+    sys.exit(1)
+print("all passed")
