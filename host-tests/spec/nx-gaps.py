@@ -208,7 +208,8 @@ def tailable(db):
     return cid == 0, f"cursor id {cid} after the getMore that returned the last document"
 
 
-@gap("insert-comment", "treats an insert command's `comment` as a comment")
+@gap("insert-comment", "treats an insert command's `comment` as a comment; the failpoint proxy "
+     "keeps it from nx-27017 (insert.rs)")
 def insert_comment(db):
     db.command({"insert": "c", "documents": [{"_id": 2}], "comment": {"key": "value"}})
     n = db.c.count_documents({})
@@ -274,7 +275,20 @@ def txn_supersede(db):
     return bool(errors), f"the second transaction's insert: {errors or reply}"
 
 
-@gap("insert-read-concern", "takes an insert's readConcern field (the first command of a transaction) as an option")
+@gap("txn-abort-on-error", "aborts a transaction whose command failed (a duplicate key): the next "
+     "command in it gets NoSuchTransaction")
+def txn_abort_on_error(db):
+    db.c.insert_one({"_id": 1})
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    txn = {"lsid": lsid, "txnNumber": 1, "autocommit": False}
+    db.command(dict({"insert": "c", "documents": [{"_id": 2}], "startTransaction": True}, **txn))
+    db.command(dict({"insert": "c", "documents": [{"_id": 1}]}, **txn))
+    reply, err = attempt(lambda: db.command(dict({"insert": "c", "documents": [{"_id": 3}]}, **txn)))
+    return err is None or "NoSuchTransaction" not in err, err or f"the next insert: {reply}"
+
+
+@gap("insert-read-concern", "takes an insert's readConcern field (the first command of a transaction) "
+     "as an option; the failpoint proxy keeps it from nx-27017 (insert.rs)")
 def insert_read_concern(db):
     reply = db.command({"insert": "c", "documents": [{"_id": 1}], "readConcern": {"level": "local"}})
     docs = list(db.c.find())
@@ -309,7 +323,8 @@ def gridfs_files(db):
     return gap_there, f"uploadDate came back as {date!r}; sort -1, skip 1 gave {newest_but_one}"
 
 
-@gap("dup-key-message", "words a duplicate key error 'E11000 duplicate key error ...'")
+@gap("dup-key-message", "words a duplicate key error 'E11000 duplicate key error ...'; the "
+     "failpoint proxy words a duplicate _id on insert so (insert.rs)")
 def dup_key_message(db):
     db.c.insert_one({"_id": 1})
     _, err = attempt(lambda: db.c.insert_one({"_id": 1}))

@@ -318,15 +318,16 @@ impl Conn {
         name: &str,
         body: &Document,
     ) -> Result<Cow<'m, [u8]>, String> {
-        let (bytes, body): (Cow<'m, [u8]>, Cow<'_, Document>) =
-            match cluster_time::for_backend(body) {
-                None => (Cow::Borrowed(&msg.bytes), Cow::Borrowed(body)),
-                Some(edited) => {
-                    let bytes = frame::replace_body(msg, &edited)
-                        .map_err(|e| format!("re-encoding the command: {e}"))?;
-                    (Cow::Owned(bytes), Cow::Owned(edited))
-                }
-            };
+        let edited = cluster_time::for_backend(body);
+        let edited = crate::insert::for_backend(edited.as_ref().unwrap_or(body)).or(edited);
+        let (bytes, body): (Cow<'m, [u8]>, Cow<'_, Document>) = match edited {
+            None => (Cow::Borrowed(&msg.bytes), Cow::Borrowed(body)),
+            Some(edited) => {
+                let bytes = frame::replace_body(msg, &edited)
+                    .map_err(|e| format!("re-encoding the command: {e}"))?;
+                (Cow::Owned(bytes), Cow::Owned(edited))
+            }
+        };
         Ok(match names::encode_message(&bytes, name, &body) {
             Some(renamed) => Cow::Owned(renamed),
             None => bytes,
@@ -440,6 +441,13 @@ impl Conn {
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
             let decoded = names::decode_reply(&parsed.body);
+            let decoded = match canonical(name) == "insert" && !exhaust {
+                true => {
+                    let reply = decoded.as_ref().unwrap_or(&parsed.body);
+                    insert_reply(msg, body, reply).or(decoded)
+                }
+                false => decoded,
+            };
             let reply_doc = decoded.as_ref().unwrap_or(&parsed.body);
             if let Some(key) = retry_key.clone() {
                 lock(&self.shared.retries).record(key, reply_doc);
@@ -517,6 +525,28 @@ impl Conn {
         out.insert("writeConcernError", wce);
         Some(with_labels(out, labels))
     }
+}
+
+/// An insert's reply with mongod's wording of a duplicate `_id` (`insert.rs`); the inserted
+/// documents come from the body or from the request's `documents` sequence.
+fn insert_reply(msg: &Message, body: &Document, reply: &Document) -> Option<Document> {
+    reply.get_array("writeErrors").ok()?;
+    let db = body.get_str("$db").unwrap_or("");
+    let in_body: Option<Vec<Document>> = body.get_array("documents").ok().map(|docs| {
+        docs.iter()
+            .filter_map(|d| d.as_document().cloned())
+            .collect()
+    });
+    let documents = match in_body {
+        Some(docs) => docs,
+        None => frame::parse_op_msg(msg)
+            .ok()?
+            .sequences
+            .into_iter()
+            .find(|(id, _)| id == "documents")
+            .map(|(_, docs)| docs)?,
+    };
+    crate::insert::mongod_duplicate_key(db, body, &documents, reply)
 }
 
 /// A cursor id: mongod's are int64, nx-27017 answers small ones as int32.

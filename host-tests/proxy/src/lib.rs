@@ -39,6 +39,7 @@ mod commands;
 mod conn;
 pub mod failpoint;
 mod frame;
+mod insert;
 mod load_balancer;
 mod local_sessions;
 mod mongos;

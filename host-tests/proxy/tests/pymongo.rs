@@ -161,7 +161,9 @@ fn pymongo_meets_search_not_enabled() {
 
 /// What the proxy emulates of mongod where nx-27017 falls short, as PyMongo meets it:
 /// distinct values in BSON order (`bson_order.rs`) and a database-level aggregate starting
-/// with `$listLocalSessions` (`local_sessions.rs`), its cursor on `<db>.$cmd.aggregate`.
+/// with `$listLocalSessions` (`local_sessions.rs`), its cursor on `<db>.$cmd.aggregate`;
+/// an insert's comment and transaction read concern kept from nx-27017, mongod's
+/// duplicate-key wording (`insert.rs`).
 #[test]
 fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
     let Some((venv, uri)) = venv_and_uri() else {
@@ -169,14 +171,15 @@ fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
     };
     let backend = backend_addr(&uri);
     let proxy = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    let replica_set =
+        Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).expect("start replica-set proxy");
+    let direct = |p: &Proxy| format!("mongodb://{}/?directConnection=true", p.addresses()[0]);
     run_python(
         &venv,
         "pymongo_emulations.py",
         &[
-            (
-                "PROXY_URI",
-                format!("mongodb://{}/?directConnection=true", proxy.addresses()[0]),
-            ),
+            ("PROXY_URI", direct(&proxy)),
+            ("PROXY_RS_URI", direct(&replica_set)),
             (
                 "BACKEND_URI",
                 format!("mongodb://{backend}/?directConnection=true"),

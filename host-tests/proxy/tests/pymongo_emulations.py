@@ -6,9 +6,12 @@
 - a database-level aggregate starting with $listLocalSessions (local_sessions.rs) lists the
   sessions this mongod has seen, as {_id: {id, uid}, lastUse}, runs the rest of the pipeline,
   answers the cursor namespace <db>.$cmd.aggregate and takes getMore and killCursors on it;
-  fail points apply to it first, and mongod's refusals of a bad stage spec hold.
+  fail points apply to it first, and mongod's refusals of a bad stage spec hold;
+- an insert's document comment, and the read concern of a transaction's first insert, are not
+  stored as documents; a duplicate _id is worded as mongod words it (insert.rs).
 
-Env: PROXY_URI (a standalone proxy), BACKEND_URI (the nx-27017 behind it).
+Env: PROXY_URI (a standalone proxy), PROXY_RS_URI (a replica-set proxy), BACKEND_URI (the
+nx-27017 behind both).
 Exits non-zero on any mismatch.
 """
 
@@ -129,6 +132,42 @@ check(code_of(lambda: list(proxy.test.aggregate(
 # The records' collection is the proxy's, not the client's.
 check("proxy_local_sessions" not in proxy.test.list_collection_names(),
       "no collection of the proxy's shows in the client's database")
+
+# --- insert ---------------------------------------------------------------------------
+db.i.drop()
+db.i.insert_one({"_id": 1}, comment={"key": "value"})
+db.i.insert_many([{"_id": 2}, {"_id": 3}], comment={"key": "value"})
+docs = list(db.i.find({}, sort=[("_id", 1)]))
+check(docs == [{"_id": 1}, {"_id": 2}, {"_id": 3}], f"a document comment is not stored: {docs}")
+raw = list(backend.emulations.i.find({}))
+check(len(raw) == 3, f"nor does it reach nx-27017 ({len(raw)} documents there)")
+try:
+    db.i.insert_one({"_id": 2})
+    check(False, "a duplicate _id fails")
+except pymongo.errors.DuplicateKeyError as e:
+    err = e.details
+    check(err.get("errmsg") == "E11000 duplicate key error collection: emulations.i index: _id_ "
+          "dup key: { _id: 2 }", f"mongod's duplicate key message: {err.get('errmsg')}")
+    check(err.get("keyPattern") == {"_id": 1} and err.get("keyValue") == {"_id": 2},
+          f"keyPattern and keyValue: {err}")
+try:
+    db.i.insert_many([{"_id": 4}, {"_id": "a"}, {"_id": "a"}])
+    check(False, "a duplicate _id in a batch fails")
+except pymongo.errors.BulkWriteError as e:
+    errors = e.details["writeErrors"]
+    check(len(errors) == 1 and errors[0]["index"] == 2
+          and errors[0]["errmsg"].endswith('dup key: { _id: "a" }'),
+          f"a batch's duplicate (sent as a document sequence): {errors}")
+
+rs = pymongo.MongoClient(os.environ["PROXY_RS_URI"], serverSelectionTimeoutMS=10000)
+rs.emulations.t.drop()
+rs.emulations.create_collection("t")
+from pymongo.read_concern import ReadConcern
+with rs.start_session() as s:
+    with s.start_transaction(read_concern=ReadConcern("majority")):
+        rs.emulations.t.insert_one({"_id": 1}, session=s)
+docs = list(rs.emulations.t.find())
+check(docs == [{"_id": 1}], f"a transaction's read concern is not stored: {docs}")
 
 if FAILURES:
     print(f"{len(FAILURES)} failure(s)")
