@@ -295,7 +295,8 @@ def insert_read_concern(db):
     return len(docs) != 1, f"n={reply.get('n')}, stored {docs}"
 
 
-@gap("read-only-commit", "commits a transaction whose commands only read")
+@gap("read-only-commit", "commits a transaction whose commands only read; the failpoint proxy "
+     "commits (or aborts) a transaction nx-27017 never opened (transaction_state.rs)")
 def read_only_commit(db):
     db.c.insert_one({"_id": 1})
     with db.client.start_session() as session:
@@ -303,6 +304,13 @@ def read_only_commit(db):
         db.c.count_documents({}, session=session)
         _, err = attempt(session.commit_transaction)
     return err is not None, err or "commit accepted"
+
+
+@gap("index-names", "lists an index under the name createIndexes gave it (x_1)")
+def index_names(db):
+    db.command({"createIndexes": "ix", "indexes": [{"key": {"x": 1}, "name": "x_1"}]})
+    names = [i["name"] for i in db.ix.list_indexes()]
+    return "x_1" not in names, f"listIndexes names {names}"
 
 
 @gap("distinct-id", "answers distinct on _id")

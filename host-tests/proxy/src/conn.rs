@@ -448,6 +448,16 @@ impl Conn {
                 }
                 false => decoded,
             };
+            // A transaction nx-27017 never opened commits and aborts as on mongod.
+            let decoded = match exhaust {
+                false => {
+                    let reply = decoded.as_ref().unwrap_or(&parsed.body);
+                    lock(&self.shared.started_transactions)
+                        .after(canonical(name), body, reply)
+                        .or(decoded)
+                }
+                true => decoded,
+            };
             let reply_doc = decoded.as_ref().unwrap_or(&parsed.body);
             if let Some(key) = retry_key.clone() {
                 lock(&self.shared.retries).record(key, reply_doc);

@@ -51,6 +51,7 @@ mod stats;
 pub mod testcerts;
 pub mod tls;
 mod topology;
+mod transaction_state;
 mod version;
 mod version_behaviour;
 

@@ -114,6 +114,8 @@ pub(crate) struct Shared {
     pub clock: crate::cluster_time::Clock,
     /// Replies to retryable writes, for their retries (see `retry_record.rs`).
     pub retries: Mutex<RetryRecords>,
+    /// Transactions seen starting, for those nx-27017 never opened (`transaction_state.rs`).
+    pub started_transactions: Mutex<crate::transaction_state::Started>,
     /// Each mongod's logical session cache, as the fail points: see [`Shared::sessions`].
     sessions: Vec<Mutex<SessionCache>>,
     /// Cursors over `$listLocalSessions` records (`local_sessions.rs`).
@@ -265,6 +267,7 @@ impl Proxy {
             await_data: Mutex::new(HashSet::new()),
             clock: Default::default(),
             retries: Mutex::new(RetryRecords::default()),
+            started_transactions: Mutex::new(Default::default()),
             sessions: (0..fail_point_sets)
                 .map(|_| Mutex::new(SessionCache::default()))
                 .collect(),

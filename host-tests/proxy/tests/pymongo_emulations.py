@@ -8,7 +8,9 @@
   answers the cursor namespace <db>.$cmd.aggregate and takes getMore and killCursors on it;
   fail points apply to it first, and mongod's refusals of a bad stage spec hold;
 - an insert's document comment, and the read concern of a transaction's first insert, are not
-  stored as documents; a duplicate _id is worded as mongod words it (insert.rs).
+  stored as documents; a duplicate _id is worded as mongod words it (insert.rs);
+- a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
+  and aborts (transaction_state.rs).
 
 Env: PROXY_URI (a standalone proxy), PROXY_RS_URI (a replica-set proxy), BACKEND_URI (the
 nx-27017 behind both).
@@ -168,6 +170,26 @@ with rs.start_session() as s:
         rs.emulations.t.insert_one({"_id": 1}, session=s)
 docs = list(rs.emulations.t.find())
 check(docs == [{"_id": 1}], f"a transaction's read concern is not stored: {docs}")
+
+for end in ("commit", "abort"):
+    with rs.start_session() as s:
+        s.start_transaction()
+        n = rs.emulations.t.count_documents({}, session=s)
+        list(rs.emulations.t.aggregate([{"$match": {}}], session=s))
+        try:
+            getattr(s, end + "_transaction")()
+            check(n == 1, f"a transaction that only read: {end} succeeds")
+        except pymongo.errors.PyMongoError as e:
+            check(False, f"a transaction that only read: {end} failed: {e}")
+with rs.start_session() as s:
+    s.start_transaction()
+    rs.emulations.t.count_documents({}, session=s)
+    s.commit_transaction()
+    try:
+        s.commit_transaction()
+        check(True, "committed again (the recorded outcome)")
+    except pymongo.errors.PyMongoError as e:
+        check(False, f"committed again: {e}")
 
 if FAILURES:
     print(f"{len(FAILURES)} failure(s)")
