@@ -313,7 +313,7 @@ def index_names(db):
     return "x_1" not in names, f"listIndexes names {names}"
 
 
-@gap("distinct-id", "answers distinct on _id")
+@gap("distinct-id", "answers distinct on _id; the failpoint proxy answers it from a find (distinct_id.rs)")
 def distinct_id(db):
     db.c.insert_many([{"_id": 1}, {"_id": 2}])
     values, err = attempt(lambda: db.c.distinct("_id"))

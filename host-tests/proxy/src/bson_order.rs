@@ -197,6 +197,13 @@ pub fn sorted_distinct(name: &str, reply: &Document) -> Option<Document> {
     Some(out)
 }
 
+/// `values` as mongod's ordered set holds them: sorted, each value once (1 and 1.0 are one).
+pub fn distinct(mut values: Vec<Bson>) -> Vec<Bson> {
+    values.sort_by(compare);
+    values.dedup_by(|a, b| compare(a, b) == Ordering::Equal);
+    values
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +386,21 @@ mod tests {
         );
         let oid = |b| Bson::ObjectId(ObjectId::from_bytes([b; 12]));
         assert_eq!(sorted(vec![oid(2), oid(1)]), vec![oid(1), oid(2)]);
+    }
+
+    #[test]
+    fn distinct_values_are_sorted_once_each() {
+        let got = distinct(vec![
+            Bson::Int32(2),
+            Bson::Double(1.0),
+            Bson::from("a"),
+            Bson::Int64(1),
+            Bson::Int32(2),
+        ]);
+        assert_eq!(
+            got,
+            vec![Bson::Double(1.0), Bson::Int32(2), Bson::from("a")]
+        );
     }
 
     #[test]

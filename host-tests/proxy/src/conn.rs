@@ -2,6 +2,7 @@
 //! answer it here or forward it to this connection's own backend connection.
 
 mod dispatch;
+mod distinct_id;
 mod sessions;
 
 use std::borrow::Cow;

@@ -9,6 +9,7 @@
   fail points apply to it first, and mongod's refusals of a bad stage spec hold;
 - an insert's document comment, and the read concern of a transaction's first insert, are not
   stored as documents; a duplicate _id is worded as mongod words it (insert.rs);
+- distinct on _id, which nx-27017 cannot run, answers mongod's values (distinct_id.rs);
 - a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
   and aborts (transaction_state.rs).
 
@@ -63,6 +64,15 @@ check(raw != want and sorted(map(repr, raw)) == sorted(map(repr, want)),
       f"nx-27017 alone answers the same values in another order: {raw}")
 got = db.d.distinct("x", {"_id": {"$in": [0, 1, 3, 8]}})
 check(got == [0, 11, 22, 33, 44], f"distinct with a query is sorted too: {got}")
+# distinct on _id, which nx-27017 cannot run (distinct_id.rs).
+db.e.drop()
+db.e.insert_many([{"_id": i, "g": i % 2} for i in (5, 3, 1, 4, 2)] + [{"_id": "s"}, {"_id": 2.5}])
+got = db.e.distinct("_id")
+check(got == [1, 2, 2.5, 3, 4, 5, "s"], f"distinct on _id: {got}")
+got = db.e.distinct("_id", {"g": 1})
+check(got == [1, 3, 5], f"distinct on _id with a query: {got}")
+check(code_of(lambda: backend.emulations.e.distinct("_id")) != "ok",
+      "nx-27017 alone cannot run distinct on _id")
 
 # --- $listLocalSessions ---------------------------------------------------------------
 no_auth_uid = hashlib.sha256(b"").digest()
@@ -171,6 +181,21 @@ with rs.start_session() as s:
 docs = list(rs.emulations.t.find())
 check(docs == [{"_id": 1}], f"a transaction's read concern is not stored: {docs}")
 
+with rs.start_session() as s:
+    s.start_transaction()
+    rs.emulations.t.insert_one({"_id": 2}, session=s)
+    got = rs.emulations.t.distinct("_id", session=s)
+    s.commit_transaction()
+check(got == [1, 2], f"distinct on _id in a transaction sees its writes: {got}")
+with rs.start_session() as s:
+    s.start_transaction()
+    got = rs.emulations.t.distinct("_id", session=s)
+    try:
+        s.commit_transaction()
+        check(got == [1, 2], f"a transaction that only ran distinct on _id commits: {got}")
+    except pymongo.errors.PyMongoError as e:
+        check(False, f"a transaction that only ran distinct on _id commits: {e}")
+
 for end in ("commit", "abort"):
     with rs.start_session() as s:
         s.start_transaction()
@@ -178,7 +203,7 @@ for end in ("commit", "abort"):
         list(rs.emulations.t.aggregate([{"$match": {}}], session=s))
         try:
             getattr(s, end + "_transaction")()
-            check(n == 1, f"a transaction that only read: {end} succeeds")
+            check(n == 2, f"a transaction that only read ({n} documents counted): {end} succeeds")
         except pymongo.errors.PyMongoError as e:
             check(False, f"a transaction that only read: {end} failed: {e}")
 with rs.start_session() as s:

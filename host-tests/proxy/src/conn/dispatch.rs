@@ -248,13 +248,6 @@ impl Conn {
                 }
             }
         }
-        // nx-27017 runs no database-level aggregate: $listLocalSessions is the proxy's.
-        if crate::local_sessions::applies(name, body) {
-            return self.list_local_sessions(db, body);
-        }
-        if let Some(action) = self.local_sessions_cursor(name, db, body) {
-            return action;
-        }
         // Several mongoses: each knows only the transactions started through it.
         if role == Role::Mongos && self.shared.ports.len() > 1 {
             let mut txns = lock(&self.shared.transactions);
@@ -269,6 +262,16 @@ impl Conn {
                 }
                 return Action::Reply(reply);
             }
+        }
+        // What nx-27017 cannot run: $listLocalSessions, distinct on _id (the proxy's).
+        if crate::local_sessions::applies(name, body) {
+            return self.list_local_sessions(db, body);
+        }
+        if let Some(action) = self.local_sessions_cursor(name, db, body) {
+            return action;
+        }
+        if super::distinct_id::applies(name, body) {
+            return self.distinct_on_id(db, body);
         }
         Action::Forward {
             close_after,

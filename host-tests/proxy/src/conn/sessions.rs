@@ -27,7 +27,7 @@ impl Conn {
     }
 
     /// Runs one command of the proxy's own on the backend and answers its reply.
-    fn backend_command(&mut self, cmd: &Document) -> Result<Document, String> {
+    pub(super) fn backend_command(&mut self, cmd: &Document) -> Result<Document, String> {
         let bytes = frame::op_msg(self.shared.request_id(), 0, 0, cmd)
             .map_err(|e| format!("encode: {e}"))?;
         let backend = self.backend()?;
