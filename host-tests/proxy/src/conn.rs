@@ -70,6 +70,7 @@ pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u
         internal_client: false,
         handshake_done: false,
         unacked: VecDeque::new(),
+        drop_after_reply: Vec::new(),
         auth: auth::Session::default(),
     };
     if let Err(why) = conn.run() {
@@ -92,6 +93,9 @@ struct Conn {
     peer_subject: Option<String>,
     /// Who this connection authenticated as, and a SASL conversation in progress.
     auth: auth::Session,
+    /// `$listLocalSessions` collections done with, dropped once the reply is sent so that
+    /// the drop is not charged to the command (`conn/sessions.rs`).
+    drop_after_reply: Vec<String>,
 }
 
 impl Drop for Conn {
@@ -159,9 +163,13 @@ impl Conn {
                     0,
                     &reply,
                 ))?;
+                self.drop_done_collections();
                 Ok(true)
             }
-            Action::Close => Ok(false),
+            Action::Close => {
+                self.drop_done_collections();
+                Ok(false)
+            }
             Action::Forward {
                 supports_wc,
                 close_after,

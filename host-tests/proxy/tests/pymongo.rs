@@ -1,8 +1,9 @@
 //! Runs PyMongo scripts through the proxy in front of a running nx-27017:
 //! `pymongo_failpoints.py` (mongod's fail points), `pymongo_tls.py` (the
 //! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509), `pymongo_names.py`
-//! (collection names nx-27017 refuses, GridFS) and `pymongo_versions.py` (what an older
-//! presented server version refuses).
+//! (collection names nx-27017 refuses, GridFS), `pymongo_versions.py` (what an older
+//! presented server version refuses) and `pymongo_emulations.py` (what the proxy emulates
+//! of mongod where nx-27017 answers otherwise).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 

@@ -141,6 +141,10 @@ check(code_of(lambda: list(proxy.test.aggregate(
     [{"$listLocalSessions": {}}, {"$listLocalSessions": {}}]))) == 40602,
       "the stage twice: 40602")
 
+# Each listing's records are dropped once its cursor is done (after the reply).
+proxy.admin.command("ping")
+left = backend.proxy_local_sessions.list_collection_names()
+check(left == [], f"no records left behind on nx-27017: {left}")
 # The records' collection is the proxy's, not the client's.
 check("proxy_local_sessions" not in proxy.test.list_collection_names(),
       "no collection of the proxy's shows in the client's database")

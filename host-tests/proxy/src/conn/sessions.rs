@@ -53,9 +53,16 @@ impl Conn {
     }
 
     fn drop_sessions_collection(&mut self, collection: &str) {
-        let drop = doc! { "drop": collection, "$db": DB };
-        if let Err(e) = self.backend_command(&drop) {
-            self.shared.log(&format!("dropping {DB}.{collection}: {e}"));
+        self.drop_after_reply.push(collection.to_string());
+    }
+
+    /// Drops the `$listLocalSessions` collections the last command was done with.
+    pub(super) fn drop_done_collections(&mut self) {
+        for collection in std::mem::take(&mut self.drop_after_reply) {
+            let drop = doc! { "drop": collection.as_str(), "$db": DB };
+            if let Err(e) = self.backend_command(&drop) {
+                self.shared.log(&format!("dropping {DB}.{collection}: {e}"));
+            }
         }
     }
 
