@@ -136,7 +136,8 @@ def no_auth(db):
     return err is None, err or f"reply {reply}"
 
 
-@gap("update-sort", "7.0 rejects `sort` in an update statement (8.0 added it)")
+@gap("update-sort", "7.0 rejects `sort` in an update statement (8.0 added it); the failpoint "
+     "proxy refuses it below 8.0 (version_behaviour.rs)")
 def update_sort(db):
     db.c.insert_one({"_id": 1})
     reply, err = attempt(lambda: db.command({"update": "c", "updates": [{"q": {}, "u": {"x": 1}, "sort": {"_id": 1}}]}))

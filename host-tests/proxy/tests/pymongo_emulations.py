@@ -64,6 +64,18 @@ check(raw != want and sorted(map(repr, raw)) == sorted(map(repr, want)),
       f"nx-27017 alone answers the same values in another order: {raw}")
 got = db.d.distinct("x", {"_id": {"$in": [0, 1, 3, 8]}})
 check(got == [0, 11, 22, 33, 44], f"distinct with a query is sorted too: {got}")
+# sort in an update statement: mongod 8.0 takes it, 7.0 (the proxy's default) refuses it
+# (version_behaviour.rs), nx-27017 takes it.
+sorted_update = {"update": "d", "updates": [{"q": {"_id": {"$in": [0, 1]}},
+                                             "u": {"$set": {"y": 1}}, "sort": {"_id": -1}}]}
+check(code_of(lambda: db.command(sorted_update)) == 40415,
+      "7.0 refuses sort in an update statement (40415)")
+proxy.admin.command({"proxySetVersion": "8.0.0"})
+try:
+    reply = db.command(sorted_update)
+    check(reply.get("n") == 1, f"8.0 takes it: {reply}")
+finally:
+    proxy.admin.command({"proxySetVersion": "7.0.0"})
 # distinct on _id, which nx-27017 cannot run (distinct_id.rs).
 db.e.drop()
 db.e.insert_many([{"_id": i, "g": i % 2} for i in (5, 3, 1, 4, 2)] + [{"_id": "s"}, {"_id": 2.5}])
