@@ -144,7 +144,7 @@ def update_sort(db):
     return err is None, err or f"reply {reply}"
 
 
-@gap("dollar-id", "rejects a dollar-prefixed key inside _id")
+@gap("dollar-id", "rejects a dollar-prefixed key inside _id; the failpoint proxy refuses it (insert.rs)")
 def dollar_id(db):
     _, err = attempt(lambda: db.c.insert_one({"_id": {"$a": 1}}))
     return err is None, err or "inserted"

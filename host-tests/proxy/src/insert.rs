@@ -10,6 +10,8 @@
 //!   index: _id_ dup key: { _id: <value> }`, with `keyPattern` and `keyValue`
 //!   ([`mongod_duplicate_key`]). A duplicate in another unique index keeps nx-27017's wording:
 //!   its message names no key.
+//! - nx-27017 stores a document whose `_id` holds a `$`-prefixed field name (`nx-gaps.py`:
+//!   dollar-id); mongod refuses it as a write error ([`dollar_id_errors`]).
 
 use bson::{doc, Bson, Document};
 
@@ -32,6 +34,50 @@ pub fn for_backend(body: &Document) -> Option<Document> {
         out.remove("readConcern");
     }
     Some(out)
+}
+
+const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
+
+/// The first `$`-prefixed field name in `v` (a document's or an array's, at any depth).
+fn dollar_name(v: &Bson) -> Option<&str> {
+    match v {
+        Bson::Document(d) => d.iter().find_map(|(k, v)| match k.starts_with('$') {
+            true => Some(k.as_str()),
+            false => dollar_name(v),
+        }),
+        Bson::Array(items) => items.iter().find_map(dollar_name),
+        _ => None,
+    }
+}
+
+/// mongod's write errors for inserted documents whose `_id` holds a `$`-prefixed field name
+/// (`fixDocumentForInsert`), by statement index; `None` when there are none.
+pub fn dollar_id_errors(
+    body: &Document,
+    sequences: &[(String, Vec<Document>)],
+) -> Option<Vec<(usize, Document)>> {
+    if body.keys().next().map(String::as_str) != Some("insert") {
+        return None;
+    }
+    let errors: Vec<(usize, Document)> = crate::version_behaviour::statements(
+        body,
+        sequences,
+        "documents",
+    )
+    .iter()
+    .enumerate()
+    .filter_map(|(i, d)| {
+        let name = dollar_name(d.get("_id")?)?;
+        let msg = format!(
+            "_id fields may not contain '$'-prefixed fields: {name} is not valid for storage."
+        );
+        Some((
+            i,
+            doc! { "code": DOLLAR_PREFIXED_FIELD_NAME, "errmsg": msg },
+        ))
+    })
+    .collect();
+    (!errors.is_empty()).then_some(errors)
 }
 
 /// A value as mongod's error messages show it (`BSONObj::toString`).
@@ -132,6 +178,28 @@ mod tests {
         );
         let outside = doc! { "insert": "c", "readConcern": { "level": "local" } };
         assert_eq!(for_backend(&outside), None);
+    }
+
+    #[test]
+    fn a_dollar_prefixed_name_in_id_is_a_write_error() {
+        let body = doc! { "insert": "c", "documents": [{ "_id": 1 }, { "_id": { "a": [{ "$b": 1 }] } },
+        { "_id": "$x" }, { "_id": 2, "x": { "$y": 1 } }] };
+        let errors = dollar_id_errors(&body, &[]).unwrap();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, 1);
+        assert_eq!(errors[0].1.get_i32("code").unwrap(), 52);
+        assert_eq!(
+            errors[0].1.get_str("errmsg").unwrap(),
+            "_id fields may not contain '$'-prefixed fields: $b is not valid for storage."
+        );
+        let seq = vec![("documents".to_string(), vec![doc! { "_id": { "$a": 1 } }])];
+        let errors = dollar_id_errors(&doc! { "insert": "c" }, &seq).unwrap();
+        assert_eq!(errors[0].0, 0);
+        assert_eq!(
+            dollar_id_errors(&doc! { "insert": "c", "documents": [{ "_id": 1 }] }, &[]),
+            None
+        );
+        assert_eq!(dollar_id_errors(&doc! { "update": "c" }, &seq), None);
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub enum Refusal {
 
 /// The documents of `identifier` (`documents`, `updates`, `deletes`), in the body or in a
 /// document sequence.
-fn statements<'a>(
+pub(crate) fn statements<'a>(
     body: &'a Document,
     sequences: &'a [(String, Vec<Document>)],
     identifier: &str,

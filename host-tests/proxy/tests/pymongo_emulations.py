@@ -8,7 +8,8 @@
   answers the cursor namespace <db>.$cmd.aggregate and takes getMore and killCursors on it;
   fail points apply to it first, and mongod's refusals of a bad stage spec hold;
 - an insert's document comment, and the read concern of a transaction's first insert, are not
-  stored as documents; a duplicate _id is worded as mongod words it (insert.rs);
+  stored as documents; a duplicate _id is worded as mongod words it, a $-prefixed name in
+  _id refused (insert.rs);
 - distinct on _id, which nx-27017 cannot run, answers mongod's values (distinct_id.rs);
 - a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
   and aborts (transaction_state.rs).
@@ -186,6 +187,14 @@ except pymongo.errors.BulkWriteError as e:
     check(len(errors) == 1 and errors[0]["index"] == 2
           and errors[0]["errmsg"].endswith('dup key: { _id: "a" }'),
           f"a batch's duplicate (sent as a document sequence): {errors}")
+
+try:
+    db.i.insert_one({"_id": {"$a": 1}})
+    check(False, "a $-prefixed name in _id is refused")
+except pymongo.errors.WriteError as e:
+    check(e.code == 52 and "_id fields may not contain '$'-prefixed fields" in str(e),
+          f"a $-prefixed name in _id is refused (52): {e}")
+check(db.i.count_documents({}) == 5, "and not stored")
 
 rs = pymongo.MongoClient(os.environ["PROXY_RS_URI"], serverSelectionTimeoutMS=10000)
 rs.emulations.t.drop()

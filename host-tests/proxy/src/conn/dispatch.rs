@@ -152,7 +152,8 @@ impl Conn {
         let write_errors = match version_behaviour::refusal(&version, name, body, sequences) {
             Some(Refusal::Command(reply)) => return Action::Reply(reply),
             Some(Refusal::Statements(errors)) => Some(errors),
-            None => None,
+            // What mongod of any version refuses to store (insert.rs).
+            None => crate::insert::dollar_id_errors(body, sequences),
         };
         let deadline = commands::max_time_ms(name, body).map(|ms| after(received, ms));
         let change_stream = self.is_change_stream(name, body);
