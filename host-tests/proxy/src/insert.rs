@@ -59,24 +59,21 @@ pub fn dollar_id_errors(
     if body.keys().next().map(String::as_str) != Some("insert") {
         return None;
     }
-    let errors: Vec<(usize, Document)> = crate::version_behaviour::statements(
-        body,
-        sequences,
-        "documents",
-    )
-    .iter()
-    .enumerate()
-    .filter_map(|(i, d)| {
-        let name = dollar_name(d.get("_id")?)?;
-        let msg = format!(
+    let errors: Vec<(usize, Document)> =
+        crate::version_behaviour::statements(body, sequences, "documents")
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                let name = dollar_name(d.get("_id")?)?;
+                let msg = format!(
             "_id fields may not contain '$'-prefixed fields: {name} is not valid for storage."
         );
-        Some((
-            i,
-            doc! { "code": DOLLAR_PREFIXED_FIELD_NAME, "errmsg": msg },
-        ))
-    })
-    .collect();
+                Some((
+                    i,
+                    doc! { "code": DOLLAR_PREFIXED_FIELD_NAME, "errmsg": msg },
+                ))
+            })
+            .collect();
     (!errors.is_empty()).then_some(errors)
 }
 

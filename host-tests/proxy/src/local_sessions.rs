@@ -191,10 +191,15 @@ pub fn plan(
         true => None,
         false => Some(users.unwrap_or_else(|| vec![uid(caller)])),
     };
-    Ok(Plan {
-        records: cache.list(&filter),
-        rest: pipeline.into_iter().skip(1).collect(),
-    })
+    let rest: Vec<Bson> = pipeline.into_iter().skip(1).collect();
+    let mut records = cache.list(&filter);
+    // The stage's order is unspecified, so a `$limit` right after it may as well take the
+    // most recent records: only those are stored (a run's cache holds thousands, and
+    // storing them all would cost each listing far more than mongod's does).
+    if let Some(n) = rest.first().and_then(limit) {
+        records.truncate(n);
+    }
+    Ok(Plan { records, rest })
 }
 
 /// A `$merge` or `$out` stage writing to the client's database `db`, where mongod writes
@@ -227,6 +232,17 @@ fn into_client_db(stage: Bson, db: &str) -> Bson {
         stage.insert("$merge", merge);
     }
     Bson::Document(stage)
+}
+
+/// `{$limit: n}`'s n.
+fn limit(stage: &Bson) -> Option<usize> {
+    let n = match stage.as_document()?.get("$limit")? {
+        Bson::Int32(n) => i64::from(*n),
+        Bson::Int64(n) => *n,
+        Bson::Double(d) if d.fract() == 0.0 => *d as i64,
+        _ => return None,
+    };
+    usize::try_from(n).ok()
 }
 
 /// The aggregate nx-27017 runs over `collection` in [`DB`] for a client of database `db`:
@@ -315,7 +331,7 @@ mod tests {
     }
 
     fn agg(spec: Document) -> Document {
-        doc! { "aggregate": 1, "pipeline": [{ "$listLocalSessions": spec }, { "$limit": 1 }],
+        doc! { "aggregate": 1, "pipeline": [{ "$listLocalSessions": spec }, { "$skip": 0 }],
         "cursor": {}, "lsid": { "id": 1 }, "$db": "admin" }
     }
 
@@ -342,7 +358,7 @@ mod tests {
 
         let mine = plan(&cache, &agg(doc! {}), None).unwrap();
         assert_eq!(ids(&mine), [1, 3]);
-        assert_eq!(mine.rest, vec![Bson::from(doc! { "$limit": 1 })]);
+        assert_eq!(mine.rest, vec![Bson::from(doc! { "$skip": 0 })]);
         let first = &mine.records[0];
         assert_eq!(first.get_datetime("lastUse").unwrap().timestamp_millis(), 5);
         assert!(!first.contains_key("user"));
@@ -357,6 +373,13 @@ mod tests {
             root.records[0].get_document("user").unwrap(),
             &doc! { "name": "root@admin" }
         );
+        // A $limit right after the stage: the most recent records only.
+        let limited = doc! { "aggregate": 1, "pipeline": [{ "$listLocalSessions": {} },
+        { "$limit": 1 }, { "$limit": 5 }] };
+        assert_eq!(ids(&plan(&cache, &limited, None).unwrap()), [1]);
+        let unlimited = doc! { "aggregate": 1, "pipeline": [{ "$listLocalSessions": {} },
+        { "$skip": 0 }, { "$limit": 1 }] };
+        assert_eq!(ids(&plan(&cache, &unlimited, None).unwrap()), [1, 3]);
         let all = plan(&cache, &agg(doc! { "allUsers": true }), None).unwrap();
         assert_eq!(ids(&all), [1, 3, 2]);
         let named = doc! { "users": [{ "user": "root", "db": "admin" }] };

@@ -136,6 +136,10 @@ check(all(bytes(s.session_id["id"]) in listed for s in sessions),
 check(len(listed) == len(every), "each session once")
 for s in sessions:
     s.end_session()
+with proxy.start_session() as s:
+    one = list(proxy.test.aggregate([{"$listLocalSessions": {}}, {"$limit": 1}], session=s))
+    check(len(one) == 1 and bytes(one[0]["_id"]["id"]) == bytes(s.session_id["id"]),
+          "with $limit: 1 next, the most recent session (the caller's own)")
 every = list(proxy.test.aggregate([{"$listLocalSessions": {"allUsers": True}}]))
 check(len(every) >= 4, f"allUsers: {len(every)} records")
 none = list(proxy.test.aggregate([{"$listLocalSessions": {"users": [{"user": "x", "db": "y"}]}}]))
