@@ -11,6 +11,7 @@
   stored as documents; a duplicate _id is worded as mongod words it, a $-prefixed name in
   _id refused (insert.rs);
 - distinct on _id, which nx-27017 cannot run, answers mongod's values (distinct_id.rs);
+- updateUser, on the users the proxy keeps (fail points apply to it);
 - a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
   and aborts (transaction_state.rs).
 
@@ -165,6 +166,25 @@ check(left == [], f"no records left behind on nx-27017: {left}")
 # The records' collection is the proxy's, not the client's.
 check("proxy_local_sessions" not in proxy.test.list_collection_names(),
       "no collection of the proxy's shows in the client's database")
+
+# --- updateUser (the proxy keeps the users) ---------------------------------------------
+udb = proxy.emulations_users
+udb.command("dropAllUsersFromDatabase", 1)
+udb.command("createUser", "u1", pwd="a", roles=[])
+check(udb.command("updateUser", "u1", pwd="b", roles=[{"role": "read", "db": "x"}]).get("ok") == 1.0,
+      "updateUser changes a user")
+roles = udb.command("usersInfo", "u1")["users"][0]["roles"]
+check(roles == [{"role": "read", "db": "x"}], f"usersInfo shows the new roles: {roles}")
+check(code_of(lambda: udb.command("updateUser", "nobody", pwd="x")) == 11,
+      "updateUser of an unknown user: UserNotFound (11)")
+proxy.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                     "data": {"failCommands": ["updateUser"], "closeConnection": True}})
+try:
+    udb.command("updateUser", "u1", pwd="c")
+    check(False, "a failCommand fail point on updateUser closes the connection")
+except pymongo.errors.AutoReconnect:
+    check(True, "a failCommand fail point on updateUser closes the connection")
+udb.command("dropAllUsersFromDatabase", 1)
 
 # --- insert ---------------------------------------------------------------------------
 db.i.drop()

@@ -54,6 +54,7 @@ const LOCAL: &[&str] = &[
     "authenticate",
     "logout",
     "createUser",
+    "updateUser",
     "dropUser",
     "usersInfo",
     "dropAllUsersFromDatabase",
@@ -619,6 +620,18 @@ impl Conn {
                 let iterations = lock(&self.shared.users).iterations();
                 match auth::create_user(db, body, iterations)
                     .and_then(|user| lock(&self.shared.users).insert(user))
+                {
+                    Ok(()) => doc! { "ok": 1.0 },
+                    Err(e) => e,
+                }
+            }
+            // PBKDF2 outside the lock, as for createUser.
+            "updateUser" => {
+                let iterations = lock(&self.shared.users).iterations();
+                let body = auth::update_user_body(&lock(&self.shared.users), db, body);
+                match body
+                    .and_then(|b| auth::create_user(db, &b, iterations))
+                    .and_then(|user| lock(&self.shared.users).replace(user))
                 {
                     Ok(()) => doc! { "ok": 1.0 },
                     Err(e) => e,
