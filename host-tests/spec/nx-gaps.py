@@ -65,10 +65,20 @@ def out_stage(db):
     return err is not None, err or "ran"
 
 
-@gap("database-aggregate", "runs database-level aggregate ($listLocalSessions, $currentOp)")
+@gap("database-aggregate", "runs database-level aggregate ($listLocalSessions, $currentOp); the "
+     "failpoint proxy runs $listLocalSessions itself (local_sessions.rs), not $documents")
 def database_aggregate(db):
     _, err = attempt(lambda: list(db.client.admin.aggregate([{"$listLocalSessions": {}}])))
     return err is not None, err or "ran"
+
+
+@gap("merge-db", "runs $merge into {db, coll} of another database (the failpoint proxy runs the rest "
+     "of a $listLocalSessions pipeline in a database of its own, so its $merge names the client's)")
+def merge_db(db):
+    db.c.insert_one({"_id": 1})
+    _, err = attempt(lambda: list(db.c.aggregate([{"$merge": {"into": {"db": "other_db", "coll": "m"}}}])))
+    found = list(db.client.other_db.m.find()) if err is None else []
+    return err is not None or found != [{"_id": 1}], err or f"found {found}"
 
 
 @gap("pipeline-update", "applies an update given as a pipeline")
@@ -99,7 +109,8 @@ def let(db):
     return found != [{"_id": 1}], err or f"found {found}"
 
 
-@gap("distinct-order", "answers distinct in index/insertion order for these tests (11, 22, 33)")
+@gap("distinct-order", "answers distinct values sorted in BSON order (11, 22, 33); the failpoint "
+     "proxy sorts them (bson_order.rs)")
 def distinct_order(db):
     db.c.insert_many([{"_id": i, "x": i * 11} for i in (1, 2, 3)])
     values = db.c.distinct("x")
@@ -125,7 +136,8 @@ def no_auth(db):
     return err is None, err or f"reply {reply}"
 
 
-@gap("update-sort", "7.0 rejects `sort` in an update statement (8.0 added it)")
+@gap("update-sort", "7.0 rejects `sort` in an update statement (8.0 added it); the failpoint "
+     "proxy refuses it below 8.0 (version_behaviour.rs)")
 def update_sort(db):
     db.c.insert_one({"_id": 1})
     reply, err = attempt(lambda: db.command({"update": "c", "updates": [{"q": {}, "u": {"x": 1}, "sort": {"_id": 1}}]}))
@@ -161,7 +173,7 @@ def undefined_variable(db):
     return first.get("code") != 17276, f"code {first.get('code')}: {first.get('errmsg')}"
 
 
-@gap("dollar-id", "rejects a dollar-prefixed key inside _id")
+@gap("dollar-id", "rejects a dollar-prefixed key inside _id; the failpoint proxy refuses it (insert.rs)")
 def dollar_id(db):
     _, err = attempt(lambda: db.c.insert_one({"_id": {"$a": 1}}))
     return err is None, err or "inserted"
@@ -226,7 +238,8 @@ def tailable(db):
     return cid == 0, f"cursor id {cid} after the getMore that returned the last document"
 
 
-@gap("insert-comment", "treats an insert command's `comment` as a comment")
+@gap("insert-comment", "treats an insert command's `comment` as a comment; the failpoint proxy "
+     "keeps it from nx-27017 (insert.rs)")
 def insert_comment(db):
     db.command({"insert": "c", "documents": [{"_id": 2}], "comment": {"key": "value"}})
     n = db.c.count_documents({})
@@ -292,14 +305,28 @@ def txn_supersede(db):
     return bool(errors), f"the second transaction's insert: {errors or reply}"
 
 
-@gap("insert-read-concern", "takes an insert's readConcern field (the first command of a transaction) as an option")
+@gap("txn-abort-on-error", "aborts a transaction whose command failed (a duplicate key): the next "
+     "command in it gets NoSuchTransaction")
+def txn_abort_on_error(db):
+    db.c.insert_one({"_id": 1})
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    txn = {"lsid": lsid, "txnNumber": 1, "autocommit": False}
+    db.command(dict({"insert": "c", "documents": [{"_id": 2}], "startTransaction": True}, **txn))
+    db.command(dict({"insert": "c", "documents": [{"_id": 1}]}, **txn))
+    reply, err = attempt(lambda: db.command(dict({"insert": "c", "documents": [{"_id": 3}]}, **txn)))
+    return err is None or "NoSuchTransaction" not in err, err or f"the next insert: {reply}"
+
+
+@gap("insert-read-concern", "takes an insert's readConcern field (the first command of a transaction) "
+     "as an option; the failpoint proxy keeps it from nx-27017 (insert.rs)")
 def insert_read_concern(db):
     reply = db.command({"insert": "c", "documents": [{"_id": 1}], "readConcern": {"level": "local"}})
     docs = list(db.c.find())
     return len(docs) != 1, f"n={reply.get('n')}, stored {docs}"
 
 
-@gap("read-only-commit", "commits a transaction whose commands only read")
+@gap("read-only-commit", "commits a transaction whose commands only read; the failpoint proxy "
+     "commits (or aborts) a transaction nx-27017 never opened (transaction_state.rs)")
 def read_only_commit(db):
     db.c.insert_one({"_id": 1})
     with db.client.start_session() as session:
@@ -309,7 +336,14 @@ def read_only_commit(db):
     return err is not None, err or "commit accepted"
 
 
-@gap("distinct-id", "answers distinct on _id")
+@gap("index-names", "lists an index under the name createIndexes gave it (x_1)")
+def index_names(db):
+    db.command({"createIndexes": "ix", "indexes": [{"key": {"x": 1}, "name": "x_1"}]})
+    names = [i["name"] for i in db.ix.list_indexes()]
+    return "x_1" not in names, f"listIndexes names {names}"
+
+
+@gap("distinct-id", "answers distinct on _id; the failpoint proxy answers it from a find (distinct_id.rs)")
 def distinct_id(db):
     db.c.insert_many([{"_id": 1}, {"_id": 2}])
     values, err = attempt(lambda: db.c.distinct("_id"))
@@ -327,7 +361,8 @@ def gridfs_files(db):
     return gap_there, f"uploadDate came back as {date!r}; sort -1, skip 1 gave {newest_but_one}"
 
 
-@gap("dup-key-message", "words a duplicate key error 'E11000 duplicate key error ...'")
+@gap("dup-key-message", "words a duplicate key error 'E11000 duplicate key error ...'; the "
+     "failpoint proxy words a duplicate _id on insert so (insert.rs)")
 def dup_key_message(db):
     db.c.insert_one({"_id": 1})
     _, err = attempt(lambda: db.c.insert_one({"_id": 1}))

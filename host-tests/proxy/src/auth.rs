@@ -250,7 +250,55 @@ pub(crate) fn create_user(
     prepare(user, roles.clone(), iterations)
 }
 
+/// `updateUser` as a `createUser` of the user's new state (its stored password, roles and
+/// mechanisms, with what the update names replaced), for [`create_user`] to derive the
+/// credentials of outside the users' lock, then [`Users::replace`].
+pub(crate) fn update_user_body(
+    users: &Users,
+    db: &str,
+    body: &Document,
+) -> Result<Document, Document> {
+    let Ok(name) = body.get_str("updateUser") else {
+        return Err(refused(codes::BAD_VALUE, "updateUser needs a user name"));
+    };
+    let Some(stored) = users.get(db, name) else {
+        let msg = format!("Could not find user \"{name}\" for db \"{db}\"");
+        return Err(refused(codes::USER_NOT_FOUND, &msg));
+    };
+    if ![
+        "pwd",
+        "roles",
+        "mechanisms",
+        "customData",
+        "authenticationRestrictions",
+    ]
+    .iter()
+    .any(|k| body.contains_key(k))
+    {
+        let msg = "Must specify at least one field to update in updateUser";
+        return Err(refused(codes::BAD_VALUE, msg));
+    }
+    let mut out = doc! { "createUser": name, "roles": stored.roles.clone() };
+    if let Some(pwd) = &stored.user.password {
+        out.insert("pwd", pwd.as_str());
+    }
+    out.insert("mechanisms", stored.user.mechanisms.clone());
+    for key in ["pwd", "roles", "mechanisms", "digestPassword"] {
+        if let Some(v) = body.get(key) {
+            out.insert(key, v.clone());
+        }
+    }
+    Ok(out)
+}
+
 impl Users {
+    /// Stores `stored` in place of the user of the same name (`updateUser`).
+    pub fn replace(&mut self, stored: Stored) -> Result<(), Document> {
+        let key = (stored.user.db.clone(), stored.user.name.clone());
+        self.map.insert(key, stored);
+        Ok(())
+    }
+
     pub fn new(config: &AuthConfig) -> Result<Users, String> {
         let mut users = Users {
             map: BTreeMap::new(),
@@ -1005,6 +1053,23 @@ mod tests {
         let server_first = String::from_utf8(bytes(&first.reply)).unwrap();
         let fin = client_final(Hash::Sha256, "bob", "pw", "clientnonce", &server_first);
         assert!(cont(&mut s, fin.as_bytes()).authenticated);
+        // updateUser: a new password; the old one no longer authenticates.
+        let update = doc! { "updateUser": "bob", "pwd": "new" };
+        let new = update_user_body(&u, "db1", &update)
+            .and_then(|b| create_user("db1", &b, u.iterations()))
+            .and_then(|st| u.replace(st));
+        assert!(new.is_ok());
+        for (pwd, ok) in [("pw", false), ("new", true)] {
+            let mut s = Session::default();
+            let first = s.sasl_start(&u, "db1", &body);
+            let server_first = String::from_utf8(bytes(&first.reply)).unwrap();
+            let fin = client_final(Hash::Sha256, "bob", pwd, "clientnonce", &server_first);
+            assert_eq!(cont(&mut s, fin.as_bytes()).authenticated, ok, "{pwd}");
+        }
+        let missing = update_user_body(&u, "db1", &doc! { "updateUser": "nobody", "pwd": "x" });
+        assert_eq!(missing.unwrap_err().get_i32("code").unwrap(), 11);
+        let nothing = update_user_body(&u, "db1", &doc! { "updateUser": "bob" });
+        assert_eq!(nothing.unwrap_err().get_i32("code").unwrap(), 2);
         assert_eq!(
             u.command("dropUser", "db1", &doc! { "dropUser": "bob" })
                 .get_f64("ok")

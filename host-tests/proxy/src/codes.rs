@@ -37,6 +37,10 @@ pub const CHANGE_STREAM_NEEDS_REPLICA_SET: i32 = 40573;
 pub const SEARCH_NOT_ENABLED: i32 = 31082;
 /// IDL: a required field is missing (a location code: no name).
 pub const IDL_MISSING_FIELD: i32 = 40414;
+/// IDL: `BSON field '<x>.<y>' is an unknown field.`
+pub const IDL_UNKNOWN_FIELD: i32 = 40415;
+/// A pipeline stage that must come first (`$listLocalSessions`) came later.
+pub const LOCATION_40602: i32 = 40602;
 /// apiStrict/apiDeprecationErrors without apiVersion (a location code: no name).
 pub const API_PARAMETERS_WITHOUT_VERSION: i32 = 4886600;
 

@@ -2,6 +2,8 @@
 //! answer it here or forward it to this connection's own backend connection.
 
 mod dispatch;
+mod distinct_id;
+mod sessions;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -14,7 +16,7 @@ use bson::{Bson, Document};
 use crate::auth;
 use crate::cluster_time;
 use crate::codes::{self, error_doc, with_labels};
-use crate::commands;
+use crate::commands::{self, canonical};
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
 use crate::names;
@@ -68,6 +70,7 @@ pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u
         internal_client: false,
         handshake_done: false,
         unacked: VecDeque::new(),
+        drop_after_reply: Vec::new(),
         auth: auth::Session::default(),
     };
     if let Err(why) = conn.run() {
@@ -90,6 +93,9 @@ struct Conn {
     peer_subject: Option<String>,
     /// Who this connection authenticated as, and a SASL conversation in progress.
     auth: auth::Session,
+    /// `$listLocalSessions` collections done with, dropped once the reply is sent so that
+    /// the drop is not charged to the command (`conn/sessions.rs`).
+    drop_after_reply: Vec<String>,
 }
 
 impl Drop for Conn {
@@ -157,9 +163,13 @@ impl Conn {
                     0,
                     &reply,
                 ))?;
+                self.drop_done_collections();
                 Ok(true)
             }
-            Action::Close => Ok(false),
+            Action::Close => {
+                self.drop_done_collections();
+                Ok(false)
+            }
             Action::Forward {
                 supports_wc,
                 close_after,
@@ -317,15 +327,16 @@ impl Conn {
         name: &str,
         body: &Document,
     ) -> Result<Cow<'m, [u8]>, String> {
-        let (bytes, body): (Cow<'m, [u8]>, Cow<'_, Document>) =
-            match cluster_time::for_backend(body) {
-                None => (Cow::Borrowed(&msg.bytes), Cow::Borrowed(body)),
-                Some(edited) => {
-                    let bytes = frame::replace_body(msg, &edited)
-                        .map_err(|e| format!("re-encoding the command: {e}"))?;
-                    (Cow::Owned(bytes), Cow::Owned(edited))
-                }
-            };
+        let edited = cluster_time::for_backend(body);
+        let edited = crate::insert::for_backend(edited.as_ref().unwrap_or(body)).or(edited);
+        let (bytes, body): (Cow<'m, [u8]>, Cow<'_, Document>) = match edited {
+            None => (Cow::Borrowed(&msg.bytes), Cow::Borrowed(body)),
+            Some(edited) => {
+                let bytes = frame::replace_body(msg, &edited)
+                    .map_err(|e| format!("re-encoding the command: {e}"))?;
+                (Cow::Owned(bytes), Cow::Owned(edited))
+            }
+        };
         Ok(match names::encode_message(&bytes, name, &body) {
             Some(renamed) => Cow::Owned(renamed),
             None => bytes,
@@ -439,6 +450,23 @@ impl Conn {
             let exhaust = parsed.flags & FLAG_MORE_TO_COME != 0;
             self.note_cursor(name, body, &parsed.body);
             let decoded = names::decode_reply(&parsed.body);
+            let decoded = match canonical(name) == "insert" && !exhaust {
+                true => {
+                    let reply = decoded.as_ref().unwrap_or(&parsed.body);
+                    insert_reply(msg, body, reply).or(decoded)
+                }
+                false => decoded,
+            };
+            // A transaction nx-27017 never opened commits and aborts as on mongod.
+            let decoded = match exhaust {
+                false => {
+                    let reply = decoded.as_ref().unwrap_or(&parsed.body);
+                    lock(&self.shared.started_transactions)
+                        .after(canonical(name), body, reply)
+                        .or(decoded)
+                }
+                true => decoded,
+            };
             let reply_doc = decoded.as_ref().unwrap_or(&parsed.body);
             if let Some(key) = retry_key.clone() {
                 lock(&self.shared.retries).record(key, reply_doc);
@@ -448,6 +476,14 @@ impl Conn {
                 false => None,
             };
             let edited = edited.or(decoded);
+            // mongod answers distinct values sorted (bson_order.rs); nx-27017 does not.
+            let edited = match exhaust {
+                false => {
+                    let reply = edited.as_ref().unwrap_or(&parsed.body);
+                    crate::bson_order::sorted_distinct(canonical(name), reply).or(edited)
+                }
+                true => edited,
+            };
             let mut edited = match self.role() == Role::Mongos && !exhaust {
                 true => {
                     let reply = edited.as_ref().unwrap_or(&parsed.body);
@@ -508,6 +544,28 @@ impl Conn {
         out.insert("writeConcernError", wce);
         Some(with_labels(out, labels))
     }
+}
+
+/// An insert's reply with mongod's wording of a duplicate `_id` (`insert.rs`); the inserted
+/// documents come from the body or from the request's `documents` sequence.
+fn insert_reply(msg: &Message, body: &Document, reply: &Document) -> Option<Document> {
+    reply.get_array("writeErrors").ok()?;
+    let db = body.get_str("$db").unwrap_or("");
+    let in_body: Option<Vec<Document>> = body.get_array("documents").ok().map(|docs| {
+        docs.iter()
+            .filter_map(|d| d.as_document().cloned())
+            .collect()
+    });
+    let documents = match in_body {
+        Some(docs) => docs,
+        None => frame::parse_op_msg(msg)
+            .ok()?
+            .sequences
+            .into_iter()
+            .find(|(id, _)| id == "documents")
+            .map(|(_, docs)| docs)?,
+    };
+    crate::insert::mongod_duplicate_key(db, body, &documents, reply)
 }
 
 /// A cursor id: mongod's are int64, nx-27017 answers small ones as int32.

@@ -16,7 +16,9 @@
 //! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`,
 //! `{proxySetVersion: "8.0.0"}` (the server version presented; see `version.rs`). Fail points:
 //! see [`failpoint`]. What a presented version older than 5.0 refuses (nx-27017 takes it):
-//! see `version_behaviour.rs`. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
+//! see `version_behaviour.rs`. What nx-27017 answers otherwise than mongod, emulated:
+//! `bson_order.rs`, `local_sessions.rs`, `insert.rs`, `transaction_state.rs`,
+//! `conn/distinct_id.rs`. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
 //! [`auth`]; with auth on:
 //!
 //! ```no_run
@@ -32,13 +34,16 @@
 mod admin;
 mod api_version;
 pub mod auth;
+mod bson_order;
 mod cluster_time;
 mod codes;
 mod commands;
 mod conn;
 pub mod failpoint;
 mod frame;
+mod insert;
 mod load_balancer;
+mod local_sessions;
 mod mongos;
 mod names;
 mod objectid_filter;
@@ -48,6 +53,7 @@ mod stats;
 pub mod testcerts;
 pub mod tls;
 mod topology;
+mod transaction_state;
 mod version;
 mod version_behaviour;
 

@@ -13,6 +13,7 @@ use bson::Document;
 use crate::auth::{AuthConfig, Users};
 use crate::conn;
 use crate::failpoint::{FailPoints, Mode};
+use crate::local_sessions::{Cursors, SessionCache};
 use crate::retry_record::RetryRecords;
 use crate::stats::Stats;
 use crate::topology::{Topology, TopologyState};
@@ -113,6 +114,14 @@ pub(crate) struct Shared {
     pub clock: crate::cluster_time::Clock,
     /// Replies to retryable writes, for their retries (see `retry_record.rs`).
     pub retries: Mutex<RetryRecords>,
+    /// Transactions seen starting, for those nx-27017 never opened (`transaction_state.rs`).
+    pub started_transactions: Mutex<crate::transaction_state::Started>,
+    /// Each mongod's logical session cache, as the fail points: see [`Shared::sessions`].
+    sessions: Vec<Mutex<SessionCache>>,
+    /// Cursors over `$listLocalSessions` records (`local_sessions.rs`).
+    pub session_cursors: Mutex<Cursors>,
+    /// Names the collections `$listLocalSessions` records are stored in.
+    pub next_sessions_collection: AtomicU64,
     stopped: Mutex<bool>,
     wake: Condvar,
     /// Sockets of live connections, shut down on stop to unblock their threads.
@@ -126,6 +135,11 @@ impl Shared {
     /// The fail points that `member`'s connections see and configure.
     pub fn failpoints(&self, member: usize) -> MutexGuard<'_, FailPoints> {
         lock(self.failpoints.get(member).unwrap_or(&self.failpoints[0]))
+    }
+
+    /// The logical session cache of `member`'s mongod.
+    pub fn sessions(&self, member: usize) -> MutexGuard<'_, SessionCache> {
+        lock(self.sessions.get(member).unwrap_or(&self.sessions[0]))
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -253,6 +267,12 @@ impl Proxy {
             await_data: Mutex::new(HashSet::new()),
             clock: Default::default(),
             retries: Mutex::new(RetryRecords::default()),
+            started_transactions: Mutex::new(Default::default()),
+            sessions: (0..fail_point_sets)
+                .map(|_| Mutex::new(SessionCache::default()))
+                .collect(),
+            session_cursors: Mutex::new(Cursors::default()),
+            next_sessions_collection: AtomicU64::new(1),
             stopped: Mutex::new(false),
             wake: Condvar::new(),
             sockets: Mutex::new(HashMap::new()),

@@ -2,8 +2,8 @@
 //! presents, per test, the version the test asks for (`version.rs`), but nx-27017 takes
 //! everything, so a command that the presented version would refuse is refused here, with
 //! that mongod's error code and message. Each rule applies only below the version that
-//! started accepting the command (every bound is at or below 5.0, so the default 7.0 and
-//! everything newer are never touched).
+//! started accepting the command (every bound but one is at or below 5.0; `sort` in an
+//! update statement came with 8.0, so the default 7.0 refuses it, as mongod 7.0 does).
 //!
 //! Two kinds of refusal, as mongod makes them: a command it cannot parse fails as a whole
 //! (an unknown or mistyped field); a statement it cannot store is a write error at that
@@ -15,12 +15,10 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::codes::{self, error_doc};
+use crate::codes::{self, error_doc, IDL_UNKNOWN_FIELD};
 use crate::commands::canonical;
 use crate::topology::Version;
 
-/// IDL: `BSON field '<command>.<field>' is an unknown field.` (a location code: no name).
-const IDL_UNKNOWN_FIELD: i32 = 40415;
 /// findAndModify's own parser (4.2, 4.4): `BSON field '<field>' is an unknown field.`
 const FIND_AND_MODIFY_UNKNOWN_FIELD: i32 = 51177;
 const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
@@ -34,8 +32,8 @@ enum What {
     NotString(&'static str),
     /// findAndModify's field, with `remove: true` (`true`) or with an update (`false`).
     FindAndModifyField(&'static str, bool),
-    /// A statement of the `deletes` array has the field.
-    DeleteStatementField(&'static str),
+    /// A statement of the array (`deletes`, `updates`) has the field.
+    StatementField(&'static str, &'static str),
     /// An inserted document has a top-level `$`-prefixed field name.
     DollarPrefixedInsert,
     /// A replacement document (not update operators, not a pipeline) has a `$`-prefixed
@@ -102,7 +100,8 @@ const RULES: &[Rule] = &[
     rule("update", [5, 0, 0], Field("let"), IdlUnknown), // 5.0: let
     rule("delete", [5, 0, 0], Field("let"), IdlUnknown), // 5.0: let
     rule("findAndModify", [5, 0, 0], Field("let"), FindAndModifyUnknown), // 5.0: let
-    rule("delete", [4, 3, 4], DeleteStatementField("hint"), IdlUnknown), // 4.3.4 (4.4): delete hint
+    rule("delete", [4, 3, 4], StatementField("deletes", "hint"), IdlUnknown), // 4.3.4 (4.4): delete hint
+    rule("update", [8, 0, 0], StatementField("updates", "sort"), IdlUnknown), // 8.0: sort in an update statement
     rule("findAndModify", [4, 3, 1], FindAndModifyField("hint", false), FindAndModifyUnknown), // 4.3.1 (4.4): hint with an update
     rule("findAndModify", [4, 3, 4], FindAndModifyField("hint", true), FindAndModifyUnknown), // 4.3.4 (4.4): hint with remove
     rule("find", [4, 3, 1], Field("allowDiskUse"), FindUnrecognized), // 4.3.1 (4.4): allowDiskUse
@@ -120,7 +119,7 @@ pub enum Refusal {
 
 /// The documents of `identifier` (`documents`, `updates`, `deletes`), in the body or in a
 /// document sequence.
-fn statements<'a>(
+pub(crate) fn statements<'a>(
     body: &'a Document,
     sequences: &'a [(String, Vec<Document>)],
     identifier: &str,
@@ -265,10 +264,10 @@ fn apply(rule: &Rule, body: &Document, sequences: &[(String, Vec<Document>)]) ->
             let removes = body.get_bool("remove").unwrap_or(false);
             (removes == remove && body.contains_key(field)).then(|| unknown(field))
         }
-        DeleteStatementField(field) => statements(body, sequences, "deletes")
+        StatementField(array, field) => statements(body, sequences, array)
             .iter()
             .any(|s| s.contains_key(field))
-            .then(|| unknown(&format!("deletes.{field}"))),
+            .then(|| unknown(&format!("{array}.{field}"))),
         DollarPrefixedInsert => {
             let errors: Vec<(usize, Document)> = statements(body, sequences, "documents")
                 .iter()
@@ -391,7 +390,8 @@ mod tests {
         }
     }
 
-    /// Each row: refused just below its bound, accepted at it and at the default 7.0.
+    /// Each row: refused just below its bound, accepted at it (and at the default 7.0 when
+    /// the bound is not above it).
     #[test]
     fn every_rule_refuses_below_its_bound_only() {
         #[rustfmt::skip]
@@ -416,6 +416,7 @@ mod tests {
             ("insert", doc! { "insert": "c", "documents": [{ "_id": 1, "$a": 1 }] }, "4.4.7", "5.0.0", codes::BAD_VALUE),
             ("update", doc! { "update": "c", "updates": [{ "q": {}, "u": { "a": { "$b": 1 } } }] }, "4.4.7", "5.0.0", DOLLAR_PREFIXED_FIELD_NAME),
             ("findAndModify", doc! { "findAndModify": "c", "update": { "a": [{ "$b": 1 }] } }, "4.4.7", "5.0.0", DOLLAR_PREFIXED_FIELD_NAME),
+            ("update", doc! { "update": "c", "updates": [{ "q": {}, "u": { "$set": { "x": 1 } }, "sort": { "_id": 1 } }] }, "7.0.5", "8.0.0", IDL_UNKNOWN_FIELD),
         ];
         for (name, body, below, since, want) in cases {
             assert_eq!(
@@ -428,11 +429,13 @@ mod tests {
                 None,
                 "{name} at {since}: {body}"
             );
-            assert_eq!(
-                code("7.0.0", name, body.clone()),
-                None,
-                "{name} at 7.0.0: {body}"
-            );
+            if since <= "7.0.0" {
+                assert_eq!(
+                    code("7.0.0", name, body.clone()),
+                    None,
+                    "{name} at 7.0.0: {body}"
+                );
+            }
             assert_eq!(
                 code("8.2.1", name, body.clone()),
                 None,

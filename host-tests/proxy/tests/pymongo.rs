@@ -1,8 +1,9 @@
 //! Runs PyMongo scripts through the proxy in front of a running nx-27017:
 //! `pymongo_failpoints.py` (mongod's fail points), `pymongo_tls.py` (the
 //! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509), `pymongo_names.py`
-//! (collection names nx-27017 refuses, GridFS) and `pymongo_versions.py` (what an older
-//! presented server version refuses).
+//! (collection names nx-27017 refuses, GridFS), `pymongo_versions.py` (what an older
+//! presented server version refuses) and `pymongo_emulations.py` (what the proxy emulates
+//! of mongod where nx-27017 answers otherwise).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -155,6 +156,36 @@ fn pymongo_meets_search_not_enabled() {
         &venv,
         "pymongo_search_indexes.py",
         &[("PROXY_URI", direct)],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// What the proxy emulates of mongod where nx-27017 falls short, as PyMongo meets it:
+/// distinct values in BSON order (`bson_order.rs`) and a database-level aggregate starting
+/// with `$listLocalSessions` (`local_sessions.rs`), its cursor on `<db>.$cmd.aggregate`;
+/// an insert's comment and transaction read concern kept from nx-27017, mongod's
+/// duplicate-key wording (`insert.rs`).
+#[test]
+fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let proxy = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    let replica_set =
+        Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).expect("start replica-set proxy");
+    let direct = |p: &Proxy| format!("mongodb://{}/?directConnection=true", p.addresses()[0]);
+    run_python(
+        &venv,
+        "pymongo_emulations.py",
+        &[
+            ("PROXY_URI", direct(&proxy)),
+            ("PROXY_RS_URI", direct(&replica_set)),
+            (
+                "BACKEND_URI",
+                format!("mongodb://{backend}/?directConnection=true"),
+            ),
+        ],
         SCRIPT_TIMEOUT,
     );
 }

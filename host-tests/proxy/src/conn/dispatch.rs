@@ -54,6 +54,7 @@ const LOCAL: &[&str] = &[
     "authenticate",
     "logout",
     "createUser",
+    "updateUser",
     "dropUser",
     "usersInfo",
     "dropAllUsersFromDatabase",
@@ -114,6 +115,7 @@ impl Conn {
         if let Some(refusal) = self.auth_gate(name, db) {
             return Action::Reply(refusal);
         }
+        self.vivify_session(body);
         if name == "configureFailPoint" {
             return Action::Reply(self.configure_fail_point(db, body));
         }
@@ -151,7 +153,8 @@ impl Conn {
         let write_errors = match version_behaviour::refusal(&version, name, body, sequences) {
             Some(Refusal::Command(reply)) => return Action::Reply(reply),
             Some(Refusal::Statements(errors)) => Some(errors),
-            None => None,
+            // What mongod of any version refuses to store (insert.rs).
+            None => crate::insert::dollar_id_errors(body, sequences),
         };
         let deadline = commands::max_time_ms(name, body).map(|ms| after(received, ms));
         let change_stream = self.is_change_stream(name, body);
@@ -261,6 +264,16 @@ impl Conn {
                 }
                 return Action::Reply(reply);
             }
+        }
+        // What nx-27017 cannot run: $listLocalSessions, distinct on _id (the proxy's).
+        if crate::local_sessions::applies(name, body) {
+            return self.list_local_sessions(db, body);
+        }
+        if let Some(action) = self.local_sessions_cursor(name, db, body) {
+            return action;
+        }
+        if super::distinct_id::applies(name, body) {
+            return self.distinct_on_id(db, body);
         }
         Action::Forward {
             close_after,
@@ -607,6 +620,18 @@ impl Conn {
                 let iterations = lock(&self.shared.users).iterations();
                 match auth::create_user(db, body, iterations)
                     .and_then(|user| lock(&self.shared.users).insert(user))
+                {
+                    Ok(()) => doc! { "ok": 1.0 },
+                    Err(e) => e,
+                }
+            }
+            // PBKDF2 outside the lock, as for createUser.
+            "updateUser" => {
+                let iterations = lock(&self.shared.users).iterations();
+                let body = auth::update_user_body(&lock(&self.shared.users), db, body);
+                match body
+                    .and_then(|b| auth::create_user(db, &b, iterations))
+                    .and_then(|user| lock(&self.shared.users).replace(user))
                 {
                     Ok(()) => doc! { "ok": 1.0 },
                     Err(e) => e,
