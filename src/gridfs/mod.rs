@@ -240,19 +240,34 @@ impl Bucket {
 
     pub fn rename(&self, id: &RawBson, new_filename: &str, options: &GridfsOptions) -> Result<()> {
         let call = self.call(options);
-        let update =
-            rawdoc! { "q": { "_id": id.clone() }, "u": { "$set": { "filename": new_filename } } };
-        let reply = self.command(
-            rawdoc! { "update": self.files(), "updates": [update] },
-            &call,
-        )?;
-        crate::operation::check_write_errors(&reply)?;
-        if reply.get_i32("n").unwrap_or(0) == 0 {
+        if self.set_filename(rawdoc! { "_id": id.clone() }, false, new_filename, &call)? == 0 {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file with id {id:?}"
             )));
         }
         Ok(())
+    }
+
+    /// Sets the filename of the files documents `filter` matches (the first,
+    /// or all when `multi`); how many matched.
+    fn set_filename(
+        &self,
+        filter: RawDocumentBuf,
+        multi: bool,
+        new_filename: &str,
+        call: &Call,
+    ) -> Result<i32> {
+        let update = rawdoc! {
+            "q": filter,
+            "u": { "$set": { "filename": new_filename } },
+            "multi": multi,
+        };
+        let reply = self.command(
+            rawdoc! { "update": self.files(), "updates": [update] },
+            call,
+        )?;
+        crate::operation::check_write_errors(&reply)?;
+        Ok(reply.get_i32("n").unwrap_or(0))
     }
 
     /// Every revision named `filename`: finds their ids, deletes those files
@@ -335,17 +350,8 @@ impl Bucket {
         options: &GridfsOptions,
     ) -> Result<()> {
         let call = self.call(options);
-        let update = rawdoc! {
-            "q": { "filename": filename },
-            "u": { "$set": { "filename": new_filename } },
-            "multi": true,
-        };
-        let reply = self.command(
-            rawdoc! { "update": self.files(), "updates": [update] },
-            &call,
-        )?;
-        crate::operation::check_write_errors(&reply)?;
-        if reply.get_i32("n").unwrap_or(0) == 0 {
+        let filter = rawdoc! { "filename": filename };
+        if self.set_filename(filter, true, new_filename, &call)? == 0 {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file named {filename:?}"
             )));
