@@ -9,7 +9,9 @@ use crate::object_id::ObjectIds;
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
 use crate::operation::write::{with_id, WriteCommand, WriteKind, WriteResult};
+use crate::operation::{FindAndModify, RunCommand};
 use crate::retryable::Retryability;
+use crate::sdam::selection::Criteria;
 use bson::raw::CString;
 use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
@@ -282,8 +284,17 @@ impl Collection {
             extra: Some(rest),
             ..options.clone()
         };
-        let reply = self.command(body, &opts, Retryability::Write)?;
-        find_and_modify_value(&reply)
+        let opts = self.writing(&opts)?;
+        crate::operation::merge_extra(&mut body, opts.extra.as_deref())?;
+        let mut op = FindAndModify(RunCommand {
+            retryability: Retryability::Write,
+            ..RunCommand::new(&self.db.name, body, Criteria::Write)
+        });
+        let timeout = self.resolve(opts.timeout_ms, opts.session)?;
+        match self.db.client.execute(&mut op, timeout, opts.session)? {
+            Some(reply) => find_and_modify_value(&reply),
+            None => Ok(None),
+        }
     }
 
     pub fn find_one_and_delete(
