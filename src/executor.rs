@@ -80,6 +80,10 @@ pub fn execute_without_session<O: Operation>(
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     client.check_open()?;
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
+    // A cursor's getMore goes where its cursor is, whatever it was opened with.
+    if in_txn && ctx.pinned.is_none() && !op.ends_transaction() {
+        crate::session::transaction::check_read(&op.criteria())?;
+    }
     // A session used outside a transaction is no longer pinned (Transactions spec).
     if let (false, false, Some(s)) = (in_txn, op.ends_transaction(), ctx.session) {
         s.unpin();
