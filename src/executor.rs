@@ -93,7 +93,8 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         // Inside a transaction only commit and abort are retried.
         _ if in_txn && !op.ends_transaction() => Retryability::None,
         Retryability::Read if client.retry_reads => Retryability::Read,
-        Retryability::Write if client.retry_writes => Retryability::Write,
+        // Commit and abort retry whatever retryWrites says (Transactions spec).
+        Retryability::Write if client.retry_writes || op.ends_transaction() => Retryability::Write,
         _ => Retryability::None,
     };
     // Under CSOT (timeoutMS=0 included) retries go on until success, a

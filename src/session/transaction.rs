@@ -134,7 +134,13 @@ impl Transaction {
                 start: false,
                 read_concern: None,
             }),
-            _ => None,
+            // Any other operation after a transaction ended leaves it behind
+            // (Transactions spec): commit and abort then find none.
+            State::Committed | State::CommittedEmpty | State::Aborted => {
+                self.state = State::None;
+                None
+            }
+            State::None => None,
         }
     }
 
@@ -211,6 +217,22 @@ mod tests {
         assert_eq!((second.start, second.read_concern), (false, None));
         assert_eq!(t.state, State::InProgress);
         assert!(Transaction::default().on_command().is_none());
+    }
+
+    #[test]
+    fn an_operation_after_the_end_resets_the_state() {
+        let mut t = started();
+        t.on_command();
+        t.commit().unwrap();
+        assert!(t.on_command().is_none(), "outside the transaction");
+        assert_eq!(t.state, State::None);
+        let e = t.commit().unwrap_err();
+        assert!(e.message.contains("no transaction started"));
+        let mut t = started();
+        t.abort().unwrap();
+        t.on_command();
+        let e = t.abort().unwrap_err();
+        assert!(e.message.contains("no transaction started"));
     }
 
     #[test]
