@@ -424,6 +424,13 @@ fn attempt<O: Operation>(
             );
         }
     };
+    // Servers before 4.4 leave labelling retryable write errors to the driver.
+    let result = match result {
+        Ok(reply) if kind == Retryability::Write && state.retry_supported => {
+            crate::retryable::label_legacy_reply(reply, max_wire_version, conn.hello.is_mongos)
+        }
+        other => other,
+    };
     match result {
         Ok(reply) => {
             // An open cursor keeps the connection; a getMore's error does too
