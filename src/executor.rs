@@ -368,6 +368,7 @@ fn attempt<O: Operation>(
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
     let (generation, max_wire_version) = (conn.generation, conn.hello.max_wire_version);
+    let service_id = conn.hello.service_id;
     let event = |kind,
                  request_id,
                  duration,
@@ -440,19 +441,22 @@ fn attempt<O: Operation>(
                 (false, Some(id)) => Some(id),
                 (false, None) => cursor.filter(|_| check_ok(&reply).is_err()),
             };
-            give_back(conn, keep);
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 let e = ctx.timeout.transform(e);
+                // The pool is cleared before the connection comes back, which
+                // a clear then closes as stale (CMAP event order).
                 client.topology.borrow_mut().handle_server_error(
                     &address,
-                    generation,
+                    (generation, service_id),
                     max_wire_version,
                     &e,
                 );
+                give_back(conn, keep);
                 failed(&e, Some(reply));
                 return Err(e);
             }
+            give_back(conn, keep);
             if client.monitoring() {
                 event(
                     EventKind::Succeeded,
@@ -469,10 +473,11 @@ fn attempt<O: Operation>(
         Err(e) => {
             // SDAM: a failed socket (not a timeout) or a garbled reply.
             if (e.is_network() && !e.is_timeout()) || e.kind == ErrorKind::Protocol {
-                client
-                    .topology
-                    .borrow_mut()
-                    .handle_network_error(&address, generation, &e);
+                client.topology.borrow_mut().handle_network_error(
+                    &address,
+                    (generation, service_id),
+                    &e,
+                );
                 // The server may still hold the session's state.
                 if let Some(s) = ctx.session {
                     s.mark_dirty();

@@ -510,6 +510,9 @@ impl Session {
 
     /// Keeps `conn` checked out for the pinned transaction's next command.
     pub(crate) fn hold_connection(&self, conn: Connection) {
+        if let Some(lease) = &conn.lease {
+            lease.set_purpose(crate::cmap::Purpose::Transaction);
+        }
         self.state.borrow_mut().connection = Some(HeldConnection(conn));
     }
 
