@@ -447,10 +447,22 @@ def empty_collection_filter(db):
     return err is None, err or f"found {found}"
 
 
+@gap("list-batch-size", "honours cursor.batchSize on listCollections and listIndexes (a getMore fetches the rest)")
+def list_batch_size(db):
+    for name in "abc":
+        db[name].insert_one({})
+    db.a.create_index("x")
+    colls = db.command({"listCollections": 1, "cursor": {"batchSize": 2}})["cursor"]
+    idx = db.command({"listIndexes": "a", "cursor": {"batchSize": 1}})["cursor"]
+    sizes = (len(colls["firstBatch"]), len(idx["firstBatch"]))
+    return sizes != (2, 1), f"first batches of {sizes[0]} collections and {sizes[1]} indexes"
+
+
 PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
     ("no-shards", "the sharded cluster is two proxied mongoses in front of one nx-27017: no shardCollection command or change event"),
+    ("lb-one-service", "every connection through the proxy's load balancer gets the same serviceId, even for useMultipleMongoses clients; a clear then closes them all"),
     ("labels-before-4.4", "the proxy adds RetryableWriteError whatever version it presents; servers before 4.4 never label (the driver does)"),
 ]
 
