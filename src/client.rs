@@ -227,7 +227,8 @@ impl Client {
         default_timeout_ms: Option<u64>,
         default_transaction: TransactionOptions,
     ) -> Session {
-        // A transaction's concerns default to the client's (Transactions spec).
+        // A transaction's concerns and read preference default to the
+        // client's (Transactions spec).
         let default_transaction = TransactionOptions {
             read_concern: default_transaction
                 .read_concern
@@ -235,6 +236,12 @@ impl Client {
             write_concern: default_transaction
                 .write_concern
                 .or_else(|| self.inner.write_concern.clone()),
+            read_preference: default_transaction.read_preference.or_else(|| {
+                self.inner
+                    .read_preference
+                    .as_ref()
+                    .map(ReadPreference::to_document)
+            }),
             ..default_transaction
         };
         let minutes = self.session_timeout();

@@ -10,6 +10,8 @@
 use crate::csot::OpTimeout;
 use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind};
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// CMAP, establishing a connection: a network error or timeout in the TCP
@@ -209,6 +211,91 @@ impl CheckOutFailedReason {
     }
 }
 
+/// The connections of one pool checked out, by purpose (Load Balancer spec,
+/// "Connection Tracking"). Each is counted by its [`Lease`] until that is
+/// dropped, so a connection closed or lost anywhere stops counting too.
+#[derive(Debug, Default)]
+pub struct InUse {
+    total: Cell<usize>,
+    cursors: Cell<usize>,
+    transactions: Cell<usize>,
+}
+
+/// What a checked-out connection is kept for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Operation,
+    /// Pinned to a cursor (behind a load balancer).
+    Cursor,
+    /// Pinned to a transaction (behind a load balancer).
+    Transaction,
+}
+
+/// One checked-out connection's place in its pool's [`InUse`].
+#[derive(Debug)]
+pub struct Lease {
+    pool: Rc<InUse>,
+    purpose: Cell<Purpose>,
+}
+
+impl InUse {
+    pub fn lease(pool: &Rc<InUse>) -> Lease {
+        pool.total.set(pool.total.get() + 1);
+        Lease {
+            pool: Rc::clone(pool),
+            purpose: Cell::new(Purpose::Operation),
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.total.get()
+    }
+
+    fn counter(&self, purpose: Purpose) -> Option<&Cell<usize>> {
+        match purpose {
+            Purpose::Operation => None,
+            Purpose::Cursor => Some(&self.cursors),
+            Purpose::Transaction => Some(&self.transactions),
+        }
+    }
+
+    /// CMAP's WaitQueueTimeoutError for a pool at `max_pool_size`, with the
+    /// Load Balancer spec's account of what holds its connections. It is a
+    /// timeout of the checkout, which belongs to server selection (CSOT
+    /// spec), so not a network error: nothing retries it.
+    pub fn wait_queue_timeout(&self, max_pool_size: usize) -> Error {
+        let (cursors, transactions) = (self.cursors.get(), self.transactions.get());
+        let other = self.total().saturating_sub(cursors + transactions);
+        let message = format!(
+            "Timeout waiting for connection from the connection pool. maxPoolSize: \
+             {max_pool_size}, connections in use by cursors: {cursors}, connections in use \
+             by transactions: {transactions}, connections in use by other operations: {other}"
+        );
+        Error::new(ErrorKind::Timeout, message.clone())
+            .caused_by(Error::new(ErrorKind::ServerSelection, message))
+    }
+}
+
+impl Lease {
+    pub fn set_purpose(&self, purpose: Purpose) {
+        let pool = &self.pool;
+        if let Some(c) = pool.counter(self.purpose.replace(purpose)) {
+            c.set(c.get().saturating_sub(1));
+        }
+        if let Some(c) = pool.counter(purpose) {
+            c.set(c.get() + 1);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.set_purpose(Purpose::Operation);
+        let total = &self.pool.total;
+        total.set(total.get().saturating_sub(1));
+    }
+}
+
 /// What a checkin does with a connection: keep it idle, or close it.
 pub fn checkin_outcome(
     broken: bool,
@@ -279,6 +366,31 @@ pub type PoolEvents = crate::monitoring::Recorder<PoolEvent>;
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn leases_count_connections_in_use_by_purpose_until_dropped() {
+        let pool = Rc::new(InUse::default());
+        let op = InUse::lease(&pool);
+        let cursor = InUse::lease(&pool);
+        cursor.set_purpose(Purpose::Cursor);
+        let txn = InUse::lease(&pool);
+        txn.set_purpose(Purpose::Transaction);
+        assert_eq!(pool.total(), 3);
+        let e = pool.wait_queue_timeout(3);
+        assert!(e.is_timeout() && !e.is_network(), "{e:?}");
+        assert!(e.message.contains(
+            "maxPoolSize: 3, connections in use by cursors: 1, connections in use by \
+             transactions: 1, connections in use by other operations: 1"
+        ));
+        drop((op, cursor));
+        drop(txn);
+        assert_eq!(pool.total(), 0);
+        let e = pool.wait_queue_timeout(1);
+        assert!(e
+            .message
+            .contains("cursors: 0, connections in use by transactions: 0"));
+    }
+
     use super::*;
     use crate::csot::LegacyTimeouts;
 

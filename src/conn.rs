@@ -55,6 +55,8 @@ pub struct Connection {
     /// authentication is still to run: a server check's connection
     /// authenticates at its first checkout.
     unauthenticated: Option<(RawDocumentBuf, Option<auth::Suspended>)>,
+    /// While checked out: its place among its pool's connections in use.
+    pub(crate) lease: Option<crate::cmap::Lease>,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -132,6 +134,7 @@ impl Connection {
             broken: false,
             pending: None,
             unauthenticated: None,
+            lease: None,
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;

@@ -345,8 +345,11 @@ impl Cursor {
     /// timeoutMS the legacy socket timeouts apply.
     pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
         if self.id == 0 {
-            // Nothing to kill: no deadline to start (a findOne's cursor ends here).
+            // Nothing to kill: no deadline to start (a findOne's cursor ends
+            // here). A connection still pinned to it (a getMore's network
+            // error keeps it, Load Balancer spec) goes back to its pool.
             self.pending = Packed::default();
+            self.client.release_cursor_connection(self.server_id);
             return Ok(());
         }
         let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);

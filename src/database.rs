@@ -106,8 +106,16 @@ impl Database {
         options: &RunCommandOptions,
     ) -> Result<RawDocumentBuf> {
         self.check()?;
-        // The generic command method ignores the handles' defaults (Server Selection spec).
-        let criteria = Criteria::Read(options.read_preference.clone().unwrap_or_default());
+        // The generic command method ignores the handles' defaults (Server
+        // Selection spec), not a transaction's (Transactions spec).
+        let given = options.read_preference.as_ref();
+        let criteria = Criteria::Read(
+            options
+                .session
+                .and_then(|s| s.transaction_read_preference(given))
+                .or_else(|| given.cloned())
+                .unwrap_or_default(),
+        );
         let mut op = RunCommand::new(&self.name, command, criteria);
         let callback = match options.session {
             Some(s) => s.callback_timeout(options.timeout_ms)?,

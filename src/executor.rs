@@ -80,6 +80,10 @@ pub fn execute_without_session<O: Operation>(
 fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
     client.check_open()?;
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
+    // A cursor's getMore goes where its cursor is, whatever it was opened with.
+    if in_txn && ctx.pinned.is_none() && !op.ends_transaction() {
+        crate::session::transaction::check_read(&op.criteria())?;
+    }
     // A session used outside a transaction is no longer pinned (Transactions spec).
     if let (false, false, Some(s)) = (in_txn, op.ends_transaction(), ctx.session) {
         s.unpin();
@@ -89,7 +93,8 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
         // Inside a transaction only commit and abort are retried.
         _ if in_txn && !op.ends_transaction() => Retryability::None,
         Retryability::Read if client.retry_reads => Retryability::Read,
-        Retryability::Write if client.retry_writes => Retryability::Write,
+        // Commit and abort retry whatever retryWrites says (Transactions spec).
+        Retryability::Write if client.retry_writes || op.ends_transaction() => Retryability::Write,
         _ => Retryability::None,
     };
     // Under CSOT (timeoutMS=0 included) retries go on until success, a
@@ -363,6 +368,7 @@ fn attempt<O: Operation>(
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
     let (generation, max_wire_version) = (conn.generation, conn.hello.max_wire_version);
+    let service_id = conn.hello.service_id;
     let event = |kind,
                  request_id,
                  duration,
@@ -419,6 +425,13 @@ fn attempt<O: Operation>(
             );
         }
     };
+    // Servers before 4.4 leave labelling retryable write errors to the driver.
+    let result = match result {
+        Ok(reply) if kind == Retryability::Write && state.retry_supported => {
+            crate::retryable::label_legacy_reply(reply, max_wire_version, conn.hello.is_mongos)
+        }
+        other => other,
+    };
     match result {
         Ok(reply) => {
             // An open cursor keeps the connection; a getMore's error does too
@@ -428,19 +441,22 @@ fn attempt<O: Operation>(
                 (false, Some(id)) => Some(id),
                 (false, None) => cursor.filter(|_| check_ok(&reply).is_err()),
             };
-            give_back(conn, keep);
             gossip(client, ctx.session, &reply);
             if let Err(e) = check_ok(&reply) {
                 let e = ctx.timeout.transform(e);
+                // The pool is cleared before the connection comes back, which
+                // a clear then closes as stale (CMAP event order).
                 client.topology.borrow_mut().handle_server_error(
                     &address,
-                    generation,
+                    (generation, service_id),
                     max_wire_version,
                     &e,
                 );
+                give_back(conn, keep);
                 failed(&e, Some(reply));
                 return Err(e);
             }
+            give_back(conn, keep);
             if client.monitoring() {
                 event(
                     EventKind::Succeeded,
@@ -457,10 +473,11 @@ fn attempt<O: Operation>(
         Err(e) => {
             // SDAM: a failed socket (not a timeout) or a garbled reply.
             if (e.is_network() && !e.is_timeout()) || e.kind == ErrorKind::Protocol {
-                client
-                    .topology
-                    .borrow_mut()
-                    .handle_network_error(&address, generation, &e);
+                client.topology.borrow_mut().handle_network_error(
+                    &address,
+                    (generation, service_id),
+                    &e,
+                );
                 // The server may still hold the session's state.
                 if let Some(s) = ctx.session {
                     s.mark_dirty();

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, ErrorKind};
 use crate::sdam::TopologyType;
+use bson::{cstr, RawArrayBuf, RawDocumentBuf};
 
 /// Server codes after which an operation may be retried (both specs).
 const RETRYABLE_CODES: &[i32] = &[
@@ -63,6 +64,50 @@ pub fn is_retryable_read_error(e: &Error) -> bool {
 pub fn is_retryable_write_error(e: &Error) -> bool {
     e.is_network() || e.has_label("RetryableWriteError")
 }
+
+/// Servers before 4.4 (wire version 9) do not label retryable write errors
+/// themselves: the driver labels their replies (Retryable Writes spec,
+/// "RetryableWriteError Labels"), by the top-level `code` from any server
+/// and by `writeConcernError.code` from a mongod only (a mongos < 4.4 has
+/// retried internally already). Never by `writeErrors`. Returns the reply
+/// with `RetryableWriteError` added to its `errorLabels` when it qualifies.
+pub fn label_legacy_reply(
+    reply: RawDocumentBuf,
+    max_wire_version: i32,
+    is_mongos: bool,
+) -> crate::error::Result<RawDocumentBuf> {
+    if max_wire_version >= SERVER_LABELS_WIRE_VERSION {
+        return Ok(reply);
+    }
+    let retryable = |code: Option<i64>| {
+        code.is_some_and(|c| RETRYABLE_CODES.iter().any(|r| i64::from(*r) == c))
+    };
+    let failed = !matches!(crate::operation::int_field(&reply, "ok"), Some(1));
+    let by_code = failed && retryable(crate::operation::int_field(&reply, "code"));
+    let by_wce = !is_mongos
+        && reply
+            .get_document("writeConcernError")
+            .is_ok_and(|w| retryable(crate::operation::int_field(w, "code")));
+    let mut labels = RawArrayBuf::new();
+    if let Ok(existing) = reply.get_array("errorLabels") {
+        for l in existing.into_iter().flatten() {
+            if l.as_str() == Some("RetryableWriteError") {
+                return Ok(reply);
+            }
+            labels.push(l);
+        }
+    }
+    if !(by_code || by_wce) {
+        return Ok(reply);
+    }
+    labels.push("RetryableWriteError");
+    let mut out = crate::concern::without(&reply, "errorLabels")?;
+    out.append(cstr!("errorLabels"), labels);
+    Ok(out)
+}
+
+/// MongoDB 4.4: servers label retryable write errors themselves.
+const SERVER_LABELS_WIRE_VERSION: i32 = 9;
 
 /// Whether attempt `attempts + 1` may run after `err`.
 pub fn may_retry(
@@ -184,6 +229,59 @@ mod tests {
             "MaxTimeMSExpired is not"
         );
         assert!(!is_retryable_read_error(&Error::invalid_argument("x")));
+    }
+
+    #[test]
+    fn replies_of_servers_before_4_4_are_labelled_by_the_driver() {
+        use bson::rawdoc;
+        let labelled = |r: &RawDocumentBuf| {
+            crate::conn::check_ok(r).map_or_else(
+                |e| e.has_label("RetryableWriteError"),
+                |_| {
+                    r.get_array("errorLabels").is_ok_and(|a| {
+                        a.into_iter()
+                            .flatten()
+                            .any(|l| l.as_str() == Some("RetryableWriteError"))
+                    })
+                },
+            )
+        };
+        let failed = rawdoc! { "ok": 0, "code": 91, "errmsg": "shutdown" };
+        let wce = rawdoc! { "ok": 1, "n": 1, "writeConcernError": { "code": 91, "errmsg": "x" } };
+        // 4.2 mongod: by the code, and by the write concern error's code.
+        assert!(labelled(
+            &label_legacy_reply(failed.clone(), 8, false).unwrap()
+        ));
+        assert!(labelled(
+            &label_legacy_reply(wce.clone(), 8, false).unwrap()
+        ));
+        // 4.2 mongos: by the code only.
+        assert!(labelled(
+            &label_legacy_reply(failed.clone(), 8, true).unwrap()
+        ));
+        assert!(!labelled(
+            &label_legacy_reply(wce.clone(), 8, true).unwrap()
+        ));
+        // 4.4+: the server's labels stand.
+        assert_eq!(
+            label_legacy_reply(failed.clone(), 9, false).unwrap(),
+            failed
+        );
+        // Not by other codes, nor by write errors.
+        let other = rawdoc! { "ok": 0, "code": 11000, "errmsg": "dup" };
+        assert!(!labelled(&label_legacy_reply(other, 8, false).unwrap()));
+        let write_error =
+            rawdoc! { "ok": 1, "writeErrors": [{ "index": 0, "code": 91, "errmsg": "x" }] };
+        assert!(!labelled(
+            &label_legacy_reply(write_error, 8, false).unwrap()
+        ));
+        // Other labels are kept, and the label is not added twice.
+        let transient =
+            rawdoc! { "ok": 0, "code": 91, "errorLabels": ["TransientTransactionError"] };
+        let out = label_legacy_reply(transient, 8, false).unwrap();
+        assert_eq!(out.get_array("errorLabels").unwrap().into_iter().count(), 2);
+        let again = label_legacy_reply(out.clone(), 8, false).unwrap();
+        assert_eq!(again, out);
     }
 
     #[test]

@@ -17,7 +17,9 @@ use crate::sdam::monitoring::{Heartbeat, SdamEvent};
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
 use crate::sdam::{AppError, CommandError, ServerDescription, ServerType, TopologyDescription};
+use bson::oid::ObjectId;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
@@ -70,6 +72,11 @@ struct ServerState {
     /// Idle connections a server check opened that no checkout has taken
     /// yet: CMAP events announce them (created, ready) at their first checkout.
     unannounced: Vec<u64>,
+    /// Behind a load balancer: the clears of each service (`serviceId`),
+    /// added to `generation` for its connections.
+    service_clears: Vec<(ObjectId, u64)>,
+    /// Its connections checked out (maxPoolSize counts them).
+    in_use: Rc<cmap::InUse>,
 }
 
 pub struct Topology {
@@ -448,7 +455,10 @@ impl Topology {
         let event = |kind, id| PoolEvent::new(kind, address, id);
         self.events
             .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
-        let result = self.check_out(address, timeout, selection);
+        let mut result = self.check_out(address, timeout, selection);
+        if let Ok(conn) = &mut result {
+            conn.lease = Some(cmap::InUse::lease(&self.state(address).in_use));
+        }
         let took = runtime::now().since(started);
         match &result {
             Ok(conn) => self
@@ -469,8 +479,8 @@ impl Topology {
         timeout: &OpTimeout,
         selection: Deadline,
     ) -> Result<Connection> {
-        let generation = self.state(address).generation;
         while let Some(mut conn) = self.state(address).idle.pop() {
+            let generation = self.generation_of(address, conn.hello.service_id);
             if conn.generation != generation || conn.is_broken() {
                 let reason = match conn.is_broken() {
                     true => CloseReason::Error,
@@ -493,6 +503,12 @@ impl Topology {
                     return Err(e);
                 }
             }
+        }
+        // maxPoolSize: every connection is in use. Single-threaded, none can
+        // come back while this checkout waits, so it fails at once.
+        let (max, in_use) = (self.settings.max_pool_size, &self.state(address).in_use);
+        if max != 0 && in_use.total() >= max {
+            return Err(in_use.wait_queue_timeout(max));
         }
         let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
         let id = self.next_id();
@@ -528,11 +544,14 @@ impl Topology {
             Ok(conn) => conn,
             Err(e) => return failed(self, e),
         };
+        // Its generation is its service's, known from the hello (Load Balancer spec).
+        let service = conn.hello.service_id;
+        conn.generation = self.generation_of(address, service);
         match conn.finish_handshake(&self.settings.connect, handshake) {
             Ok(()) => self.handshake_done(address, id, created, Ok(conn)),
             Err(e) => {
                 if !e.is_timeout() {
-                    self.clear(address);
+                    self.clear(address, service);
                 }
                 failed(self, e)
             }
@@ -746,7 +765,8 @@ impl Topology {
     /// A checked-out connection comes back: it stays idle, or is closed
     /// (broken, stale, or the pool is full). A pending one is kept too: its
     /// reply is drained at checkout.
-    pub fn checkin(&mut self, conn: Connection) {
+    pub fn checkin(&mut self, mut conn: Connection) {
+        conn.lease = None;
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, &conn.address, conn.id));
         self.keep_or_close(conn);
@@ -754,8 +774,8 @@ impl Topology {
 
     fn keep_or_close(&mut self, conn: Connection) {
         let max = self.settings.max_pool_size;
+        let current = conn.generation == self.generation_of(&conn.address, conn.hello.service_id);
         let state = self.state(&conn.address);
-        let current = conn.generation == state.generation;
         match cmap::checkin_outcome(conn.is_broken(), current, state.idle.len(), max) {
             None => state.idle.push(conn),
             Some(reason) => self.closed(&conn, reason),
@@ -764,22 +784,22 @@ impl Topology {
 
     /// A network error (not a timeout) marks the server unknown and clears its pool.
     pub fn mark_unknown(&mut self, address: &str, err: &Error) {
-        self.clear(address);
+        self.clear(address, None);
         self.check_failed(address, err);
     }
 
     /// A server error on a connection of pool `generation` to a server of
-    /// `max_wire_version`: SDAM error handling (`sdam::TopologyDescription::
-    /// handle_application_error`) decides whether it marks the server
-    /// Unknown and clears its pool.
+    /// `max_wire_version` (behind a load balancer, to `service`): SDAM error
+    /// handling (`sdam::TopologyDescription::handle_application_error`)
+    /// decides whether it marks the server Unknown and clears its pool.
     pub fn handle_server_error(
         &mut self,
         address: &str,
-        generation: u64,
+        (generation, service): (u64, Option<ObjectId>),
         max_wire_version: i32,
         err: &Error,
     ) {
-        let pool_generation = self.state(address).generation;
+        let pool_generation = self.generation_of(address, service);
         let error = AppError::Command(CommandError::from_error(err));
         let outcome = self.description.handle_application_error(
             address,
@@ -792,15 +812,21 @@ impl Topology {
             self.state(address).rtt.forget_average();
         }
         if outcome.clear_pool {
-            self.clear(address);
+            self.clear(address, service);
         }
     }
 
     /// A network error (not a timeout) or a garbled reply on a connection of
-    /// pool `generation`: the server is Unknown and its pool cleared, unless
-    /// the pool was cleared since (a stale error, SDAM error handling).
-    pub fn handle_network_error(&mut self, address: &str, generation: u64, err: &Error) {
-        let pool_generation = self.state(address).generation;
+    /// pool `generation` (behind a load balancer, to `service`): the server
+    /// is Unknown and its pool cleared, unless the pool was cleared since (a
+    /// stale error, SDAM error handling).
+    pub fn handle_network_error(
+        &mut self,
+        address: &str,
+        (generation, service): (u64, Option<ObjectId>),
+        err: &Error,
+    ) {
+        let pool_generation = self.generation_of(address, service);
         let error = AppError::Network(err.to_string());
         let outcome = self.description.handle_application_error(
             address,
@@ -813,7 +839,7 @@ impl Topology {
             self.state(address).rtt.forget_average();
         }
         if outcome.clear_pool {
-            self.clear(address);
+            self.clear(address, service);
         }
     }
 
@@ -835,16 +861,39 @@ impl Topology {
         self.description.update(address, Err(err.to_string()));
     }
 
+    /// The generation a connection of `address` to `service` must have to
+    /// be current: the pool's, plus (behind a load balancer) its service's
+    /// clears. Both only grow, so a sum unchanged means neither changed.
+    fn generation_of(&mut self, address: &str, service: Option<ObjectId>) -> u64 {
+        let state = self.state(address);
+        let clears = service
+            .and_then(|id| state.service_clears.iter().find(|(s, _)| *s == id))
+            .map_or(0, |(_, n)| *n);
+        state.generation + clears
+    }
+
     /// Clears the pool of `address`: a new generation, the pool paused until
     /// a check succeeds, its idle connections closed as stale. A load-balanced
     /// pool is never paused and announces every clear (CMAP, "Clearing a load
-    /// balanced pool"); it keeps no generation per `serviceId`, so all of it goes.
-    fn clear(&mut self, address: &str) {
+    /// balanced pool"); there only the connections to the failed one's
+    /// `service` go (Load Balancer spec), or all without one.
+    fn clear(&mut self, address: &str, service: Option<ObjectId>) {
         let load_balanced = self.settings.connect.load_balanced;
         let state = self.state(address);
-        state.generation += 1;
+        let service = service.filter(|_| load_balanced);
+        match service {
+            Some(id) => match state.service_clears.iter_mut().find(|(s, _)| *s == id) {
+                Some((_, n)) => *n += 1,
+                None => state.service_clears.push((id, 1)),
+            },
+            None => state.generation += 1,
+        }
         let was_ready = load_balanced || std::mem::replace(&mut state.ready, false);
-        let idle = std::mem::take(&mut state.idle);
+        let (idle, kept) = std::mem::take(&mut state.idle)
+            .into_iter()
+            .partition(|c| service.is_none() || c.hello.service_id == service);
+        state.idle = kept;
+        let idle: Vec<Connection> = idle;
         if was_ready {
             self.events
                 .emit(|| PoolEvent::new(PoolEventKind::PoolCleared, address, 0));
@@ -862,6 +911,9 @@ impl Topology {
 
     /// Keeps `conn` checked out, pinned to cursor `id`.
     pub fn hold_cursor_connection(&mut self, id: i64, conn: Connection) {
+        if let Some(lease) = &conn.lease {
+            lease.set_purpose(cmap::Purpose::Cursor);
+        }
         self.cursor_connections.push((id, conn));
     }
 
@@ -995,4 +1047,47 @@ fn split_address(address: &str) -> Result<(String, u16)> {
             .to_string(),
         port,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topology(load_balanced: bool) -> Topology {
+        Topology::new(TopologySettings {
+            seeds: vec!["lb:27017".into()],
+            direct: None,
+            replica_set: None,
+            srv: None,
+            local_threshold: Duration::from_millis(15),
+            connect: ConnectSettings {
+                load_balanced,
+                ..Default::default()
+            },
+            max_pool_size: 10,
+            min_pool_size: 0,
+            heartbeat: Duration::from_secs(60),
+            monitor_pool: false,
+        })
+    }
+
+    #[test]
+    fn behind_a_load_balancer_a_clear_ages_only_its_services_connections() {
+        let (x, y) = (Some(ObjectId::new()), Some(ObjectId::new()));
+        let mut t = topology(true);
+        let a = "lb:27017";
+        assert_eq!(t.generation_of(a, x), 0);
+        t.clear(a, x);
+        assert_eq!((t.generation_of(a, x), t.generation_of(a, y)), (1, 0));
+        t.clear(a, x);
+        assert_eq!(t.generation_of(a, x), 2);
+        // A clear without a service (closing, a network error before the
+        // hello) ages every connection.
+        t.clear(a, None);
+        assert_eq!((t.generation_of(a, x), t.generation_of(a, y)), (3, 1));
+        // Without a load balancer the service is ignored: the whole pool goes.
+        let mut t = topology(false);
+        t.clear(a, x);
+        assert_eq!((t.generation_of(a, x), t.generation_of(a, y)), (1, 1));
+    }
 }

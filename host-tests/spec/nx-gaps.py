@@ -482,10 +482,52 @@ def cs_required_images(db):
     return not all(o.startswith("OperationFailure") for o in outcomes), "; ".join(outcomes)
 
 
+@gap("stray-document-field", "ignores a document-valued field it does not know in an insert (readConcern)")
+def stray_document_field(db):
+    db.command({"insert": "c", "documents": [{"_id": 1}], "readConcern": {"level": "local"}})
+    docs = list(db.c.find({}, {"_id": 0}))
+    return docs != [], f"the collection also holds {docs}" if docs else "ignored"
+
+
+@gap("unsatisfiable-w", "answers w:10 on a one-member replica set with writeConcernError 100 (UnsatisfiableWriteConcern)")
+def unsatisfiable_w(db):
+    reply = db.command({"insert": "c", "documents": [{"_id": 1}], "writeConcern": {"w": 10}})
+    return "writeConcernError" not in reply, f"reply {reply}"
+
+
+@gap("count-in-transaction", "refuses count in a transaction (50851 OperationNotSupportedInTransaction)")
+def count_in_transaction(db):
+    txn = {"lsid": {"id": Binary(uuid.uuid4().bytes, 4)}, "txnNumber": 1, "autocommit": False}
+    db.command({"insert": "c", "documents": [{"_id": 1}], "startTransaction": True, **txn})
+    reply, err = attempt(lambda: db.command({"count": "c", **txn}))
+    db.client.admin.command({"commitTransaction": 1, **txn})
+    return err is None, err or f"reply {reply}"
+
+
+@gap("empty-collection-filter", "refuses a malformed filter ({$or: true}) on an empty collection")
+def empty_collection_filter(db):
+    db.create_collection("empty")
+    found, err = attempt(lambda: list(db.empty.find({"$or": True})))
+    return err is None, err or f"found {found}"
+
+
+@gap("list-batch-size", "honours cursor.batchSize on listCollections and listIndexes (a getMore fetches the rest)")
+def list_batch_size(db):
+    for name in "abc":
+        db[name].insert_one({})
+    db.a.create_index("x")
+    colls = db.command({"listCollections": 1, "cursor": {"batchSize": 2}})["cursor"]
+    idx = db.command({"listIndexes": "a", "cursor": {"batchSize": 1}})["cursor"]
+    sizes = (len(colls["firstBatch"]), len(idx["firstBatch"]))
+    return sizes != (2, 1), f"first batches of {sizes[0]} collections and {sizes[1]} indexes"
+
+
 PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
     ("no-shards", "the sharded cluster is two proxied mongoses in front of one nx-27017: no shardCollection command or change event"),
+    ("lb-one-service", "every connection through the proxy's load balancer gets the same serviceId, even for useMultipleMongoses clients; a clear then closes them all"),
+    ("labels-before-4.4", "the proxy adds RetryableWriteError whatever version it presents; servers before 4.4 never label (the driver does)"),
 ]
 
 

@@ -138,15 +138,15 @@ impl Collection {
     }
 
     /// The read preference of a may-use-secondary read: the operation's,
-    /// else this handle's, else primary. Inside a transaction, primary: the
-    /// transaction's reads all go to its primary.
+    /// else this handle's, else primary. Inside a transaction the
+    /// transaction's replaces the handle's (Transactions spec).
     fn read_preference(
         &self,
         given: Option<&ReadPreference>,
         session: Option<&Session>,
     ) -> ReadPreference {
-        if session.is_some_and(Session::in_transaction) {
-            return ReadPreference::primary();
+        if let Some(p) = session.and_then(|s| s.transaction_read_preference(given)) {
+            return p;
         }
         given
             .or(self.read_preference.as_ref())

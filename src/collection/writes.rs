@@ -9,7 +9,9 @@ use crate::object_id::ObjectIds;
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
 use crate::operation::write::{with_id, WriteCommand, WriteKind, WriteResult};
+use crate::operation::{FindAndModify, RunCommand};
 use crate::retryable::Retryability;
+use crate::sdam::selection::Criteria;
 use bson::raw::CString;
 use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
@@ -236,10 +238,14 @@ impl Collection {
             .client
             .start_timeout(self.resolve(options.timeout_ms, options.session)?);
         for run in runs {
-            let mut op = self.write_op(run.kind, run.statements, run.first_index);
+            let first = run.first_index;
+            let mut op = self.write_op(run.kind, run.statements, first);
             op.ordered = ordered;
             op.retryable = run.retryable;
-            let r = self.write_within(op, options, &budget)?;
+            let r = match self.write_within(op, options, &budget) {
+                Ok(r) => r,
+                Err(e) => return Err(total.stopped(e, &inserted, ordered, first)),
+            };
             let stop = ordered && !r.write_errors.is_empty();
             total.add(run.kind, r);
             if stop {
@@ -282,8 +288,17 @@ impl Collection {
             extra: Some(rest),
             ..options.clone()
         };
-        let reply = self.command(body, &opts, Retryability::Write)?;
-        find_and_modify_value(&reply)
+        let opts = self.writing(&opts)?;
+        crate::operation::merge_extra(&mut body, opts.extra.as_deref())?;
+        let mut op = FindAndModify(RunCommand {
+            retryability: Retryability::Write,
+            ..RunCommand::new(&self.db.name, body, Criteria::Write)
+        });
+        let timeout = self.resolve(opts.timeout_ms, opts.session)?;
+        match self.db.client.execute(&mut op, timeout, opts.session)? {
+            Some(reply) => find_and_modify_value(&reply),
+            None => Ok(None),
+        }
     }
 
     pub fn find_one_and_delete(
@@ -440,23 +455,46 @@ impl Totals {
         self.write_concern_errors.extend(r.write_concern_errors);
     }
 
-    pub(crate) fn finish(
+    /// A bulk write stopped by a command error at its model `stopped_at`:
+    /// the error carries what was written before it (CRUD spec, the
+    /// BulkWriteException's partial result), and any earlier write errors.
+    pub(crate) fn stopped(
         self,
+        mut err: Error,
         inserted: &[(usize, RawBson)],
         ordered: bool,
-    ) -> Result<BulkWriteResult> {
+        stopped_at: usize,
+    ) -> Error {
+        let partial_result = self.result(inserted, ordered, Some(stopped_at));
+        let (write_errors, write_concern_errors) = self.failures();
+        err.write_failure = Some(Box::new(WriteFailure {
+            write_errors,
+            write_concern_errors,
+            partial_result: Some(partial_result),
+            client_partial_result: None,
+        }));
+        err
+    }
+
+    /// The result so far; inserts at or after `stopped_at` were not sent.
+    fn result(
+        &self,
+        inserted: &[(usize, RawBson)],
+        ordered: bool,
+        stopped_at: Option<usize>,
+    ) -> BulkWriteResult {
         let failed = |i: usize| self.write_errors.iter().any(|(at, _)| *at == i);
         let first_failure = self.write_errors.iter().map(|(at, _)| *at).min();
-        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let inserted_ids = inserted
             .iter()
             .filter(|(i, _)| {
-                let sent = !ordered || first_failure.is_none_or(|f| *i < f);
+                let sent = (!ordered || first_failure.is_none_or(|f| *i < f))
+                    && stopped_at.is_none_or(|s| *i < s);
                 sent && !failed(*i)
             })
             .map(|(i, id)| (index(*i), id.clone()))
             .collect();
-        let result = BulkWriteResult {
+        BulkWriteResult {
             inserted_count: self.inserted,
             matched_count: self.matched,
             modified_count: self.modified,
@@ -468,7 +506,41 @@ impl Totals {
                 .iter()
                 .map(|(i, id)| (index(*i), id.clone()))
                 .collect(),
-        };
+        }
+    }
+
+    /// The write errors and write concern errors as the CRUD spec reports them.
+    fn failures(&self) -> (Vec<WriteError>, Vec<WriteConcernError>) {
+        let write_errors = self
+            .write_errors
+            .iter()
+            .map(|(i, e)| WriteError {
+                index: index(*i),
+                code: e.code.unwrap_or(0),
+                code_name: e.code_name.clone(),
+                message: e.message.clone(),
+                details: err_info(e),
+            })
+            .collect();
+        let write_concern_errors = self
+            .write_concern_errors
+            .iter()
+            .map(|e| WriteConcernError {
+                code: e.code.unwrap_or(0),
+                code_name: e.code_name.clone(),
+                message: e.message.clone(),
+                details: err_info(e),
+            })
+            .collect();
+        (write_errors, write_concern_errors)
+    }
+
+    pub(crate) fn finish(
+        self,
+        inserted: &[(usize, RawBson)],
+        ordered: bool,
+    ) -> Result<BulkWriteResult> {
+        let result = self.result(inserted, ordered, None);
         if self.write_errors.is_empty() && self.write_concern_errors.is_empty() {
             return Ok(result);
         }
@@ -500,27 +572,7 @@ impl Totals {
                 err.add_label(l);
             }
         }
-        let write_errors: Vec<WriteError> = self
-            .write_errors
-            .iter()
-            .map(|(i, e)| WriteError {
-                index: index(*i),
-                code: e.code.unwrap_or(0),
-                code_name: e.code_name.clone(),
-                message: e.message.clone(),
-                details: err_info(e),
-            })
-            .collect();
-        let write_concern_errors: Vec<WriteConcernError> = self
-            .write_concern_errors
-            .iter()
-            .map(|e| WriteConcernError {
-                code: e.code.unwrap_or(0),
-                code_name: e.code_name.clone(),
-                message: e.message.clone(),
-                details: err_info(e),
-            })
-            .collect();
+        let (write_errors, write_concern_errors) = self.failures();
         let mut errors_doc = RawArrayBuf::new();
         for e in &write_errors {
             let mut d =
@@ -547,6 +599,11 @@ impl Totals {
         }));
         Err(err)
     }
+}
+
+/// A model's index as the CRUD spec's results carry it.
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
 }
 
 /// A write error's `errInfo`, when its reply kept one.
@@ -758,6 +815,30 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(first.as_document().unwrap().get_i32("index").unwrap(), 1);
+    }
+
+    #[test]
+    fn a_command_error_carries_what_was_written_before_it() {
+        let mut t = Totals::default();
+        t.add(
+            WriteKind::Insert,
+            WriteResult {
+                n: 1,
+                ..Default::default()
+            },
+        );
+        let ids = [(0, RawBson::Int32(1)), (2, RawBson::Int32(3))];
+        // Model 1's command failed: model 2's insert was never sent.
+        let e = t.stopped(Error::new(ErrorKind::Server, "failed"), &ids, true, 1);
+        assert_eq!(e.kind, ErrorKind::Server);
+        let failure = e.write_failure.unwrap();
+        assert!(failure.write_errors.is_empty());
+        let partial = failure.partial_result.unwrap();
+        assert_eq!(partial.inserted_count, 1);
+        assert_eq!(
+            partial.inserted_ids,
+            vec![(0, RawBson::Int32(1))]
+        );
     }
 
     #[test]

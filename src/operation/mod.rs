@@ -4,11 +4,13 @@
 pub mod bulk;
 mod cursor_ops;
 mod end_transaction;
+mod find_and_modify;
 mod run_command;
 pub mod write;
 
 pub use cursor_ops::{CursorReply, Find, GetMore, KillCursors, Packed};
 pub use end_transaction::EndTransaction;
+pub use find_and_modify::FindAndModify;
 pub use run_command::{CursorCommand, RunCommand};
 
 use crate::backpressure::Gate;
@@ -197,10 +199,74 @@ pub fn strip_raw_data(body: RawDocumentBuf, max_wire_version: i32) -> Result<Raw
     crate::concern::without(&body, "rawData")
 }
 
+/// CRUD spec: a `hint` on an unacknowledged write goes only to a server
+/// that refuses what it cannot honour (update from 4.2, delete and
+/// findAndModify from 4.4); an older one would ignore it silently, so the
+/// driver refuses it before sending. `statements` are the command's
+/// `updates`/`deletes`; findAndModify carries its hint in the body.
+pub fn check_unacknowledged_hint(
+    body: &RawDocument,
+    statements: &[RawDocumentBuf],
+    max_wire_version: i32,
+) -> Result<()> {
+    let (command, since, version) = match body.iter().next() {
+        Some(Ok((name, _))) => match name.as_str() {
+            "update" => ("update", UPDATE_HINT_MIN_WIRE_VERSION, "4.2"),
+            "delete" => ("delete", DELETE_HINT_MIN_WIRE_VERSION, "4.4"),
+            "findAndModify" => ("findAndModify", DELETE_HINT_MIN_WIRE_VERSION, "4.4"),
+            _ => return Ok(()),
+        },
+        _ => return Ok(()),
+    };
+    let hinted = |d: &RawDocument| d.get("hint").ok().flatten().is_some();
+    if max_wire_version >= since
+        || !crate::concern::sends_unacknowledged(body)
+        || !(hinted(body) || statements.iter().any(|s| hinted(s)))
+    {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "hint is not supported with an unacknowledged write concern for {command} on servers before MongoDB {version}"
+    )))
+}
+
+/// MongoDB 4.2: update refuses a hint it cannot use.
+const UPDATE_HINT_MIN_WIRE_VERSION: i32 = 8;
+/// MongoDB 4.4: delete and findAndModify take a hint.
+const DELETE_HINT_MIN_WIRE_VERSION: i32 = 9;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn unacknowledged_hints_need_a_server_that_checks_them() {
+        let w0 = rawdoc! { "w": 0 };
+        let del = rawdoc! { "delete": "c", "writeConcern": w0.clone() };
+        let hinted = [rawdoc! { "q": {}, "limit": 1, "hint": "_id_" }];
+        let plain = [rawdoc! { "q": {}, "limit": 1 }];
+        // 4.2 (wire 8) ignores a delete's hint under w:0: refused here.
+        let e = check_unacknowledged_hint(&del, &hinted, 8).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
+        assert!(check_unacknowledged_hint(&del, &hinted, 9).is_ok());
+        assert!(check_unacknowledged_hint(&del, &plain, 8).is_ok());
+        let acked = rawdoc! { "delete": "c", "writeConcern": { "w": 1 } };
+        assert!(check_unacknowledged_hint(&acked, &hinted, 8).is_ok());
+        assert!(check_unacknowledged_hint(&rawdoc! { "delete": "c" }, &hinted, 8).is_ok());
+        // findAndModify: the hint is in the body, 4.4 too.
+        let fam =
+            rawdoc! { "findAndModify": "c", "hint": { "_id": 1 }, "writeConcern": { "w": 0i64 } };
+        assert!(check_unacknowledged_hint(&fam, &[], 8).is_err());
+        assert!(check_unacknowledged_hint(&fam, &[], 9).is_ok());
+        // update: from 4.2, the driver's oldest server.
+        let upd = rawdoc! { "update": "c", "writeConcern": w0 };
+        let stmt = [rawdoc! { "q": {}, "u": { "$set": { "x": 1 } }, "hint": "_id_" }];
+        assert!(check_unacknowledged_hint(&upd, &stmt, 7).is_err());
+        assert!(check_unacknowledged_hint(&upd, &stmt, 8).is_ok());
+        let insert = rawdoc! { "insert": "c", "hint": "x", "writeConcern": { "w": 0 } };
+        assert!(check_unacknowledged_hint(&insert, &[], 0).is_ok());
+    }
 
     #[test]
     fn raw_data_goes_to_8_2_and_later_only() {

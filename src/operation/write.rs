@@ -183,6 +183,7 @@ impl Operation for WriteCommand {
         if self.in_flight.is_empty() {
             self.in_flight = self.next_batch(hello, body.as_bytes().len())?.into();
         }
+        super::check_unacknowledged_hint(&body, &self.in_flight, hello.max_wire_version)?;
         Ok(Command {
             name: self.kind.command().as_str().to_string(),
             db: self.db.clone(),

@@ -276,6 +276,15 @@ impl Session {
         self.state.borrow().txn.is_active()
     }
 
+    /// Inside a transaction, the read preference of a read (the
+    /// operation's, else the transaction's); `None` outside one.
+    pub fn transaction_read_preference(
+        &self,
+        given: Option<&crate::sdam::selection::ReadPreference>,
+    ) -> Option<crate::sdam::selection::ReadPreference> {
+        self.state.borrow().txn.read_preference(given)
+    }
+
     /// Starts a transaction; unset options come from the session's defaults.
     pub fn start_transaction(&self, options: TransactionOptions) -> Result<()> {
         if self.client.is_none() {
@@ -501,6 +510,9 @@ impl Session {
 
     /// Keeps `conn` checked out for the pinned transaction's next command.
     pub(crate) fn hold_connection(&self, conn: Connection) {
+        if let Some(lease) = &conn.lease {
+            lease.set_purpose(crate::cmap::Purpose::Transaction);
+        }
         self.state.borrow_mut().connection = Some(HeldConnection(conn));
     }
 

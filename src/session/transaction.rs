@@ -3,6 +3,7 @@
 //! abort must do in each state.
 
 use crate::error::{Error, Result};
+use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use bson::RawDocumentBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +49,8 @@ pub enum EndAction {
 pub struct Transaction {
     pub state: State,
     pub options: TransactionOptions,
+    /// `options.read_preference` parsed (primary when unset).
+    read_preference: ReadPreference,
     pub txn_number: i64,
 }
 
@@ -56,8 +59,21 @@ impl Default for Transaction {
         Transaction {
             state: State::None,
             options: TransactionOptions::default(),
+            read_preference: ReadPreference::primary(),
             txn_number: 0,
         }
+    }
+}
+
+/// Transactions spec: a transaction reads from its primary only, so a read
+/// with any other read preference fails before anything is sent. Writes
+/// are not checked.
+pub fn check_read(criteria: &Criteria) -> Result<()> {
+    match criteria {
+        Criteria::Read(p) if p.mode != ReadMode::Primary => Err(Error::invalid_argument(
+            "read preference in a transaction must be primary",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -78,12 +94,27 @@ impl Transaction {
                 ));
             }
         }
+        // Only parsed here: whether it is primary is a read's concern (`check_read`).
+        let read_preference = match &options.read_preference {
+            Some(d) => ReadPreference::from_document(d)
+                .map_err(|e| Error::invalid_argument(format!("invalid read preference: {e}")))?,
+            None => ReadPreference::primary(),
+        };
         *self = Transaction {
             state: State::Starting,
             options,
+            read_preference,
             txn_number,
         };
         Ok(())
+    }
+
+    /// The read preference of a read inside this transaction: the
+    /// operation's own, else the transaction's, which overrides the
+    /// handles' defaults (Transactions spec). `None` outside a transaction.
+    pub fn read_preference(&self, given: Option<&ReadPreference>) -> Option<ReadPreference> {
+        self.is_active()
+            .then(|| given.unwrap_or(&self.read_preference).clone())
     }
 
     /// For a command sent inside the transaction: its fields, and the move
@@ -103,7 +134,13 @@ impl Transaction {
                 start: false,
                 read_concern: None,
             }),
-            _ => None,
+            // Any other operation after a transaction ended leaves it behind
+            // (Transactions spec): commit and abort then find none.
+            State::Committed | State::CommittedEmpty | State::Aborted => {
+                self.state = State::None;
+                None
+            }
+            State::None => None,
         }
     }
 
@@ -183,6 +220,22 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_after_the_end_resets_the_state() {
+        let mut t = started();
+        t.on_command();
+        t.commit().unwrap();
+        assert!(t.on_command().is_none(), "outside the transaction");
+        assert_eq!(t.state, State::None);
+        let e = t.commit().unwrap_err();
+        assert!(e.message.contains("no transaction started"));
+        let mut t = started();
+        t.abort().unwrap();
+        t.on_command();
+        let e = t.abort().unwrap_err();
+        assert!(e.message.contains("no transaction started"));
+    }
+
+    #[test]
     fn empty_transactions_end_without_a_command() {
         let mut t = started();
         assert_eq!(t.commit().unwrap(), EndAction::Nothing);
@@ -219,6 +272,38 @@ mod tests {
         // A new transaction after the last one ended.
         t.start(TransactionOptions::default(), 9).unwrap();
         assert_eq!(t.state, State::Starting);
+    }
+
+    #[test]
+    fn reads_take_the_transactions_read_preference_and_must_be_primary() {
+        let secondary = ReadPreference::from(ReadMode::Secondary);
+        let mut t = Transaction::default();
+        assert_eq!(t.read_preference(None), None, "outside a transaction");
+        let opts = TransactionOptions {
+            read_preference: Some(rawdoc! { "mode": "secondary" }),
+            ..Default::default()
+        };
+        t.start(opts, 1).unwrap();
+        let read = t.read_preference(None).unwrap();
+        assert_eq!(read, secondary);
+        let e = check_read(&Criteria::Read(read)).unwrap_err();
+        assert!(e
+            .message
+            .contains("read preference in a transaction must be primary"));
+        // The operation's own wins; writes are never checked.
+        let primary = ReadPreference::primary();
+        assert_eq!(t.read_preference(Some(&primary)), Some(primary.clone()));
+        assert!(check_read(&Criteria::Read(primary)).is_ok());
+        assert!(check_read(&Criteria::Write).is_ok());
+        // Unset: primary.
+        let mut t = Transaction::default();
+        t.start(TransactionOptions::default(), 2).unwrap();
+        assert_eq!(t.read_preference(None), Some(ReadPreference::primary()));
+        let bad = TransactionOptions {
+            read_preference: Some(rawdoc! { "mode": "sideways" }),
+            ..Default::default()
+        };
+        assert!(Transaction::default().start(bad, 3).is_err());
     }
 
     #[test]
