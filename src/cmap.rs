@@ -10,6 +10,8 @@
 use crate::csot::OpTimeout;
 use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind};
+use crate::logging::{Component, Context, Fields, LogMessage, Loggable};
+use bson::cstr;
 use std::time::Duration;
 
 /// How long a pending reply is waited for, counted from the timeout (or from
@@ -232,6 +234,9 @@ pub struct PoolEvent {
     pub reason: Option<String>,
     /// Pending-response failed: whether the connection was closed.
     pub closed: bool,
+    /// Connection closed for an error, checkout failed: the error, for the
+    /// log message (events carry only the reason).
+    pub error: Option<String>,
 }
 
 impl PoolEvent {
@@ -244,6 +249,14 @@ impl PoolEvent {
             duration: None,
             reason: None,
             closed: false,
+            error: None,
+        }
+    }
+
+    pub fn error(self, error: &Error) -> PoolEvent {
+        PoolEvent {
+            error: Some(error.to_string()),
+            ..self
         }
     }
 
@@ -262,8 +275,83 @@ impl PoolEvent {
     }
 }
 
-/// The recorded pool events (bounded; only when the client monitors).
+/// The recorded pool events (bounded; only when the client monitors or logs).
 pub type PoolEvents = crate::monitoring::Recorder<PoolEvent>;
+
+/// The CMAP spec's log messages ("Connection Pool Logging"), one per event
+/// (the pending-response events have none): the reasons in the spec's words.
+impl Loggable for PoolEvent {
+    const COMPONENT: Component = Component::Connection;
+
+    fn log_message(&self, cx: &Context) -> Option<LogMessage> {
+        use PoolEventKind as K;
+        let message = match self.kind {
+            K::PendingResponseStarted | K::PendingResponseSucceeded | K::PendingResponseFailed => {
+                return None
+            }
+            K::PoolCreated => "Connection pool created",
+            K::PoolReady => "Connection pool ready",
+            K::PoolCleared => "Connection pool cleared",
+            K::PoolClosed => "Connection pool closed",
+            K::ConnectionCreated => "Connection created",
+            K::ConnectionReady => "Connection ready",
+            K::ConnectionClosed => "Connection closed",
+            K::ConnectionCheckOutStarted => "Connection checkout started",
+            K::ConnectionCheckOutFailed => "Connection checkout failed",
+            K::ConnectionCheckedOut => "Connection checked out",
+            K::ConnectionCheckedIn => "Connection checked in",
+        };
+        let mut f = Fields::new(cx, Component::Connection, message).server(&self.server_address);
+        if self.kind == K::PoolCreated {
+            f = f.all(&cx.pool_options);
+        }
+        let per_connection = !matches!(
+            self.kind,
+            K::PoolCreated
+                | K::PoolReady
+                | K::PoolCleared
+                | K::PoolClosed
+                | K::ConnectionCheckOutStarted
+                | K::ConnectionCheckOutFailed
+        );
+        if per_connection {
+            f = f.int(cstr!("driverConnectionId"), self.connection_id as i64);
+        }
+        let reason = match (self.kind, self.reason.as_deref()) {
+            (K::ConnectionClosed, Some("stale")) => {
+                Some("Connection became stale because the pool was cleared")
+            }
+            (K::ConnectionClosed, Some("idle")) => Some(
+                "Connection has been available but unused for longer than the configured max idle time",
+            ),
+            (K::ConnectionClosed, Some("error")) => {
+                Some("An error occurred while using the connection")
+            }
+            (K::ConnectionClosed | K::ConnectionCheckOutFailed, Some("poolClosed")) => {
+                Some("Connection pool was closed")
+            }
+            (K::ConnectionCheckOutFailed, Some("timeout")) => {
+                Some("Wait queue timeout elapsed without a connection becoming available")
+            }
+            (K::ConnectionCheckOutFailed, Some("connectionError")) => {
+                Some("An error occurred while trying to establish a new connection")
+            }
+            (_, other) => other,
+        };
+        if let Some(reason) = reason {
+            f = f.str(cstr!("reason"), reason);
+        }
+        let failed = matches!(self.reason.as_deref(), Some("error" | "connectionError"));
+        if failed {
+            let error = self.error.as_deref().unwrap_or("the connection failed");
+            f = f.text(cstr!("error"), error);
+        }
+        if let Some(d) = self.duration {
+            f = f.duration(d);
+        }
+        f.finish()
+    }
+}
 
 #[cfg(test)]
 mod tests {

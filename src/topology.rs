@@ -52,6 +52,8 @@ pub struct TopologySettings {
     /// Record pool events (CMAP and pending-response drains) for
     /// `take_pool_events`, and SDAM events for `take_sdam_events`.
     pub monitor_pool: bool,
+    /// The client's log (connection and topology messages).
+    pub log: crate::logging::Logger,
 }
 
 #[derive(Default)]
@@ -84,12 +86,10 @@ pub struct Topology {
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
         let mut description = describe(&settings);
-        if settings.monitor_pool {
-            description.monitor();
-        }
+        description.observe(settings.monitor_pool, &settings.log);
         let rng = runtime::now().0 | 1;
         Topology {
-            events: PoolEvents::new(settings.monitor_pool),
+            events: PoolEvents::new(settings.monitor_pool).logging(settings.log.clone()),
             cursor_connections: Vec::new(),
             settings,
             description,
@@ -361,7 +361,7 @@ impl Topology {
         match conn.heartbeat(&self.settings.connect, deadline) {
             Ok(rtt) => {
                 self.description
-                    .emit(|| Heartbeat::succeeded(address, id, rtt));
+                    .emit(|| Heartbeat::succeeded(address, id, rtt, conn.hello.connection_id));
                 let hello = conn.hello.clone();
                 let state = self.state(address);
                 state.rtt.add(rtt);
@@ -407,6 +407,7 @@ impl Topology {
                 event(PoolEventKind::ConnectionCheckOutFailed, 0)
                     .took(took)
                     .because(CheckOutFailedReason::of(e).as_str())
+                    .error(e)
             }),
         }
         result
@@ -470,6 +471,7 @@ impl Topology {
             t.events.emit(|| {
                 PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
                     .because(CloseReason::Error.as_str())
+                    .error(&e)
             });
             Err(e)
         };
@@ -552,6 +554,7 @@ impl Topology {
                 self.events.emit(|| {
                     PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
                         .because(CloseReason::Error.as_str())
+                        .error(&e)
                 });
                 Err(e)
             }
@@ -670,7 +673,7 @@ impl Topology {
         );
         if check {
             self.description.emit(|| match &result {
-                Ok(e) => Heartbeat::succeeded(address, id, e.rtt),
+                Ok(c) => Heartbeat::succeeded(address, id, c.rtt, c.conn.hello.connection_id),
                 Err(e) => {
                     Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
                 }
