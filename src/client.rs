@@ -60,7 +60,7 @@ pub(crate) struct ClientInner {
     pub(crate) server_api: Option<ServerApi>,
     events: RefCell<Option<Vec<CommandEvent>>>,
     /// The client's log, shared with its topology (one queue, in order).
-    log: Logger,
+    pub(crate) log: Logger,
     next_op_id: Cell<i64>,
     /// Set by `close`: every later operation fails with `Closed`.
     closed: Cell<bool>,
@@ -98,6 +98,11 @@ impl ClientInner {
             true => Err(Error::closed("client")),
             false => Ok(()),
         }
+    }
+
+    /// The id `next_operation_id` will give.
+    pub(crate) fn peek_operation_id(&self) -> i64 {
+        self.next_op_id.get()
     }
 
     pub(crate) fn next_operation_id(&self) -> i64 {

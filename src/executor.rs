@@ -247,7 +247,15 @@ fn attempt<O: Operation>(
         (Some(a), _) => a.to_string(),
         (None, Some(a)) => a,
         (None, None) => {
-            let a = topology.select(&criteria, &ctx.timeout, selection, &state.deprioritized)?;
+            let log = crate::sdam::selection::SelectionLog {
+                log: &client.log,
+                operation: op.name(),
+                // The id the command sent to the selected server takes.
+                operation_id: client.peek_operation_id(),
+                criteria: &criteria,
+            };
+            let deprioritized = &state.deprioritized;
+            let a = topology.select(&criteria, &ctx.timeout, selection, deprioritized, &log)?;
             // The topology type is known once selection found a server. A
             // commit or abort after an unpin is not pinned again.
             let starts_pin = txn_session.filter(|s| s.in_transaction());
@@ -362,6 +370,7 @@ fn attempt<O: Operation>(
     let kills = cmd.name == "killCursors";
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
+    let service_id = conn.hello.service_id;
     let (generation, max_wire_version) = (conn.generation, conn.hello.max_wire_version);
     let event = |kind,
                  request_id,
@@ -378,6 +387,7 @@ fn attempt<O: Operation>(
             connection_id,
             server_connection_id,
             server_address: address.clone(),
+            service_id,
             duration,
             command: command.map(|c| if sensitive { RawDocumentBuf::new() } else { c }),
             reply: reply.map(|r| if sensitive { RawDocumentBuf::new() } else { r }),

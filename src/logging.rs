@@ -198,6 +198,11 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A level other than debug (the default).
+    pub fn at(self, level: Level) -> Self {
+        Fields { level, ..self }
+    }
+
     pub fn str(mut self, key: &CStr, value: &str) -> Self {
         self.data.append(key, value);
         self

@@ -25,6 +25,8 @@ pub struct CommandEvent {
     pub connection_id: u64,
     pub server_connection_id: Option<i64>,
     pub server_address: String,
+    /// Behind a load balancer: the service the connection reached (hello's `serviceId`).
+    pub service_id: Option<bson::oid::ObjectId>,
     pub duration: Option<Duration>,
     pub command: Option<RawDocumentBuf>,
     pub reply: Option<RawDocumentBuf>,
@@ -165,6 +167,9 @@ impl Loggable for CommandEvent {
             f = f.int(cstr!("serverConnectionId"), id);
         }
         f = f.server(&self.server_address);
+        if let Some(id) = self.service_id {
+            f = f.str(cstr!("serviceId"), &id.to_hex());
+        }
         if let Some(d) = self.duration {
             f = f.duration(d);
         }

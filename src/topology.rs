@@ -109,13 +109,33 @@ impl Topology {
     /// `deprioritized`: servers a retried operation's earlier attempts failed
     /// on, avoided where another server is suitable (the executor decides
     /// which, by `retryable::deprioritizes`).
+    /// `log`: the selection's log messages (started, waiting, succeeded or failed).
     pub fn select(
         &mut self,
         criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
         deprioritized: &[String],
+        log: &selection::SelectionLog,
     ) -> Result<String> {
+        log.started(&self.description);
+        let result = self.select_server(criteria, timeout, deadline, deprioritized, log);
+        match &result {
+            Ok(address) => log.succeeded(&self.description, address),
+            Err(e) => log.failed(&self.description, e),
+        }
+        result
+    }
+
+    fn select_server(
+        &mut self,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+        deprioritized: &[String],
+        log: &selection::SelectionLog,
+    ) -> Result<String> {
+        let mut waiting = false;
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
         }
@@ -156,6 +176,9 @@ impl Topology {
                 continue;
             }
             let now = runtime::now();
+            if !std::mem::replace(&mut waiting, true) {
+                log.waiting(&self.description, deadline.remaining(now));
+            }
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
@@ -359,9 +382,10 @@ impl Topology {
         let (id, started) = (conn.id, runtime::now());
         self.description.emit(|| Heartbeat::started(address, id));
         match conn.heartbeat(&self.settings.connect, deadline) {
-            Ok(rtt) => {
+            Ok((rtt, reply)) => {
+                let server_id = conn.hello.connection_id;
                 self.description
-                    .emit(|| Heartbeat::succeeded(address, id, rtt, conn.hello.connection_id));
+                    .emit(|| Heartbeat::succeeded(address, id, rtt, server_id, reply));
                 let hello = conn.hello.clone();
                 let state = self.state(address);
                 state.rtt.add(rtt);
@@ -673,13 +697,16 @@ impl Topology {
         );
         if check {
             self.description.emit(|| match &result {
-                Ok(c) => Heartbeat::succeeded(address, id, c.rtt, c.conn.hello.connection_id),
+                Ok(c) => {
+                    let server_id = c.conn.hello.connection_id;
+                    Heartbeat::succeeded(address, id, c.rtt, server_id, c.reply.clone())
+                }
                 Err(e) => {
                     Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
                 }
             });
         }
-        let Established { conn, rtt } = result?;
+        let Established { conn, rtt, .. } = result?;
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();

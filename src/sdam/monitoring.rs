@@ -57,7 +57,7 @@ pub struct Heartbeat {
     pub failure: Option<String>,
     /// Succeeded: the server's id for the connection (hello's `connectionId`).
     pub server_connection_id: Option<i64>,
-    /// Succeeded: the hello reply, when logging keeps it.
+    /// Succeeded: the hello's reply.
     pub reply: Option<bson::RawDocumentBuf>,
 }
 
@@ -83,10 +83,12 @@ impl Heartbeat {
         connection_id: u64,
         duration: Duration,
         server_connection_id: Option<i64>,
+        reply: bson::RawDocumentBuf,
     ) -> SdamEvent {
         SdamEvent::ServerHeartbeatSucceeded(Heartbeat {
             duration: Some(duration),
             server_connection_id,
+            reply: Some(reply),
             ..Heartbeat::new(address, connection_id)
         })
     }
@@ -137,7 +139,7 @@ impl SdamEvents {
 
 /// A description as the "Topology description changed" message shows it:
 /// the type, set name and each server's address and type.
-fn summary(t: &TopologyDescription) -> String {
+pub fn summary(t: &TopologyDescription) -> String {
     let servers: Vec<String> = t
         .servers
         .iter()
@@ -198,7 +200,14 @@ impl Loggable for SdamEvent {
                     f = f.duration(d);
                 }
                 if let Some(reply) = &h.reply {
-                    f = f.document(cstr!("reply"), reply);
+                    // A reply to speculative authentication is redacted, as
+                    // in command monitoring.
+                    let redacted = bson::RawDocumentBuf::new();
+                    let shown = match crate::monitoring::is_sensitive("hello", reply) {
+                        true => &redacted,
+                        false => reply,
+                    };
+                    f = f.document(cstr!("reply"), shown);
                 }
                 if let Some(failure) = &h.failure {
                     f = f.text(cstr!("failure"), failure);
