@@ -356,6 +356,87 @@ impl Loggable for PoolEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn logged(e: &PoolEvent) -> bson::RawDocumentBuf {
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::rawdoc! { "maxPoolSize": 5_i64 },
+            topology_id: 1,
+        };
+        e.log_message(&cx).expect("a message").data
+    }
+
+    #[test]
+    fn pool_messages_carry_the_spec_reasons_and_fields() {
+        let created = logged(&PoolEvent::new(PoolEventKind::PoolCreated, "h:7", 0));
+        assert_eq!(
+            created.get_str("message").unwrap(),
+            "Connection pool created"
+        );
+        assert_eq!(
+            created.get_i64("maxPoolSize").unwrap(),
+            5,
+            "the URI's options"
+        );
+        assert_eq!(created.get_i64("serverPort").unwrap(), 7);
+        assert!(created.get("driverConnectionId").unwrap().is_none());
+        let stale = PoolEvent::new(PoolEventKind::ConnectionClosed, "h:7", 3)
+            .because(CloseReason::Stale.as_str());
+        let stale = logged(&stale);
+        assert_eq!(
+            stale.get_str("reason").unwrap(),
+            "Connection became stale because the pool was cleared"
+        );
+        assert_eq!(stale.get_i64("driverConnectionId").unwrap(), 3);
+        assert!(stale.get("error").unwrap().is_none(), "no error unless one");
+        let failed = PoolEvent::new(PoolEventKind::ConnectionCheckOutFailed, "h:7", 0)
+            .because(CheckOutFailedReason::ConnectionError.as_str())
+            .error(&Error::network("connection refused"))
+            .took(Duration::from_millis(2));
+        let failed = logged(&failed);
+        assert_eq!(
+            failed.get_str("reason").unwrap(),
+            "An error occurred while trying to establish a new connection"
+        );
+        assert!(failed
+            .get_str("error")
+            .unwrap()
+            .contains("connection refused"));
+        assert_eq!(failed.get_f64("durationMS").unwrap(), 2.0);
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::RawDocumentBuf::new(),
+            topology_id: 1,
+        };
+        let pending = PoolEvent::new(PoolEventKind::PendingResponseStarted, "h:7", 3);
+        assert!(pending.log_message(&cx).is_none(), "no message in the spec");
+    }
+
+    #[test]
+    fn a_pool_logs_without_monitoring_and_only_its_component() {
+        use crate::logging::{Level, LogOptions, Logger};
+        let on = |connection| {
+            let options = LogOptions {
+                connection,
+                ..Default::default()
+            };
+            Logger::new(&options, bson::RawDocumentBuf::new())
+        };
+        let log = on(Level::Debug);
+        let mut events = PoolEvents::new(false).logging(log.clone());
+        events.emit(|| PoolEvent::new(PoolEventKind::PoolReady, "h:1", 0));
+        assert!(
+            events.take().is_empty(),
+            "no events kept without monitoring"
+        );
+        let messages = log.take();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].message, "Connection pool ready");
+        let quiet = on(Level::Informational);
+        let mut events = PoolEvents::new(false).logging(quiet.clone());
+        events.emit(|| unreachable!("debug messages are off: nothing is built"));
+        assert!(quiet.take().is_empty());
+    }
     use crate::csot::LegacyTimeouts;
 
     const MS: u64 = 1_000_000;

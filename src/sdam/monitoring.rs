@@ -307,6 +307,57 @@ mod tests {
     use super::*;
     use crate::handshake::HelloReply;
 
+    #[test]
+    fn sdam_messages_name_the_topology_and_redact_speculative_replies() {
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::RawDocumentBuf::new(),
+            topology_id: 9,
+        };
+        let log = |e: &SdamEvent| e.log_message(&cx).map(|m| m.data);
+        let opening = log(&SdamEvent::TopologyOpening).unwrap();
+        assert_eq!(
+            opening.get_str("message").unwrap(),
+            "Starting topology monitoring"
+        );
+        assert_eq!(opening.get_i64("topologyId").unwrap(), 9);
+        let changed = SdamEvent::ServerDescriptionChanged {
+            address: "a:1".into(),
+            previous: Box::new(ServerDescription::unknown("a:1".into())),
+            new: Box::new(ServerDescription::unknown("a:1".into())),
+        };
+        assert!(log(&changed).is_none(), "the topology's change tells it");
+        let hello = bson::rawdoc! { "ok": 1, "isWritablePrimary": true };
+        let ok = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), Some(40), hello);
+        let ok = log(&ok).unwrap();
+        assert_eq!(
+            ok.get_str("reply").unwrap(),
+            r#"{"ok":1,"isWritablePrimary":true}"#
+        );
+        assert_eq!(ok.get_i64("serverConnectionId").unwrap(), 40);
+        assert!(!ok.get_bool("awaited").unwrap());
+        let secret = bson::rawdoc! { "ok": 1, "speculativeAuthenticate": { "payload": "salt" } };
+        let secret = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), None, secret);
+        assert_eq!(log(&secret).unwrap().get_str("reply").unwrap(), "{}");
+        let mut t = TopologyDescription::new(&["a:1".into()], None, None);
+        t.update(
+            "a:1",
+            Ok((
+                HelloReply {
+                    is_writable_primary: true,
+                    max_wire_version: 21,
+                    ..Default::default()
+                },
+                None,
+            )),
+        );
+        let shown = summary(&t);
+        assert!(
+            shown.contains("a:1") && shown.contains("Standalone"),
+            "{shown}"
+        );
+    }
+
     fn names(events: &[SdamEvent]) -> Vec<String> {
         events
             .iter()
