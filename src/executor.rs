@@ -16,7 +16,7 @@ use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryab
 use crate::runtime;
 use crate::sdam::TopologyType;
 use crate::session::{cluster_time, Session};
-use bson::{cstr, RawDocumentBuf};
+use bson::{cstr, rawdoc, RawDocumentBuf};
 
 /// Per-call context: the operation's time budget, its session, and (for
 /// getMore/killCursors) the server it must go to.
@@ -452,12 +452,17 @@ fn attempt<O: Operation>(
                 return Err(e);
             }
             if client.monitoring() {
+                // Command monitoring: an unacknowledged write's reply is shown as {ok: 1}.
+                let shown = match crate::concern::sends_unacknowledged(&body) {
+                    true => rawdoc! { "ok": 1 },
+                    false => reply.clone(),
+                };
                 event(
                     EventKind::Succeeded,
                     request_id,
                     Some(elapsed),
                     None,
-                    Some(reply.clone()),
+                    Some(shown),
                     None,
                 );
             }
