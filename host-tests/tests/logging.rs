@@ -138,3 +138,58 @@ fn nothing_is_recorded_for_a_component_or_level_left_off() {
         );
     }
 }
+
+#[test]
+fn topology_connection_and_selection_messages_share_one_ordered_queue() {
+    let (uri, addr) = host_tests::test_server();
+    let mut g = Guest::new(&[addr]).unwrap();
+    let mut opts = options(None, None);
+    if let Some(l) = opts.logging.as_mut() {
+        l.topology = Some(LogLevel::Debug);
+        l.connection = Some(LogLevel::Debug);
+        l.server_selection = Some(LogLevel::Debug);
+    }
+    let client = connect(&mut g, &uri, opts);
+    let db = g.database(client, "logging_order", None).unwrap();
+    g.run_command(db, &rawdoc! { "ping": 1 }, None)
+        .unwrap()
+        .expect("ping");
+    let messages = g.take_log_messages(client).unwrap();
+    let names: Vec<&str> = messages.iter().map(|m| m.message.as_str()).collect();
+    let at = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("{name} in {names:?}"))
+    };
+    assert_eq!(at("Starting topology monitoring"), 0, "{names:?}");
+    assert!(at("Server selection started") < at("Server selection succeeded"));
+    assert!(at("Server selection succeeded") < at("Connection checkout started"));
+    assert!(at("Connection checkout started") < at("Connection checked out"));
+    assert!(at("Connection checked out") < at("Connection checked in"));
+    assert!(
+        !names.iter().any(|n| n.starts_with("Command")),
+        "command logging is off"
+    );
+    let selected = messages
+        .iter()
+        .find(|m| m.message == "Server selection succeeded")
+        .unwrap();
+    assert_eq!(selected.component, LogComponent::ServerSelection);
+    let selected = data(selected);
+    assert_eq!(selected.get_str("operation").unwrap(), "ping");
+    assert_eq!(
+        selected.get_i64("serverPort").unwrap(),
+        i64::from(addr.port())
+    );
+    // The server was Unknown: selection waited (an info message) for its check.
+    let waiting = messages
+        .iter()
+        .find(|m| m.message == "Waiting for suitable server to become available")
+        .expect("a first selection waits for the first check");
+    assert_eq!(waiting.level, LogLevel::Informational);
+    assert!(
+        g.take_events(client).unwrap().is_empty(),
+        "logging is not monitoring"
+    );
+}
