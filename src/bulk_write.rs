@@ -442,6 +442,10 @@ impl<'m> BulkWriteCommand<'m> {
 impl Operation for BulkWriteCommand<'_> {
     type Output = BatchReply;
 
+    fn name(&self) -> &str {
+        "bulkWrite"
+    }
+
     fn build(&mut self, hello: &HelloReply) -> Result<Command> {
         let batch = match &self.batch {
             Some(b) => b.clone(),

@@ -4,6 +4,7 @@ use crate::csot::{LegacyTimeouts, OpTimeout};
 use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::executor::{self, Context};
+use crate::logging::{Component, Level, Logger};
 use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
 use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
@@ -31,6 +32,9 @@ pub struct ClientOptions {
     /// The client certificate chain and its unencrypted private key in one PEM
     /// (instead of `tlsCertificateKeyFile`), for mutual TLS and MONGODB-X509.
     pub tls_certificate_key_pem: Option<Vec<u8>>,
+    /// Logging spec: the components and levels to record for
+    /// `take_log_messages`, and maxDocumentLength (all off by default).
+    pub log: crate::logging::LogOptions,
 }
 
 pub(crate) struct ClientInner {
@@ -55,19 +59,27 @@ pub(crate) struct ClientInner {
     /// The declared Stable API (also in the topology's connect settings).
     pub(crate) server_api: Option<ServerApi>,
     events: RefCell<Option<Vec<CommandEvent>>>,
+    /// The client's log, shared with its topology (one queue, in order).
+    pub(crate) log: Logger,
     next_op_id: Cell<i64>,
     /// Set by `close`: every later operation fails with `Closed`.
     closed: Cell<bool>,
 }
 
 impl ClientInner {
+    /// Whether command events are kept or logged (else none is built).
     pub(crate) fn monitoring(&self) -> bool {
-        self.events.borrow().is_some()
+        self.events.borrow().is_some() || self.log.enabled(Component::Command, Level::Debug)
     }
 
     pub(crate) fn record(&self, event: impl FnOnce() -> CommandEvent) {
+        if !self.monitoring() {
+            return;
+        }
+        let event = event();
+        self.log.event(&event);
         if let Some(events) = self.events.borrow_mut().as_mut() {
-            events.push(event());
+            events.push(event);
         }
     }
 
@@ -88,11 +100,38 @@ impl ClientInner {
         }
     }
 
+    /// The id `next_operation_id` will give.
+    pub(crate) fn peek_operation_id(&self) -> i64 {
+        self.next_op_id.get()
+    }
+
     pub(crate) fn next_operation_id(&self) -> i64 {
         let id = self.next_op_id.get();
         self.next_op_id.set(id + 1);
         id
     }
+}
+
+/// The pool options the URI set, as "Connection pool created" messages
+/// show them (CMAP logging: only those given).
+fn pool_options(o: &uri::UriOptions) -> RawDocumentBuf {
+    let mut d = RawDocumentBuf::new();
+    let counts = [
+        (bson::cstr!("maxIdleTimeMS"), o.max_idle_time_ms),
+        (bson::cstr!("minPoolSize"), o.min_pool_size.map(u64::from)),
+        (bson::cstr!("maxPoolSize"), o.max_pool_size.map(u64::from)),
+        (
+            bson::cstr!("maxConnecting"),
+            o.max_connecting.map(u64::from),
+        ),
+        (bson::cstr!("waitQueueTimeoutMS"), o.wait_queue_timeout_ms),
+    ];
+    for (key, value) in counts {
+        if let Some(v) = value {
+            d.append(key, i64::try_from(v).unwrap_or(i64::MAX));
+        }
+    }
+    d
 }
 
 /// The SOCKS5 proxy options the URI gave (the URI parser has already
@@ -148,6 +187,7 @@ impl Client {
             }
         };
         let app_name = o.app_name.as_deref();
+        let log = Logger::new(&options.log, pool_options(o));
         let platform = crate::runtime::env_var("MONGO_WASI_PLATFORM");
         let settings = TopologySettings {
             seeds,
@@ -168,6 +208,7 @@ impl Client {
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
             monitor_pool: options.monitor_commands,
+            log: log.clone(),
         };
         let defaults = LegacyTimeouts::default();
         let legacy = LegacyTimeouts {
@@ -200,6 +241,7 @@ impl Client {
                 cluster_time: RefCell::new(None),
                 server_api: options.server_api,
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
+                log,
                 closed: Cell::new(false),
                 next_op_id: Cell::new(1),
             }),
@@ -277,6 +319,12 @@ impl Client {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Drains the recorded log messages (Logging spec; empty unless
+    /// `ClientOptions::log` turns a component on), in the order they came.
+    pub fn take_log_messages(&self) -> Vec<crate::logging::LogMessage> {
+        self.inner.log.take()
     }
 
     /// Drains the recorded pool events (CMAP, and pending-response drains;

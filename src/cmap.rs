@@ -10,6 +10,8 @@
 use crate::csot::OpTimeout;
 use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind};
+use crate::logging::{Component, Context, Fields, LogMessage, Loggable};
+use bson::cstr;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -331,6 +333,9 @@ pub struct PoolEvent {
     pub reason: Option<String>,
     /// Pending-response failed: whether the connection was closed.
     pub closed: bool,
+    /// Connection closed for an error, checkout failed: the error, for the
+    /// log message (events carry only the reason).
+    pub error: Option<String>,
 }
 
 impl PoolEvent {
@@ -343,6 +348,14 @@ impl PoolEvent {
             duration: None,
             reason: None,
             closed: false,
+            error: None,
+        }
+    }
+
+    pub fn error(self, error: &Error) -> PoolEvent {
+        PoolEvent {
+            error: Some(error.to_string()),
+            ..self
         }
     }
 
@@ -361,8 +374,83 @@ impl PoolEvent {
     }
 }
 
-/// The recorded pool events (bounded; only when the client monitors).
+/// The recorded pool events (bounded; only when the client monitors or logs).
 pub type PoolEvents = crate::monitoring::Recorder<PoolEvent>;
+
+/// The CMAP spec's log messages ("Connection Pool Logging"), one per event
+/// (the pending-response events have none): the reasons in the spec's words.
+impl Loggable for PoolEvent {
+    const COMPONENT: Component = Component::Connection;
+
+    fn log_message(&self, cx: &Context) -> Option<LogMessage> {
+        use PoolEventKind as K;
+        let message = match self.kind {
+            K::PendingResponseStarted | K::PendingResponseSucceeded | K::PendingResponseFailed => {
+                return None
+            }
+            K::PoolCreated => "Connection pool created",
+            K::PoolReady => "Connection pool ready",
+            K::PoolCleared => "Connection pool cleared",
+            K::PoolClosed => "Connection pool closed",
+            K::ConnectionCreated => "Connection created",
+            K::ConnectionReady => "Connection ready",
+            K::ConnectionClosed => "Connection closed",
+            K::ConnectionCheckOutStarted => "Connection checkout started",
+            K::ConnectionCheckOutFailed => "Connection checkout failed",
+            K::ConnectionCheckedOut => "Connection checked out",
+            K::ConnectionCheckedIn => "Connection checked in",
+        };
+        let mut f = Fields::new(cx, Component::Connection, message).server(&self.server_address);
+        if self.kind == K::PoolCreated {
+            f = f.all(&cx.pool_options);
+        }
+        let per_connection = !matches!(
+            self.kind,
+            K::PoolCreated
+                | K::PoolReady
+                | K::PoolCleared
+                | K::PoolClosed
+                | K::ConnectionCheckOutStarted
+                | K::ConnectionCheckOutFailed
+        );
+        if per_connection {
+            f = f.int(cstr!("driverConnectionId"), self.connection_id as i64);
+        }
+        let reason = match (self.kind, self.reason.as_deref()) {
+            (K::ConnectionClosed, Some("stale")) => {
+                Some("Connection became stale because the pool was cleared")
+            }
+            (K::ConnectionClosed, Some("idle")) => Some(
+                "Connection has been available but unused for longer than the configured max idle time",
+            ),
+            (K::ConnectionClosed, Some("error")) => {
+                Some("An error occurred while using the connection")
+            }
+            (K::ConnectionClosed | K::ConnectionCheckOutFailed, Some("poolClosed")) => {
+                Some("Connection pool was closed")
+            }
+            (K::ConnectionCheckOutFailed, Some("timeout")) => {
+                Some("Wait queue timeout elapsed without a connection becoming available")
+            }
+            (K::ConnectionCheckOutFailed, Some("connectionError")) => {
+                Some("An error occurred while trying to establish a new connection")
+            }
+            (_, other) => other,
+        };
+        if let Some(reason) = reason {
+            f = f.str(cstr!("reason"), reason);
+        }
+        let failed = matches!(self.reason.as_deref(), Some("error" | "connectionError"));
+        if failed {
+            let error = self.error.as_deref().unwrap_or("the connection failed");
+            f = f.text(cstr!("error"), error);
+        }
+        if let Some(d) = self.duration {
+            f = f.duration(d);
+        }
+        f.finish()
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -392,6 +480,87 @@ mod tests {
     }
 
     use super::*;
+
+    fn logged(e: &PoolEvent) -> bson::RawDocumentBuf {
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::rawdoc! { "maxPoolSize": 5_i64 },
+            topology_id: 1,
+        };
+        e.log_message(&cx).expect("a message").data
+    }
+
+    #[test]
+    fn pool_messages_carry_the_spec_reasons_and_fields() {
+        let created = logged(&PoolEvent::new(PoolEventKind::PoolCreated, "h:7", 0));
+        assert_eq!(
+            created.get_str("message").unwrap(),
+            "Connection pool created"
+        );
+        assert_eq!(
+            created.get_i64("maxPoolSize").unwrap(),
+            5,
+            "the URI's options"
+        );
+        assert_eq!(created.get_i64("serverPort").unwrap(), 7);
+        assert!(created.get("driverConnectionId").unwrap().is_none());
+        let stale = PoolEvent::new(PoolEventKind::ConnectionClosed, "h:7", 3)
+            .because(CloseReason::Stale.as_str());
+        let stale = logged(&stale);
+        assert_eq!(
+            stale.get_str("reason").unwrap(),
+            "Connection became stale because the pool was cleared"
+        );
+        assert_eq!(stale.get_i64("driverConnectionId").unwrap(), 3);
+        assert!(stale.get("error").unwrap().is_none(), "no error unless one");
+        let failed = PoolEvent::new(PoolEventKind::ConnectionCheckOutFailed, "h:7", 0)
+            .because(CheckOutFailedReason::ConnectionError.as_str())
+            .error(&Error::network("connection refused"))
+            .took(Duration::from_millis(2));
+        let failed = logged(&failed);
+        assert_eq!(
+            failed.get_str("reason").unwrap(),
+            "An error occurred while trying to establish a new connection"
+        );
+        assert!(failed
+            .get_str("error")
+            .unwrap()
+            .contains("connection refused"));
+        assert_eq!(failed.get_f64("durationMS").unwrap(), 2.0);
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::RawDocumentBuf::new(),
+            topology_id: 1,
+        };
+        let pending = PoolEvent::new(PoolEventKind::PendingResponseStarted, "h:7", 3);
+        assert!(pending.log_message(&cx).is_none(), "no message in the spec");
+    }
+
+    #[test]
+    fn a_pool_logs_without_monitoring_and_only_its_component() {
+        use crate::logging::{Level, LogOptions, Logger};
+        let on = |connection| {
+            let options = LogOptions {
+                connection,
+                ..Default::default()
+            };
+            Logger::new(&options, bson::RawDocumentBuf::new())
+        };
+        let log = on(Level::Debug);
+        let mut events = PoolEvents::new(false).logging(log.clone());
+        events.emit(|| PoolEvent::new(PoolEventKind::PoolReady, "h:1", 0));
+        assert!(
+            events.take().is_empty(),
+            "no events kept without monitoring"
+        );
+        let messages = log.take();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].message, "Connection pool ready");
+        let quiet = on(Level::Informational);
+        let mut events = PoolEvents::new(false).logging(quiet.clone());
+        events.emit(|| unreachable!("debug messages are off: nothing is built"));
+        assert!(quiet.take().is_empty());
+    }
     use crate::csot::LegacyTimeouts;
 
     const MS: u64 = 1_000_000;

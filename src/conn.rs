@@ -84,6 +84,8 @@ pub struct ConnectSettings {
 pub struct Established {
     pub conn: Connection,
     pub rtt: Duration,
+    /// The hello's reply (heartbeat log messages show it).
+    pub reply: RawDocumentBuf,
 }
 
 impl Connection {
@@ -159,10 +161,10 @@ impl Connection {
             // An arbiter holds no users: nothing to authenticate (auth spec).
             _ if conn.hello.arbiter_only => {}
             (Some(a), Some(h)) if authenticate => conn.authenticate(a, h, &reply, deadline)?,
-            (Some(_), Some(h)) => conn.unauthenticated = Some((reply, h.suspend())),
+            (Some(_), Some(h)) => conn.unauthenticated = Some((reply.clone(), h.suspend())),
             _ => {}
         }
-        Ok(Established { conn, rtt })
+        Ok(Established { conn, rtt, reply })
     }
 
     /// Runs the authentication a server check's connection left for later
@@ -232,7 +234,7 @@ impl Connection {
         &mut self,
         settings: &ConnectSettings,
         deadline: Deadline,
-    ) -> Result<Duration> {
+    ) -> Result<(Duration, RawDocumentBuf)> {
         let cmd = handshake::heartbeat_command(settings.server_api.as_ref());
         let started = runtime::now();
         let reply = self.exchange_hello(&cmd, false, deadline)?;
@@ -240,7 +242,7 @@ impl Connection {
         let hello = HelloReply::parse(&reply)?;
         hello.check_wire_version(&self.address)?;
         self.hello = hello;
-        Ok(rtt)
+        Ok((rtt, reply))
     }
 
     fn exchange_hello(

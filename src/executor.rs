@@ -16,7 +16,7 @@ use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryab
 use crate::runtime;
 use crate::sdam::TopologyType;
 use crate::session::{cluster_time, Session};
-use bson::{cstr, RawDocumentBuf};
+use bson::{cstr, rawdoc, RawDocumentBuf};
 
 /// Per-call context: the operation's time budget, its session, and (for
 /// getMore/killCursors) the server it must go to.
@@ -252,7 +252,15 @@ fn attempt<O: Operation>(
         (Some(a), _) => a.to_string(),
         (None, Some(a)) => a,
         (None, None) => {
-            let a = topology.select(&criteria, &ctx.timeout, selection, &state.deprioritized)?;
+            let log = crate::sdam::selection::SelectionLog {
+                log: &client.log,
+                operation: op.name(),
+                // The id the command sent to the selected server takes.
+                operation_id: client.peek_operation_id(),
+                criteria: &criteria,
+            };
+            let deprioritized = &state.deprioritized;
+            let a = topology.select(&criteria, &ctx.timeout, selection, deprioritized, &log)?;
             // The topology type is known once selection found a server. A
             // commit or abort after an unpin is not pinned again.
             let starts_pin = txn_session.filter(|s| s.in_transaction());
@@ -384,6 +392,7 @@ fn attempt<O: Operation>(
             connection_id,
             server_connection_id,
             server_address: address.clone(),
+            service_id,
             duration,
             command: command.map(|c| if sensitive { RawDocumentBuf::new() } else { c }),
             reply: reply.map(|r| if sensitive { RawDocumentBuf::new() } else { r }),
@@ -458,12 +467,17 @@ fn attempt<O: Operation>(
             }
             give_back(conn, keep);
             if client.monitoring() {
+                // Command monitoring: an unacknowledged write's reply is shown as {ok: 1}.
+                let shown = match crate::concern::sends_unacknowledged(&body) {
+                    true => rawdoc! { "ok": 1 },
+                    false => reply.clone(),
+                };
                 event(
                     EventKind::Succeeded,
                     request_id,
                     Some(elapsed),
                     None,
-                    Some(reply.clone()),
+                    Some(shown),
                     None,
                 );
             }

@@ -17,6 +17,7 @@ pub mod dns;
 pub mod error;
 pub mod handshake;
 pub mod load_balancer;
+pub mod logging;
 pub mod monitoring;
 pub mod object_id;
 pub mod sdam;
@@ -66,6 +67,7 @@ pub use error::{Cause, Error, ErrorKind, Result, WriteConcernError, WriteError, 
 pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
+pub use logging::{Component as LogComponent, Level as LogLevel, LogMessage, LogOptions};
 pub use session::{
     RunnerStep, Session, TransactionOptions, TransactionRunner, TransactionState,
     WithTransactionOptions,

@@ -1,9 +1,11 @@
-//! Command Logging and Monitoring: started/succeeded/failed events,
-//! recorded only when the client asked for them; and `Recorder`, the one
-//! bounded queue pool (CMAP) and SDAM events wait in until they are taken.
+//! Command Logging and Monitoring: started/succeeded/failed events and
+//! their log messages, recorded only when the client asked for them; and
+//! `Recorder`, the one bounded queue pool (CMAP) and SDAM events wait in
+//! until they are taken (and which logs them as they come).
 
 use crate::error::Error;
-use bson::RawDocumentBuf;
+use crate::logging::{Component, Context, Fields, LogMessage, Loggable, Logger};
+use bson::{cstr, RawDocumentBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +25,8 @@ pub struct CommandEvent {
     pub connection_id: u64,
     pub server_connection_id: Option<i64>,
     pub server_address: String,
+    /// Behind a load balancer: the service the connection reached (hello's `serviceId`).
+    pub service_id: Option<bson::oid::ObjectId>,
     pub duration: Option<Duration>,
     pub command: Option<RawDocumentBuf>,
     pub reply: Option<RawDocumentBuf>,
@@ -71,37 +75,61 @@ pub fn redact_failure(e: &Error) -> Error {
 pub const MAX_EVENTS: usize = 10_000;
 
 /// Recorded events of one kind: the one place they are kept, and only when
-/// the client monitors.
+/// the client monitors; each is also logged when its component logs.
 #[derive(Debug)]
 pub struct Recorder<E> {
     /// `None` unless monitoring is on.
     events: Option<std::collections::VecDeque<E>>,
+    log: Logger,
 }
 
 impl<E> Default for Recorder<E> {
     fn default() -> Self {
-        Recorder { events: None }
+        Recorder {
+            events: None,
+            log: Logger::default(),
+        }
     }
 }
 
-impl<E> Recorder<E> {
+impl<E: Loggable> Recorder<E> {
     pub fn new(enabled: bool) -> Recorder<E> {
         Recorder {
             events: enabled.then(std::collections::VecDeque::new),
+            log: Logger::default(),
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.events.is_some()
+    /// Also logs each event (when the logger's component is on).
+    pub fn logging(self, log: Logger) -> Recorder<E> {
+        Recorder { log, ..self }
     }
 
-    /// Records the event `make` builds (not even built when monitoring is off).
+    /// Whether events are kept or logged.
+    pub fn enabled(&self) -> bool {
+        self.events.is_some() || self.logs()
+    }
+
+    fn logs(&self) -> bool {
+        self.log.enabled(E::COMPONENT, crate::logging::Level::Debug)
+    }
+
+    /// Records and logs the event `make` builds (not even built when
+    /// neither monitoring nor logging is on).
     pub fn emit(&mut self, make: impl FnOnce() -> E) {
+        let logs = self.logs();
+        if self.events.is_none() && !logs {
+            return;
+        }
+        let event = make();
+        if logs {
+            self.log.event(&event);
+        }
         if let Some(events) = self.events.as_mut() {
             if events.len() >= MAX_EVENTS {
                 events.pop_front();
             }
-            events.push_back(make());
+            events.push_back(event);
         }
     }
 
@@ -113,10 +141,66 @@ impl<E> Recorder<E> {
     }
 }
 
+/// "Command started/succeeded/failed" (Command Logging and Monitoring,
+/// "Log Messages"): the event's fields, the command or reply as extended
+/// JSON (an empty document when redacted, as in the event).
+impl Loggable for CommandEvent {
+    const COMPONENT: Component = Component::Command;
+
+    fn log_message(&self, cx: &Context) -> Option<LogMessage> {
+        let message = match self.kind {
+            EventKind::Started => "Command started",
+            EventKind::Succeeded => "Command succeeded",
+            EventKind::Failed => "Command failed",
+        };
+        let mut f = Fields::new(cx, Component::Command, message);
+        if let Some(command) = &self.command {
+            f = f.document(cstr!("command"), command);
+        }
+        f = f
+            .str(cstr!("databaseName"), &self.database_name)
+            .str(cstr!("commandName"), &self.command_name)
+            .int(cstr!("requestId"), i64::from(self.request_id))
+            .int(cstr!("operationId"), self.operation_id)
+            .int(cstr!("driverConnectionId"), self.connection_id as i64);
+        if let Some(id) = self.server_connection_id {
+            f = f.int(cstr!("serverConnectionId"), id);
+        }
+        f = f.server(&self.server_address);
+        if let Some(id) = self.service_id {
+            f = f.str(cstr!("serviceId"), &id.to_hex());
+        }
+        if let Some(d) = self.duration {
+            f = f.duration(d);
+        }
+        match self.kind {
+            EventKind::Succeeded => {
+                let empty = RawDocumentBuf::new();
+                f = f.document(cstr!("reply"), self.reply.as_ref().unwrap_or(&empty));
+            }
+            EventKind::Failed => {
+                let failure = self.failure.as_ref().map(|e| e.to_string());
+                f = f.text(cstr!("failure"), failure.as_deref().unwrap_or("unknown"));
+            }
+            EventKind::Started => {}
+        }
+        f.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    impl Loggable for u64 {
+        const COMPONENT: Component = Component::Command;
+        fn log_message(&self, cx: &Context) -> Option<LogMessage> {
+            Fields::new(cx, Component::Command, "n")
+                .int(cstr!("n"), *self as i64)
+                .finish()
+        }
+    }
 
     #[test]
     fn events_are_recorded_only_when_monitoring_and_bounded() {

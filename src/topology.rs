@@ -57,6 +57,8 @@ pub struct TopologySettings {
     /// Record pool events (CMAP and pending-response drains) for
     /// `take_pool_events`, and SDAM events for `take_sdam_events`.
     pub monitor_pool: bool,
+    /// The client's log (connection and topology messages).
+    pub log: crate::logging::Logger,
 }
 
 #[derive(Default)]
@@ -94,12 +96,10 @@ pub struct Topology {
 impl Topology {
     pub fn new(settings: TopologySettings) -> Topology {
         let mut description = describe(&settings);
-        if settings.monitor_pool {
-            description.monitor();
-        }
+        description.observe(settings.monitor_pool, &settings.log);
         let rng = runtime::now().0 | 1;
         Topology {
-            events: PoolEvents::new(settings.monitor_pool),
+            events: PoolEvents::new(settings.monitor_pool).logging(settings.log.clone()),
             cursor_connections: Vec::new(),
             settings,
             description,
@@ -119,13 +119,33 @@ impl Topology {
     /// `deprioritized`: servers a retried operation's earlier attempts failed
     /// on, avoided where another server is suitable (the executor decides
     /// which, by `retryable::deprioritizes`).
+    /// `log`: the selection's log messages (started, waiting, succeeded or failed).
     pub fn select(
         &mut self,
         criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
         deprioritized: &[String],
+        log: &selection::SelectionLog,
     ) -> Result<String> {
+        log.started(&self.description);
+        let result = self.select_server(criteria, timeout, deadline, deprioritized, log);
+        match &result {
+            Ok(address) => log.succeeded(&self.description, address),
+            Err(e) => log.failed(&self.description, e),
+        }
+        result
+    }
+
+    fn select_server(
+        &mut self,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+        deprioritized: &[String],
+        log: &selection::SelectionLog,
+    ) -> Result<String> {
+        let mut waiting = false;
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
         }
@@ -166,6 +186,9 @@ impl Topology {
                 continue;
             }
             let now = runtime::now();
+            if !std::mem::replace(&mut waiting, true) {
+                log.waiting(&self.description, deadline.remaining(now));
+            }
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
@@ -417,9 +440,10 @@ impl Topology {
         let (id, started) = (conn.id, runtime::now());
         self.description.emit(|| Heartbeat::started(address, id));
         match conn.heartbeat(&self.settings.connect, deadline) {
-            Ok(rtt) => {
+            Ok((rtt, reply)) => {
+                let server_id = conn.hello.connection_id;
                 self.description
-                    .emit(|| Heartbeat::succeeded(address, id, rtt));
+                    .emit(|| Heartbeat::succeeded(address, id, rtt, server_id, reply));
                 let hello = conn.hello.clone();
                 let state = self.state(address);
                 state.rtt.add(rtt);
@@ -468,6 +492,7 @@ impl Topology {
                 event(PoolEventKind::ConnectionCheckOutFailed, 0)
                     .took(took)
                     .because(CheckOutFailedReason::of(e).as_str())
+                    .error(e)
             }),
         }
         result
@@ -537,6 +562,7 @@ impl Topology {
             t.events.emit(|| {
                 PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
                     .because(CloseReason::Error.as_str())
+                    .error(&e)
             });
             Err(e)
         };
@@ -625,6 +651,7 @@ impl Topology {
                 self.events.emit(|| {
                     PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
                         .because(CloseReason::Error.as_str())
+                        .error(&e)
                 });
                 Err(e)
             }
@@ -743,13 +770,16 @@ impl Topology {
         );
         if check {
             self.description.emit(|| match &result {
-                Ok(e) => Heartbeat::succeeded(address, id, e.rtt),
+                Ok(c) => {
+                    let server_id = c.conn.hello.connection_id;
+                    Heartbeat::succeeded(address, id, c.rtt, server_id, c.reply.clone())
+                }
                 Err(e) => {
                     Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
                 }
             });
         }
-        let Established { conn, rtt } = result?;
+        let Established { conn, rtt, .. } = result?;
         let state = self.state(address);
         state.rtt.add(rtt);
         let average = state.rtt.average();
@@ -1068,6 +1098,7 @@ mod tests {
             min_pool_size: 0,
             heartbeat: Duration::from_secs(60),
             monitor_pool: false,
+            log: Default::default(),
         })
     }
 

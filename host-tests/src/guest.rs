@@ -166,6 +166,7 @@ impl Guest {
             server_api: None,
             tls_ca_pem: None,
             tls_certificate_key_pem: None,
+            logging: None,
         };
         self.connect_with(uri, opts)
     }
@@ -400,6 +401,16 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_command_events(&mut self.store, client.0)
+    }
+
+    pub fn take_log_messages(
+        &mut self,
+        client: Client,
+    ) -> Result<Vec<crate::bindings::exports::mongo_wasi::driver::types::LogMessage>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_take_log_messages(&mut self.store, client.0)
     }
 
     pub fn take_pool_events(&mut self, client: Client) -> Result<Vec<PoolEvent>> {

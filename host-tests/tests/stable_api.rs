@@ -27,6 +27,7 @@ fn api(version: &str, strict: Option<bool>, deprecation_errors: Option<bool>) ->
         }),
         tls_ca_pem: None,
         tls_certificate_key_pem: None,
+        logging: None,
     }
 }
 

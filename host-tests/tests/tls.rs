@@ -58,6 +58,7 @@ fn options(ca: Option<&str>, client: Option<&Identity>) -> ClientOptions {
         server_api: None,
         tls_ca_pem: ca.map(|pem| pem.as_bytes().to_vec()),
         tls_certificate_key_pem: client.map(|id| id.bundle().into_bytes()),
+        logging: None,
     }
 }
 

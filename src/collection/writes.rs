@@ -835,10 +835,7 @@ mod tests {
         assert!(failure.write_errors.is_empty());
         let partial = failure.partial_result.unwrap();
         assert_eq!(partial.inserted_count, 1);
-        assert_eq!(
-            partial.inserted_ids,
-            vec![(0, RawBson::Int32(1))]
-        );
+        assert_eq!(partial.inserted_ids, vec![(0, RawBson::Int32(1))]);
     }
 
     #[test]

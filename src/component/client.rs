@@ -6,8 +6,9 @@ use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
 use super::exports::mongo_wasi::driver::types::{
-    ClientBulkWriteResult, CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent,
-    SdamEventKind, ServerDescription, ServerType, TopologyDescription, TopologyType,
+    ClientBulkWriteResult, CommandEvent, CommandEventKind, LogComponent, LogLevel, LogMessage,
+    LogOptions, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind, ServerDescription, ServerType,
+    TopologyDescription, TopologyType,
 };
 use super::session::SessionRes;
 use super::{doc, to_wit, wrap, Component, WitResult};
@@ -45,6 +46,7 @@ impl GuestClient for ClientRes {
             server_api,
             tls_ca_pem: options.tls_ca_pem,
             tls_certificate_key_pem: options.tls_certificate_key_pem,
+            log: options.logging.map(log_options).unwrap_or_default(),
         };
         let client = wrap(Client::with_options(&uri, opts))?;
         Ok(wit_client::Client::new(ClientRes(client)))
@@ -175,6 +177,25 @@ impl GuestClient for ClientRes {
             .collect()
     }
 
+    fn take_log_messages(&self) -> Vec<LogMessage> {
+        use crate::logging::Component as C;
+        self.0
+            .take_log_messages()
+            .into_iter()
+            .map(|m| LogMessage {
+                component: match m.component {
+                    C::Command => LogComponent::Command,
+                    C::Topology => LogComponent::Topology,
+                    C::ServerSelection => LogComponent::ServerSelection,
+                    C::Connection => LogComponent::Connection,
+                },
+                level: to_wit_level(m.level),
+                message: m.message,
+                data: m.data.into_bytes(),
+            })
+            .collect()
+    }
+
     fn take_pool_events(&self) -> Vec<PoolEvent> {
         use crate::cmap::PoolEventKind as K;
         self.0
@@ -269,6 +290,49 @@ fn topology_description(t: &crate::sdam::TopologyDescription) -> TopologyDescrip
         },
         set_name: t.set_name.clone(),
         servers: t.servers.iter().map(server_description).collect(),
+    }
+}
+
+fn log_options(o: LogOptions) -> crate::logging::LogOptions {
+    let level = |l: Option<LogLevel>| l.map(from_wit_level).unwrap_or_default();
+    crate::logging::LogOptions {
+        command: level(o.command),
+        topology: level(o.topology),
+        server_selection: level(o.server_selection),
+        connection: level(o.connection),
+        max_document_length: o.max_document_length.map(|n| n as usize),
+    }
+}
+
+fn from_wit_level(l: LogLevel) -> crate::logging::Level {
+    use crate::logging::Level as L;
+    match l {
+        LogLevel::Off => L::Off,
+        LogLevel::Emergency => L::Emergency,
+        LogLevel::Alert => L::Alert,
+        LogLevel::Critical => L::Critical,
+        LogLevel::Error => L::Error,
+        LogLevel::Warning => L::Warning,
+        LogLevel::Notice => L::Notice,
+        LogLevel::Informational => L::Informational,
+        LogLevel::Debug => L::Debug,
+        LogLevel::Trace => L::Trace,
+    }
+}
+
+fn to_wit_level(l: crate::logging::Level) -> LogLevel {
+    use crate::logging::Level as L;
+    match l {
+        L::Off => LogLevel::Off,
+        L::Emergency => LogLevel::Emergency,
+        L::Alert => LogLevel::Alert,
+        L::Critical => LogLevel::Critical,
+        L::Error => LogLevel::Error,
+        L::Warning => LogLevel::Warning,
+        L::Notice => LogLevel::Notice,
+        L::Informational => LogLevel::Informational,
+        L::Debug => LogLevel::Debug,
+        L::Trace => LogLevel::Trace,
     }
 }
 

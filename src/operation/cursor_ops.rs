@@ -122,6 +122,10 @@ pub struct Find {
 }
 
 impl Operation for Find {
+    fn name(&self) -> &str {
+        "find"
+    }
+
     type Output = CursorReply;
 
     fn build(&mut self, _: &HelloReply) -> Result<Command> {
@@ -198,6 +202,10 @@ pub struct GetMore {
 }
 
 impl Operation for GetMore {
+    fn name(&self) -> &str {
+        "getMore"
+    }
+
     type Output = CursorReply;
 
     fn build(&mut self, hello: &HelloReply) -> Result<Command> {
@@ -254,6 +262,10 @@ pub struct KillCursors {
 }
 
 impl Operation for KillCursors {
+    fn name(&self) -> &str {
+        "killCursors"
+    }
+
     type Output = ();
 
     fn build(&mut self, _: &HelloReply) -> Result<Command> {

@@ -60,6 +60,13 @@ impl EndTransaction {
 }
 
 impl Operation for EndTransaction {
+    fn name(&self) -> &str {
+        match self.commit {
+            true => "commitTransaction",
+            false => "abortTransaction",
+        }
+    }
+
     type Output = ();
 
     fn build(&mut self, _: &HelloReply) -> Result<Command> {

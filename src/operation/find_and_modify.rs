@@ -23,6 +23,10 @@ impl Operation for FindAndModify {
         Ok(cmd)
     }
 
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
     fn handle_reply(&mut self, reply: RawDocumentBuf, address: &str) -> Result<Self::Output> {
         if crate::concern::sends_unacknowledged(&self.0.command) {
             return Ok(None);

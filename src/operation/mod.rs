@@ -45,6 +45,9 @@ pub trait Operation {
         Criteria::Write
     }
 
+    /// The command's name before it is built (server selection log messages).
+    fn name(&self) -> &str;
+
     /// Whether a failed attempt may be retried (Retryable Reads/Writes specs).
     fn retryability(&self) -> Retryability {
         Retryability::None

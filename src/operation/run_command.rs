@@ -41,6 +41,14 @@ impl RunCommand {
 }
 
 impl Operation for RunCommand {
+    fn name(&self) -> &str {
+        self.command
+            .iter()
+            .next()
+            .and_then(|e| e.ok())
+            .map_or("", |(k, _)| k.as_str())
+    }
+
     type Output = RawDocumentBuf;
 
     fn causally_consistent(&self) -> bool {
@@ -94,6 +102,10 @@ impl Operation for RunCommand {
 pub struct CursorCommand(pub RunCommand);
 
 impl Operation for CursorCommand {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
     type Output = super::CursorReply;
 
     fn causally_consistent(&self) -> bool {

@@ -173,6 +173,10 @@ impl WriteCommand {
 }
 
 impl Operation for WriteCommand {
+    fn name(&self) -> &str {
+        self.kind.command().as_str()
+    }
+
     type Output = ();
 
     fn build(&mut self, hello: &HelloReply) -> Result<Command> {

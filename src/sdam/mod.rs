@@ -464,7 +464,16 @@ impl TopologyDescription {
     /// Turns SDAM events on and publishes the opening ones (the client does
     /// it when it monitors, as it creates its topology).
     pub fn monitor(&mut self) {
-        self.events = SdamEvents::new(true);
+        self.observe(true, &crate::logging::Logger::default());
+    }
+
+    /// Keeps SDAM events when `events`, logs them when `log` logs the
+    /// topology component; either way the opening ones are published now.
+    pub fn observe(&mut self, events: bool, log: &crate::logging::Logger) {
+        self.events = SdamEvents::new(events, log.clone());
+        if !self.events.enabled() {
+            return;
+        }
         for event in monitoring::opening(self) {
             self.events.emit(|| event);
         }

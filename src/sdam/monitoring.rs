@@ -5,7 +5,9 @@
 //! before and after it (Server Description Equality: nothing for what is equal).
 
 use super::{ServerDescription, TopologyDescription};
+use crate::logging::{Component, Context, Fields, LogMessage, Loggable, Logger};
 use crate::monitoring::Recorder;
+use bson::cstr;
 use std::time::Duration;
 
 /// One SDAM event. There is no topology id: a client has one topology, and
@@ -53,6 +55,10 @@ pub struct Heartbeat {
     pub duration: Option<Duration>,
     /// Failed: why.
     pub failure: Option<String>,
+    /// Succeeded: the server's id for the connection (hello's `connectionId`).
+    pub server_connection_id: Option<i64>,
+    /// Succeeded: the hello's reply.
+    pub reply: Option<bson::RawDocumentBuf>,
 }
 
 impl Heartbeat {
@@ -63,6 +69,8 @@ impl Heartbeat {
             awaited: false,
             duration: None,
             failure: None,
+            server_connection_id: None,
+            reply: None,
         }
     }
 
@@ -70,9 +78,17 @@ impl Heartbeat {
         SdamEvent::ServerHeartbeatStarted(Heartbeat::new(address, connection_id))
     }
 
-    pub fn succeeded(address: &str, connection_id: u64, duration: Duration) -> SdamEvent {
+    pub fn succeeded(
+        address: &str,
+        connection_id: u64,
+        duration: Duration,
+        server_connection_id: Option<i64>,
+        reply: bson::RawDocumentBuf,
+    ) -> SdamEvent {
         SdamEvent::ServerHeartbeatSucceeded(Heartbeat {
             duration: Some(duration),
+            server_connection_id,
+            reply: Some(reply),
             ..Heartbeat::new(address, connection_id)
         })
     }
@@ -103,8 +119,9 @@ impl Clone for SdamEvents {
 }
 
 impl SdamEvents {
-    pub fn new(enabled: bool) -> SdamEvents {
-        SdamEvents(Recorder::new(enabled))
+    /// Events kept when `enabled`; logged when `log`'s topology component is on.
+    pub fn new(enabled: bool, log: Logger) -> SdamEvents {
+        SdamEvents(Recorder::new(enabled).logging(log))
     }
 
     pub fn enabled(&self) -> bool {
@@ -117,6 +134,88 @@ impl SdamEvents {
 
     pub fn take(&mut self) -> Vec<SdamEvent> {
         self.0.take()
+    }
+}
+
+/// A description as the "Topology description changed" message shows it:
+/// the type, set name and each server's address and type.
+pub fn summary(t: &TopologyDescription) -> String {
+    let servers: Vec<String> = t
+        .servers
+        .iter()
+        .map(|s| format!("{{address: {}, type: {}}}", s.address, s.kind.as_str()))
+        .collect();
+    let set = t
+        .set_name
+        .as_deref()
+        .map(|n| format!(", setName: {n}"))
+        .unwrap_or_default();
+    format!(
+        "{{type: {}{set}, servers: [{}]}}",
+        t.kind.as_str(),
+        servers.join(", ")
+    )
+}
+
+/// The SDAM Logging and Monitoring spec's messages. A server's description
+/// change has none (the topology's change tells it).
+impl Loggable for SdamEvent {
+    const COMPONENT: Component = Component::Topology;
+
+    fn log_message(&self, cx: &Context) -> Option<LogMessage> {
+        let topology = |message| {
+            Fields::new(cx, Component::Topology, message).int(cstr!("topologyId"), cx.topology_id)
+        };
+        let f = match self {
+            SdamEvent::TopologyOpening => topology("Starting topology monitoring"),
+            SdamEvent::TopologyClosed => topology("Stopped topology monitoring"),
+            SdamEvent::ServerOpening { address } => {
+                topology("Starting server monitoring").server(address)
+            }
+            SdamEvent::ServerClosed { address } => {
+                topology("Stopped server monitoring").server(address)
+            }
+            SdamEvent::TopologyDescriptionChanged { previous, new } => {
+                topology("Topology description changed")
+                    .text(cstr!("previousDescription"), &summary(previous))
+                    .text(cstr!("newDescription"), &summary(new))
+            }
+            SdamEvent::ServerDescriptionChanged { .. } => return None,
+            SdamEvent::ServerHeartbeatStarted(h)
+            | SdamEvent::ServerHeartbeatSucceeded(h)
+            | SdamEvent::ServerHeartbeatFailed(h) => {
+                let message = match self {
+                    SdamEvent::ServerHeartbeatStarted(_) => "Server heartbeat started",
+                    SdamEvent::ServerHeartbeatSucceeded(_) => "Server heartbeat succeeded",
+                    _ => "Server heartbeat failed",
+                };
+                let mut f = topology(message)
+                    .server(&h.address)
+                    .int(cstr!("driverConnectionId"), h.connection_id as i64)
+                    .bool(cstr!("awaited"), h.awaited);
+                if let Some(id) = h.server_connection_id {
+                    f = f.int(cstr!("serverConnectionId"), id);
+                }
+                if let Some(d) = h.duration {
+                    f = f.duration(d);
+                }
+                if let Some(reply) = &h.reply {
+                    // A reply to speculative authentication is redacted, as
+                    // in command monitoring.
+                    let redacted = bson::RawDocumentBuf::new();
+                    let shown = match crate::monitoring::is_sensitive("hello", reply) {
+                        true => &redacted,
+                        false => reply,
+                    };
+                    f = f.document(cstr!("reply"), shown);
+                }
+                if let Some(failure) = &h.failure {
+                    f = f.text(cstr!("failure"), failure);
+                }
+                f
+            }
+        };
+        f.finish()
     }
 }
 
@@ -207,6 +306,57 @@ pub fn opening(initial: &TopologyDescription) -> Vec<SdamEvent> {
 mod tests {
     use super::*;
     use crate::handshake::HelloReply;
+
+    #[test]
+    fn sdam_messages_name_the_topology_and_redact_speculative_replies() {
+        let cx = Context {
+            max_document_length: 1000,
+            pool_options: bson::RawDocumentBuf::new(),
+            topology_id: 9,
+        };
+        let log = |e: &SdamEvent| e.log_message(&cx).map(|m| m.data);
+        let opening = log(&SdamEvent::TopologyOpening).unwrap();
+        assert_eq!(
+            opening.get_str("message").unwrap(),
+            "Starting topology monitoring"
+        );
+        assert_eq!(opening.get_i64("topologyId").unwrap(), 9);
+        let changed = SdamEvent::ServerDescriptionChanged {
+            address: "a:1".into(),
+            previous: Box::new(ServerDescription::unknown("a:1".into())),
+            new: Box::new(ServerDescription::unknown("a:1".into())),
+        };
+        assert!(log(&changed).is_none(), "the topology's change tells it");
+        let hello = bson::rawdoc! { "ok": 1, "isWritablePrimary": true };
+        let ok = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), Some(40), hello);
+        let ok = log(&ok).unwrap();
+        assert_eq!(
+            ok.get_str("reply").unwrap(),
+            r#"{"ok":1,"isWritablePrimary":true}"#
+        );
+        assert_eq!(ok.get_i64("serverConnectionId").unwrap(), 40);
+        assert!(!ok.get_bool("awaited").unwrap());
+        let secret = bson::rawdoc! { "ok": 1, "speculativeAuthenticate": { "payload": "salt" } };
+        let secret = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), None, secret);
+        assert_eq!(log(&secret).unwrap().get_str("reply").unwrap(), "{}");
+        let mut t = TopologyDescription::new(&["a:1".into()], None, None);
+        t.update(
+            "a:1",
+            Ok((
+                HelloReply {
+                    is_writable_primary: true,
+                    max_wire_version: 21,
+                    ..Default::default()
+                },
+                None,
+            )),
+        );
+        let shown = summary(&t);
+        assert!(
+            shown.contains("a:1") && shown.contains("Standalone"),
+            "{shown}"
+        );
+    }
 
     fn names(events: &[SdamEvent]) -> Vec<String> {
         events

@@ -9,6 +9,68 @@ use crate::uri::TagSet;
 use bson::{cstr, RawDocument, RawDocumentBuf};
 use std::time::Duration;
 
+/// Server Selection logging: what one selection's messages tell (the
+/// operation, its id, the criteria) and the messages themselves.
+pub struct SelectionLog<'a> {
+    pub log: &'a crate::logging::Logger,
+    pub operation: &'a str,
+    pub operation_id: i64,
+    pub criteria: &'a Criteria,
+}
+
+impl SelectionLog<'_> {
+    fn message(
+        &self,
+        level: crate::logging::Level,
+        message: &'static str,
+        topology: &TopologyDescription,
+        more: impl FnOnce(crate::logging::Fields) -> crate::logging::Fields,
+    ) {
+        use crate::logging::{Component, Fields};
+        self.log.log(Component::ServerSelection, level, |cx| {
+            let f = Fields::new(cx, Component::ServerSelection, message)
+                .at(level)
+                .text(cstr!("selector"), &format!("{:?}", self.criteria))
+                .int(cstr!("operationId"), self.operation_id)
+                .str(cstr!("operation"), self.operation)
+                .text(
+                    cstr!("topologyDescription"),
+                    &super::monitoring::summary(topology),
+                );
+            more(f).finish()
+        });
+    }
+
+    pub fn started(&self, topology: &TopologyDescription) {
+        let level = crate::logging::Level::Debug;
+        self.message(level, "Server selection started", topology, |f| f);
+    }
+
+    /// Once per selection, when no server suits yet.
+    pub fn waiting(&self, topology: &TopologyDescription, remaining: Option<Duration>) {
+        let level = crate::logging::Level::Informational;
+        let message = "Waiting for suitable server to become available";
+        self.message(level, message, topology, |f| match remaining {
+            Some(d) => f.int(cstr!("remainingTimeMS"), d.as_millis() as i64),
+            None => f,
+        });
+    }
+
+    pub fn succeeded(&self, topology: &TopologyDescription, address: &str) {
+        let level = crate::logging::Level::Debug;
+        self.message(level, "Server selection succeeded", topology, |f| {
+            f.server(address)
+        });
+    }
+
+    pub fn failed(&self, topology: &TopologyDescription, failure: &crate::Error) {
+        let level = crate::logging::Level::Debug;
+        self.message(level, "Server selection failed", topology, |f| {
+            f.text(cstr!("failure"), &failure.to_string())
+        });
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadMode {
     Primary,

@@ -49,6 +49,7 @@ fn run(uri: &str) -> Result<(), String> {
         server_api: None,
         tls_ca_pem: None,
         tls_certificate_key_pem: None,
+        logging: None,
     };
     let client = Client::connect(uri, &options).map_err(show)?;
     let inherit = CollectionOptions {

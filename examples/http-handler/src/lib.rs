@@ -215,6 +215,7 @@ fn client_options() -> ClientOptions {
         server_api: None,
         tls_ca_pem: None,
         tls_certificate_key_pem: None,
+        logging: None,
     }
 }
 

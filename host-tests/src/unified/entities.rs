@@ -293,6 +293,7 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
         server_api: server_api(fields.get("serverApi"))?,
         tls_ca_pem: super::tls::ca_pem(),
         tls_certificate_key_pem: None,
+        logging: super::logs::options(fields).map_err(Fail)?,
     };
     let handle = guest
         .driver

@@ -6,8 +6,8 @@
 
 use super::matching::{self, Lookup};
 use crate::bindings::exports::mongo_wasi::driver::types::{
-    CommandEvent, CommandEventKind, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind, ServerType,
-    TopologyType,
+    CommandEvent, CommandEventKind, LogMessage, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind,
+    ServerType, TopologyType,
 };
 use bson::{Bson, Document};
 
@@ -241,6 +241,8 @@ pub struct EventLog {
     /// Request ids of sensitive started events: their replies are hidden too.
     hidden: Vec<i32>,
     pub events: Vec<Observed>,
+    /// The log messages (`observeLogMessages`), in the order the driver produced them.
+    pub messages: Vec<super::logs::LogObserved>,
 }
 
 impl EventLog {
@@ -327,6 +329,14 @@ impl EventLog {
                 self.sdam.push(SdamObserved::from_wit(e));
             }
         }
+    }
+
+    /// Keeps the client's log messages (it records only what it observes).
+    pub fn record_logs(&mut self, messages: &[LogMessage]) -> Result<(), String> {
+        for m in messages {
+            self.messages.push(super::logs::LogObserved::from_wit(m)?);
+        }
+        Ok(())
     }
 
     /// The command documents of the started events, newest last.

@@ -45,6 +45,7 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
         server_api: None,
         tls_ca_pem: super::tls::ca_pem(),
         tls_certificate_key_pem: None,
+        logging: None,
     };
     guest
         .driver

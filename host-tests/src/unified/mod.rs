@@ -9,7 +9,8 @@
 //!   instance, trapped by epoch interruption at its wall-clock cap.
 //! - `entities`, `uri`, `operations/*`, `internal`: the entity map and client URIs,
 //!   the WIT calls per entity type and test-runner operation, the internal client.
-//! - `matching`, `errors`, `events`: expectResult, expectError, expectEvents.
+//! - `matching`, `errors`, `events`, `logs`: expectResult, expectError, expectEvents,
+//!   expectLogMessages.
 //! - `requirements`, `server_version`, `skips`, `report`: runOnRequirements and the server
 //!   version each test is given, the checked-in lists, the results.
 
@@ -20,6 +21,7 @@ pub mod entities;
 pub mod errors;
 pub mod events;
 mod internal;
+pub mod logs;
 pub mod matching;
 mod operations;
 pub mod report;

@@ -156,10 +156,16 @@ impl TestRun {
             events::check(expected, log, &self.entities)
                 .map_err(|m| Fail(format!("expectEvents {client}: {m}")))?;
         }
-        if test.contains_key("expectLogMessages") {
-            return Err(Fail(
-                "expectLogMessages: the driver exposes no log messages".into(),
-            ));
+        for expected in array(test, "expectLogMessages")? {
+            let expected = expected
+                .as_document()
+                .ok_or_else(|| Fail("expectLogMessages entry is not a document".into()))?;
+            let client = expected
+                .get_str("client")
+                .map_err(|_| Fail("expectLogMessages entry without a client".into()))?;
+            let got = &self.entities.client(client)?.log.messages;
+            super::logs::check(expected, got, &self.entities)
+                .map_err(|m| Fail(format!("expectLogMessages {client}: {m}")))?;
         }
         for outcome in array(test, "outcome")? {
             let outcome = outcome
@@ -198,6 +204,8 @@ impl TestRun {
             client.log.record_pool(&pool);
             let sdam = api.call_take_sdam_events(&mut g.store, client.handle)?;
             client.log.record_sdam(&sdam);
+            let messages = api.call_take_log_messages(&mut g.store, client.handle)?;
+            client.log.record_logs(&messages).map_err(Fail)?;
         }
         Ok(())
     }

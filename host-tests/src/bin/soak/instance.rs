@@ -111,6 +111,7 @@ impl Instance {
             server_api: None,
             tls_ca_pem: None,
             tls_certificate_key_pem: None,
+            logging: None,
         };
         let client = match driver
             .mongo_wasi_driver_client()
