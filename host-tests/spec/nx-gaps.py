@@ -380,6 +380,42 @@ def api_parameters(db):
     return bool(accepted), "accepted " + ", ".join(accepted) if accepted else "both refused"
 
 
+@gap("clustered-index", "keeps a collection's clusteredIndex: listCollections shows it in options "
+     "and listIndexes lists it under its name")
+def clustered_index(db):
+    spec = {"key": {"_id": 1}, "unique": True, "name": "test index"}
+    _, err = attempt(lambda: db.create_collection("c", clusteredIndex=spec))
+    if err:
+        return True, err
+    options = next(db.list_collections(filter={"name": "c"}), {}).get("options", {})
+    names = [i.get("name") for i in db.c.list_indexes()]
+    kept = "clusteredIndex" in options and "test index" in names
+    return not kept, f"options {options}, indexes {names}"
+
+
+@gap("prepare-unique", "after collMod prepareUnique on index x_1, refuses an insert that duplicates x (11000)")
+def prepare_unique(db):
+    db.c.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 1}])
+    db.c.create_index("x")
+    _, err = attempt(lambda: db.command(
+        "collMod", "c", index={"keyPattern": {"x": 1}, "prepareUnique": True}))
+    if err:
+        return True, f"collMod: {err}"
+    _, err = attempt(lambda: db.c.insert_one({"_id": 3, "x": 1}))
+    return err is None or "E11000" not in err, err or "inserted"
+
+
+@gap("timeseries-ids", "stores two measurements with the same _id in a time-series collection")
+def timeseries_ids(db):
+    _, err = attempt(lambda: db.create_collection("c", timeseries={"timeField": "t"}))
+    if err:
+        return True, f"create: {err}"
+    t = datetime.datetime(2019, 3, 18)
+    _, err = attempt(lambda: db.c.insert_many(
+        [{"_id": 1, "t": t}, {"_id": 1, "t": t + datetime.timedelta(milliseconds=1)}]))
+    return err is not None, err or "both stored"
+
+
 @gap("map-reduce", "runs mapReduce's JavaScript: with out: {inline: 1} it answers the reduced "
      "documents in `results`")
 def map_reduce(db):
