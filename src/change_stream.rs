@@ -165,6 +165,8 @@ pub(crate) fn open(
         mode: TimeoutMode::Iteration,
         timeout_ms,
         max_await_ms: state.options.max_await_ms,
+        // The stream's getMores carry its comment themselves (`StreamState`).
+        ..Default::default()
     };
     let cursor = Cursor::new(client.clone(), db, reply, settings, budget, Some(session))?;
     Ok(cursor.into_change_stream(state))

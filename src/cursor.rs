@@ -13,9 +13,14 @@ use std::collections::VecDeque;
 pub use crate::csot::TimeoutMode;
 
 /// How a cursor iterates, fixed when its operation ran.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct CursorSettings {
     pub batch_size: Option<u32>,
+    /// A find's positive limit: no getMore asks for more than what is left of it.
+    pub limit: Option<u64>,
+    /// Sent on each getMore (4.4+): the opening command's comment, or
+    /// run-cursor-command's own.
+    pub comment: Option<bson::RawBson>,
     /// Already checked by `csot::cursor_timeout`.
     pub mode: TimeoutMode,
     pub timeout_ms: Option<u64>,
@@ -62,6 +67,8 @@ pub struct Cursor {
     /// Documents fetched for `next`/`collect` and not handed out yet; every
     /// way of reading hands these out first.
     ready: VecDeque<RawDocumentBuf>,
+    /// How many documents the server has sent (for the limit).
+    received: u64,
 }
 
 impl Cursor {
@@ -83,6 +90,7 @@ impl Cursor {
                 )))
             }
         };
+        let received = reply.batch.len() as u64;
         Ok(Cursor {
             client,
             db: db.to_string(),
@@ -99,6 +107,7 @@ impl Cursor {
             resume_next: false,
             batch_token: None,
             ready: VecDeque::new(),
+            received,
         })
     }
 
@@ -213,6 +222,12 @@ impl Cursor {
     /// The buffered documents, else one getMore's (not for change streams).
     fn next_packed(&mut self) -> Result<Packed> {
         if self.pending.is_empty() && self.id != 0 {
+            let s = &self.settings;
+            let Some(batch_size) = get_more_batch_size(s.batch_size, s.limit, self.received) else {
+                // The limit is reached and the server kept the cursor: close it.
+                self.close(None)?;
+                return Ok(Packed::default());
+            };
             let budget = match self.settings.mode {
                 TimeoutMode::CursorLifetime => self.lifetime,
                 TimeoutMode::Iteration => self.client.start_timeout(self.settings.timeout_ms),
@@ -221,9 +236,9 @@ impl Cursor {
                 db: self.db.clone(),
                 coll: self.coll.clone(),
                 id: self.id,
-                batch_size: self.settings.batch_size,
+                batch_size,
                 max_await_ms: self.settings.max_await_ms,
-                comment: None,
+                comment: self.settings.comment.clone(),
                 wire_version: None,
             };
             let reply = self
@@ -236,6 +251,7 @@ impl Cursor {
                     }
                 })?;
             self.id = reply.id;
+            self.received += reply.batch.len() as u64;
             self.pending = reply.batch;
             if reply.post_batch_resume_token.is_some() {
                 self.resume_token = reply.post_batch_resume_token;
@@ -376,8 +392,43 @@ impl Cursor {
     }
 }
 
+/// A getMore's batchSize: the cursor's, but never more than what is left
+/// of a limit (None: the limit is reached, no getMore).
+fn get_more_batch_size(
+    batch_size: Option<u32>,
+    limit: Option<u64>,
+    received: u64,
+) -> Option<Option<u32>> {
+    let Some(limit) = limit else {
+        return Some(batch_size);
+    };
+    let left = limit.saturating_sub(received);
+    if left == 0 {
+        return None;
+    }
+    let cap = u64::from(batch_size.unwrap_or(u32::MAX));
+    Some(Some(left.min(cap) as u32))
+}
+
 impl Drop for Cursor {
     fn drop(&mut self) {
         let _ = self.close(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_more_batch_size as size;
+
+    #[test]
+    fn a_get_more_asks_for_no_more_than_the_limit_leaves() {
+        assert_eq!(size(Some(3), None, 3), Some(Some(3)));
+        assert_eq!(size(None, None, 3), Some(None));
+        // batchSize 3, limit 4, 3 received: one more.
+        assert_eq!(size(Some(3), Some(4), 3), Some(Some(1)));
+        assert_eq!(size(Some(3), Some(10), 3), Some(Some(3)));
+        assert_eq!(size(None, Some(10), 3), Some(Some(7)));
+        assert_eq!(size(Some(3), Some(4), 4), None);
+        assert_eq!(size(Some(3), Some(4), 9), None);
     }
 }

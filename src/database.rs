@@ -153,9 +153,16 @@ impl Database {
         };
         let criteria = Criteria::read(ReadMode::Primary);
         let op = RunCommand::new(&self.name, command, criteria);
+        // run-command spec: the option's comment is for getMore; the
+        // command carries its own.
+        let get_more_comment = match &options.comment {
+            Some(c) => Some(c.clone()),
+            None => crate::collection::comment_of(extra),
+        };
         let cursor = CursorOptions {
             shape,
             get_more_max_time,
+            get_more_comment,
         };
         self.cursor_command(
             op,
@@ -208,7 +215,8 @@ impl Database {
         let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
         self.merge_options(&mut command, options)?;
         let op = if crate::collection::pipeline_writes(pipeline) {
-            RunCommand::new(&self.name, command, Criteria::Write)
+            let pref = options.read_preference_or_primary();
+            RunCommand::new(&self.name, command, Criteria::WriteStage(pref))
         } else {
             RunCommand {
                 criteria: Criteria::Read(options.read_preference_or_primary()),
@@ -248,7 +256,7 @@ impl Database {
             .transpose()?
             .flatten();
         let timeout_ms = crate::csot::resolve_timeout_ms(timeout_ms, callback, &[self.timeout_ms]);
-        let writes = op.criteria == Criteria::Write;
+        let writes = matches!(op.criteria, Criteria::Write | Criteria::WriteStage(_));
         let shape = crate::csot::CursorShape {
             writes,
             ..cursor.shape
@@ -267,9 +275,11 @@ impl Database {
             .execute_within(&mut op, &budget, Some(&session), None)?;
         let settings = crate::cursor::CursorSettings {
             batch_size,
+            comment: cursor.get_more_comment,
             mode,
             timeout_ms,
             max_await_ms: cursor.get_more_max_time,
+            ..Default::default()
         };
         Cursor::new(
             self.client.clone(),
@@ -354,4 +364,6 @@ struct CursorOptions {
     shape: crate::csot::CursorShape,
     /// Sent as each getMore's maxTimeMS.
     get_more_max_time: Option<u64>,
+    /// Sent as each getMore's comment.
+    get_more_comment: Option<bson::RawBson>,
 }

@@ -303,7 +303,7 @@ fn attempt<O: Operation>(
                 .description
                 .server(&address)
                 .map_or(crate::sdam::ServerType::Unknown, |s| s.kind),
-            &criteria,
+            &criteria.resolve(&topology.description),
         ),
     };
     // Pools are not shared with anything else while the round trip runs.

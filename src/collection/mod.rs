@@ -264,6 +264,7 @@ impl Collection {
                 .is_some_and(|e| e.get_bool(name).unwrap_or(false))
         };
         let (tailable, await_data) = (flag("tailable"), flag("awaitData"));
+        let comment = comment_of(options.extra.as_deref());
         // maxAwaitTimeMS is for getMore, not for find itself.
         let (max_await, extra) = max_await_time(options.extra.as_ref(), timeout_ms)?;
         let extra = without_caller_max_time(extra.as_ref(), timeout_ms)?;
@@ -303,6 +304,11 @@ impl Collection {
             .execute_within(&mut op, &budget, Some(&session), None)?;
         let settings = CursorSettings {
             batch_size: options.batch_size,
+            limit: options
+                .limit
+                .and_then(|l| u64::try_from(l).ok())
+                .filter(|&l| l > 0),
+            comment,
             mode,
             timeout_ms,
             max_await_ms: max_await.filter(|_| await_data),
@@ -371,23 +377,30 @@ impl Collection {
         let (mode, max_time) = cursor_timeout(timeout_mode, timeout_ms, shape)?;
         let extra = without_caller_max_time(extra.as_ref(), timeout_ms)?;
         crate::operation::merge_extra(&mut body, extra.as_deref())?;
+        let comment = comment_of(Some(&body));
         let budget = self.db.client.start_timeout(timeout_ms);
         // The cursor keeps the session (implicit or not) for its getMores.
         let session = self.db.client.session_for(options.session);
         let pref = self.read_preference(options.read_preference.as_ref(), options.session);
         let mut op = CursorCommand(RunCommand {
             max_time,
-            ..command_op(&self.db.name, body, retry, pref)
+            ..command_op(&self.db.name, body, retry, pref.clone())
         });
+        // $out/$merge: a write that reads by preference on 5.0+ (CRUD spec).
+        if writes {
+            op.0.criteria = Criteria::WriteStage(pref);
+        }
         let reply = self
             .db
             .client
             .execute_within(&mut op, &budget, Some(&session), None)?;
         let settings = CursorSettings {
             batch_size,
+            comment,
             mode,
             timeout_ms,
             max_await_ms: max_await,
+            ..Default::default()
         };
         Cursor::new(
             self.db.client.clone(),
@@ -565,10 +578,18 @@ pub(crate) fn aggregate_command(
     batch_size: Option<u32>,
 ) -> RawDocumentBuf {
     let mut cursor_opts = RawDocumentBuf::new();
+    // A batch of 0 would ask the server to return nothing while $out or
+    // $merge write: such a pipeline leaves it out (CRUD spec).
+    let batch_size = batch_size.filter(|&b| b != 0 || !pipeline_writes(pipeline));
     if let Some(b) = batch_size {
         cursor_opts.append(cstr!("batchSize"), i64::from(b));
     }
     rawdoc! { "aggregate": target, "pipeline": array(pipeline), "cursor": cursor_opts }
+}
+
+/// A command's `comment`, which its cursor's getMores carry too.
+pub(crate) fn comment_of(command: Option<&bson::RawDocument>) -> Option<RawBson> {
+    command?.get("comment").ok().flatten().map(RawBson::from)
 }
 
 /// `$out` and `$merge` make an aggregate a write: not retried as a read.
@@ -622,5 +643,34 @@ mod tests {
         let plain = Client::connect("mongodb://a/").unwrap();
         let coll = plain.database("d", None).collection("c", None);
         assert_eq!(coll.read_preference(None, None), ReadPreference::primary());
+    }
+
+    #[test]
+    fn a_writing_pipeline_leaves_out_a_batch_size_of_0() {
+        use bson::rawdoc;
+        let cursor = |pipeline: &[bson::RawDocumentBuf], b| {
+            let cmd = super::aggregate_command("c".into(), pipeline, b);
+            cmd.get_document("cursor").unwrap().to_owned()
+        };
+        let merge = [
+            rawdoc! { "$match": {} },
+            rawdoc! { "$merge": { "into": "o" } },
+        ];
+        let read = [rawdoc! { "$match": {} }];
+        assert_eq!(cursor(&merge, Some(0)), rawdoc! {});
+        assert_eq!(cursor(&merge, Some(2)), rawdoc! { "batchSize": 2_i64 });
+        assert_eq!(cursor(&read, Some(0)), rawdoc! { "batchSize": 0_i64 });
+        assert_eq!(cursor(&read, None), rawdoc! {});
+    }
+
+    #[test]
+    fn the_comment_is_taken_from_the_command() {
+        use bson::{rawdoc, RawBson};
+        let cmd = rawdoc! { "find": "c", "comment": { "k": 1 } };
+        assert_eq!(
+            super::comment_of(Some(&cmd)),
+            Some(RawBson::Document(rawdoc! { "k": 1 }))
+        );
+        assert_eq!(super::comment_of(Some(&rawdoc! { "find": "c" })), None);
     }
 }

@@ -80,6 +80,10 @@ impl Packed {
         self.count == 0
     }
 
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
     /// The documents in order, borrowed.
     pub fn iter(&self) -> impl Iterator<Item = &RawDocument> + '_ {
         let mut at = 0;

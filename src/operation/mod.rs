@@ -59,7 +59,8 @@ pub trait Operation {
     fn overload_gate(&self) -> Gate {
         match (self.retryability(), self.criteria()) {
             (Retryability::Read, _) => Gate::Read,
-            (Retryability::Write, _) | (Retryability::None, Criteria::Write) => Gate::Write,
+            (Retryability::Write, _)
+            | (Retryability::None, Criteria::Write | Criteria::WriteStage(_)) => Gate::Write,
             (Retryability::None, Criteria::Read(_)) => Gate::Command,
         }
     }

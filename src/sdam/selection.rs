@@ -251,12 +251,42 @@ impl ReadPreference {
 pub enum Criteria {
     Write,
     Read(ReadPreference),
+    /// An aggregate with `$out`/`$merge` (CRUD spec): a read by this
+    /// preference when every known server is 5.0+, else a write.
+    WriteStage(ReadPreference),
 }
+
+/// Servers from 5.0 (wire version 13) run `$out`/`$merge` on secondaries.
+const WRITE_STAGE_ON_SECONDARY_WIRE_VERSION: i32 = 13;
 
 impl Criteria {
     /// A read with only a mode.
     pub fn read(mode: ReadMode) -> Criteria {
         Criteria::Read(mode.into())
+    }
+
+    /// What the criteria ask of `topology` as it is now: a write-stage
+    /// aggregate reads by its preference only once servers are known and
+    /// all of them are 5.0+; otherwise it goes to the primary.
+    pub fn resolve(&self, topology: &TopologyDescription) -> Criteria {
+        let Criteria::WriteStage(pref) = self else {
+            return self.clone();
+        };
+        let mut known = topology
+            .servers
+            .iter()
+            .filter(|s| s.kind.is_known())
+            .peekable();
+        let all_new = known.peek().is_some()
+            && known.all(|s| {
+                s.hello
+                    .as_ref()
+                    .is_some_and(|h| h.max_wire_version >= WRITE_STAGE_ON_SECONDARY_WIRE_VERSION)
+            });
+        match all_new {
+            true => Criteria::Read(pref.clone()),
+            false => Criteria::Write,
+        }
     }
 }
 
@@ -281,6 +311,7 @@ pub fn read_preference_document(
     criteria: &Criteria,
 ) -> Option<RawDocumentBuf> {
     let Criteria::Read(pref) = criteria else {
+        // WriteStage resolves (`Criteria::resolve`) before it gets here.
         return None;
     };
     let primary = pref.mode == ReadMode::Primary;
@@ -305,6 +336,7 @@ pub fn suitable<'a>(
     heartbeat: Duration,
     deprioritized: &[&str],
 ) -> Result<Vec<&'a ServerDescription>, SelectionError> {
+    let criteria = &criteria.resolve(topology);
     let found = suitable_servers(topology, criteria, heartbeat, deprioritized)?;
     Ok(latency_window(found, local_threshold))
 }
@@ -369,7 +401,7 @@ fn candidates<'a>(
         TopologyType::LoadBalanced => of(&[ServerType::LoadBalancer]),
         TopologyType::ReplicaSetNoPrimary | TopologyType::ReplicaSetWithPrimary => {
             let pref = match criteria {
-                Criteria::Write => return of(&[ServerType::RsPrimary]),
+                Criteria::Write | Criteria::WriteStage(_) => return of(&[ServerType::RsPrimary]),
                 Criteria::Read(pref) => pref,
             };
             let primary = || of(&[ServerType::RsPrimary]);
@@ -539,6 +571,38 @@ mod tests {
 
     fn read(mode: ReadMode) -> Criteria {
         Criteria::read(mode)
+    }
+
+    #[test]
+    fn a_write_stage_aggregate_reads_by_preference_only_when_every_known_server_is_5_0() {
+        use ServerType as S;
+        let secondary = ReadPreference::from(ReadMode::Secondary);
+        let stage = Criteria::WriteStage(secondary.clone());
+        let members = [
+            ("p:1", S::RsPrimary, 5),
+            ("s:1", S::RsSecondary, 5),
+            ("u:1", S::Unknown, 5),
+        ];
+        let mut t = topo(&members, TopologyType::ReplicaSetWithPrimary);
+        let wire = |t: &mut TopologyDescription, at: usize, v: i32| {
+            t.servers[at].hello.as_mut().unwrap().max_wire_version = v;
+        };
+        for at in 0..3 {
+            wire(&mut t, at, 13);
+        }
+        // The unknown member does not count.
+        wire(&mut t, 2, 8);
+        assert_eq!(stage.resolve(&t), Criteria::Read(secondary.clone()));
+        assert_eq!(pick(&t, &stage, &[]), ["s:1"]);
+        // One 4.4 secondary: the primary takes it, and no $readPreference is sent.
+        wire(&mut t, 1, 9);
+        assert_eq!(stage.resolve(&t), Criteria::Write);
+        assert_eq!(pick(&t, &stage, &[]), ["p:1"]);
+        // Nothing known yet: a write until servers are.
+        let unknown = topo(&[("u:1", S::Unknown, 5)], TopologyType::Unknown);
+        assert_eq!(stage.resolve(&unknown), Criteria::Write);
+        // Other criteria are what they are.
+        assert_eq!(read(ReadMode::Nearest).resolve(&t), read(ReadMode::Nearest));
     }
 
     #[test]

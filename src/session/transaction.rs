@@ -70,9 +70,9 @@ impl Default for Transaction {
 /// are not checked.
 pub fn check_read(criteria: &Criteria) -> Result<()> {
     match criteria {
-        Criteria::Read(p) if p.mode != ReadMode::Primary => Err(Error::invalid_argument(
-            "read preference in a transaction must be primary",
-        )),
+        Criteria::Read(p) | Criteria::WriteStage(p) if p.mode != ReadMode::Primary => Err(
+            Error::invalid_argument("read preference in a transaction must be primary"),
+        ),
         _ => Ok(()),
     }
 }
