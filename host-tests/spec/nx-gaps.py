@@ -151,6 +151,15 @@ def bulk_write(db, ops, **fields):
     return db.client.admin.command(command)
 
 
+@gap("update-sort-order", "8.0's update `sort` picks the document: updateOne {$inc: {x: 1}} with sort {_id: -1} "
+     "changes _id 3 of 2..3")
+def update_sort_order(db):
+    db.c.insert_many([{"_id": i, "x": 0} for i in (1, 2, 3)])
+    db.command({"update": "c", "updates": [{"q": {"_id": {"$gt": 1}}, "u": {"$inc": {"x": 1}}, "sort": {"_id": -1}}]})
+    changed = [d["_id"] for d in db.c.find({"x": 1})]
+    return changed != [3], f"changed {changed}"
+
+
 @gap("bulkwrite-upsert-count", "bulkWrite leaves an upsert out of nMatched (nMatched 0, nUpserted 1)")
 def bulkwrite_upsert_count(db):
     reply = bulk_write(db, [{"update": 0, "filter": {"_id": 4}, "updateMods": {"x": 44}, "upsert": True, "multi": False}])
@@ -416,6 +425,16 @@ def timeseries_ids(db):
     return err is not None, err or "both stored"
 
 
+@gap("validator", "after collMod validator {x: {$type: string}}, refuses an update setting x to 1 (121 DocumentValidationFailure)")
+def validator(db):
+    db.c.insert_one({"_id": 1, "x": "foo"})
+    _, err = attempt(lambda: db.command("collMod", "c", validator={"x": {"$type": "string"}}))
+    if err:
+        return True, f"collMod: {err}"
+    _, err = attempt(lambda: db.c.find_one_and_update({"_id": 1}, {"$set": {"x": 1}}))
+    return err is None or "121" not in err and "validation" not in err.lower(), err or "updated"
+
+
 @gap("map-reduce", "runs mapReduce's JavaScript: with out: {inline: 1} it answers the reduced "
      "documents in `results`")
 def map_reduce(db):
@@ -473,6 +492,15 @@ def cs_db_watch(db):
             db.c.insert_one({})
             seen.append(first_change(stream) is not None)
     return not all(seen), f"database stream saw a change: {seen[0]}, client stream: {seen[1]}"
+
+
+@gap("cs-objectid", "gives an insert event's fullDocument its ObjectId _id as an ObjectId")
+def cs_objectid(db):
+    with db.c.watch(max_await_time_ms=100) as stream:
+        db.c.insert_one({"x": 1})
+        change = first_change(stream) or {}
+    _id = change.get("fullDocument", {}).get("_id")
+    return not isinstance(_id, ObjectId), f"fullDocument._id {_id!r}"
 
 
 @gap("cs-ddl-events", "reports createIndexes, dropIndexes, collMod (showExpandedEvents), rename and drop to a collection's change stream")

@@ -17,6 +17,8 @@ use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
 /// Per-statement options a caller passes in `extra` (CRUD spec names).
 const STATEMENT_OPTIONS: &[&str] = &["upsert", "collation", "hint", "arrayFilters"];
+/// updateOne and replaceOne also take the `sort` that picks their document (8.0+).
+const SINGLE_STATEMENT_OPTIONS: &[&str] = &["upsert", "collation", "hint", "arrayFilters", "sort"];
 
 /// The filter, change and statement options of an update or replace model.
 pub struct UpdateModel {
@@ -195,11 +197,15 @@ impl Collection {
         if multi {
             stmt.append(cstr!("multi"), true);
         }
-        move_fields(&mut stmt, options, STATEMENT_OPTIONS)?;
+        let fields = match multi {
+            true => STATEMENT_OPTIONS,
+            false => SINGLE_STATEMENT_OPTIONS,
+        };
+        move_fields(&mut stmt, options, fields)?;
         let mut op = self.write_op(WriteKind::Update, vec![stmt], 0);
         // Only single-document writes are retryable (Retryable Writes spec).
         op.retryable = !multi;
-        let r = self.write(op, &strip(options, STATEMENT_OPTIONS)?)?;
+        let r = self.write(op, &strip(options, fields)?)?;
         update_result(&r)
     }
 

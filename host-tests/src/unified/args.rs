@@ -231,7 +231,18 @@ pub fn extra_names(op: &str) -> &'static [&'static str] {
             "bypassDocumentValidation",
             "rawData",
         ],
-        "updateOne" | "updateMany" => &[
+        "updateOne" => &[
+            "upsert",
+            "collation",
+            "hint",
+            "arrayFilters",
+            "sort",
+            "comment",
+            "let",
+            "bypassDocumentValidation",
+            "rawData",
+        ],
+        "updateMany" => &[
             "upsert",
             "collation",
             "hint",
@@ -245,6 +256,7 @@ pub fn extra_names(op: &str) -> &'static [&'static str] {
             "upsert",
             "collation",
             "hint",
+            "sort",
             "comment",
             "let",
             "bypassDocumentValidation",

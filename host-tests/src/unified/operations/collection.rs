@@ -41,7 +41,9 @@ fn typed_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOption
         .transpose()?;
     let let_ = args.doc("let")?.map(|d| bytes(&d)).transpose()?;
     let array_filters = doc_list(args.take("arrayFilters"))?;
+    let sort = args.doc("sort")?.map(|d| bytes(&d)).transpose()?;
     Ok(OpOptions {
+        sort,
         upsert,
         ordered,
         bypass_document_validation,
