@@ -64,6 +64,8 @@ pub(crate) struct ClientInner {
     next_op_id: Cell<i64>,
     /// Set by `close`: every later operation fails with `Closed`.
     closed: Cell<bool>,
+    /// The libraries `append_metadata` named, each once.
+    driver_infos: RefCell<Vec<crate::handshake::DriverInfo>>,
 }
 
 impl ClientInner {
@@ -243,6 +245,7 @@ impl Client {
                 events: RefCell::new(options.monitor_commands.then(Vec::new)),
                 log,
                 closed: Cell::new(false),
+                driver_infos: RefCell::new(Vec::new()),
                 next_op_id: Cell::new(1),
             }),
         })
@@ -353,6 +356,22 @@ impl Client {
 
     pub fn topology_description(&self) -> TopologyDescription {
         self.inner.topology.borrow().description.clone()
+    }
+
+    /// Names a library that wraps this client in the handshake of every
+    /// connection made from now on (Handshake spec, appendMetadata).
+    /// Connections already made keep theirs: none is closed or opened for
+    /// it. The same info twice is appended once; a field holding `|` is
+    /// `invalid-argument`.
+    pub fn append_metadata(&self, info: crate::handshake::DriverInfo) -> Result<()> {
+        let info = info.checked()?;
+        let mut infos = self.inner.driver_infos.borrow_mut();
+        if infos.contains(&info) {
+            return Ok(());
+        }
+        self.inner.topology.borrow_mut().append_driver_info(&info)?;
+        infos.push(info);
+        Ok(())
     }
 
     /// Ends the pooled server sessions (best effort, under the client's

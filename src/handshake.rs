@@ -55,6 +55,92 @@ pub fn client_metadata(app_name: Option<&str>, platform_extra: Option<&str>) -> 
     doc
 }
 
+/// A library that wraps the driver, as it names itself in the handshake
+/// (Handshake spec, DriverInfoOptions). Empty strings count as unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverInfo {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub platform: Option<String>,
+}
+
+/// What joins appended entries in the metadata's fields.
+const DELIMITER: char = '|';
+
+impl DriverInfo {
+    /// Unset fields for empty strings; a field holding the delimiter is refused.
+    pub fn checked(self) -> Result<DriverInfo> {
+        let field = |v: Option<String>, what: &str| match v.filter(|v| !v.is_empty()) {
+            Some(v) if v.contains(DELIMITER) => Err(Error::invalid_argument(format!(
+                "driver info {what} {v:?} contains '{DELIMITER}'"
+            ))),
+            v => Ok(v),
+        };
+        Ok(DriverInfo {
+            name: field(self.name, "name")?,
+            version: field(self.version, "version")?,
+            platform: field(self.platform, "platform")?,
+        })
+    }
+}
+
+/// `metadata` with `info` appended: one entry (empty when unset) in each of
+/// `driver.name` and `driver.version`, so the two pair up by position, and
+/// the platform when given. Over the 512-byte cap the platform is cut; if
+/// that is not enough, the info is refused.
+pub fn with_driver_info(metadata: &RawDocument, info: &DriverInfo) -> Result<RawDocumentBuf> {
+    let text = |doc: &RawDocument, key: &str| doc.get_str(key).unwrap_or("").to_string();
+    let append = |old: String, new: &Option<String>| {
+        format!("{old}{DELIMITER}{}", new.as_deref().unwrap_or(""))
+    };
+    let driver = metadata
+        .get_document("driver")
+        .map_err(|_| Error::invalid_argument("client metadata without a driver"))?;
+    let name = append(text(driver, "name"), &info.name);
+    let version = append(text(driver, "version"), &info.version);
+    let platform = match (metadata.get_str("platform").ok(), &info.platform) {
+        (Some(old), Some(new)) => Some(format!("{old}{DELIMITER}{new}")),
+        (Some(old), None) => Some(old.to_string()),
+        (None, new) => new.clone(),
+    };
+    let build = |platform: Option<&str>| -> Result<RawDocumentBuf> {
+        let mut doc = RawDocumentBuf::new();
+        for field in metadata {
+            let (key, value) = field?;
+            match key.as_str() {
+                "driver" => doc.append(
+                    cstr!("driver"),
+                    rawdoc! { "name": name.as_str(), "version": version.as_str() },
+                ),
+                "platform" => {}
+                _ => doc.append(key, bson::RawBson::from(value)),
+            }
+        }
+        if let Some(p) = platform {
+            doc.append(cstr!("platform"), p);
+        }
+        Ok(doc)
+    };
+    let doc = build(platform.as_deref())?;
+    let over = doc.as_bytes().len().saturating_sub(MAX_METADATA_LEN);
+    if over == 0 {
+        return Ok(doc);
+    }
+    let platform = platform.unwrap_or_default();
+    let mut keep = platform.len().saturating_sub(over);
+    while !platform.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let doc = build(Some(&platform[..keep]))?;
+    match doc.as_bytes().len() <= MAX_METADATA_LEN {
+        true => Ok(doc),
+        false => Err(Error::invalid_argument(format!(
+            "client metadata would exceed {MAX_METADATA_LEN} bytes with driver info {:?}",
+            info.name.as_deref().unwrap_or("")
+        ))),
+    }
+}
+
 /// The OP_MSG `hello` (or, for the legacy fallback, `isMaster` over
 /// OP_QUERY), with the declared Stable API's fields when there is one.
 pub fn hello_command(
@@ -425,5 +511,58 @@ mod tests {
         assert!(!wants_legacy_fallback(&e, false));
         let network = Error::network("no such command");
         assert!(!wants_legacy_fallback(&network, false));
+    }
+
+    fn info(name: &str, version: &str, platform: &str) -> DriverInfo {
+        let some = |v: &str| Some(v.to_string());
+        DriverInfo {
+            name: some(name),
+            version: some(version),
+            platform: some(platform),
+        }
+        .checked()
+        .unwrap()
+    }
+
+    #[test]
+    fn driver_info_is_appended_one_entry_per_library() {
+        let md = client_metadata(Some("app"), None);
+        let md = with_driver_info(&md, &info("framework", "2.0", "Framework Platform")).unwrap();
+        // A library that gives no version still takes its place in version.
+        let md = with_driver_info(&md, &info("lib", "", "")).unwrap();
+        let driver = md.get_document("driver").unwrap();
+        let name = format!("{DRIVER_NAME}|framework|lib");
+        assert_eq!(driver.get_str("name").unwrap(), name);
+        let version = format!("{DRIVER_VERSION}|2.0|");
+        assert_eq!(driver.get_str("version").unwrap(), version);
+        assert_eq!(
+            md.get_str("platform").unwrap(),
+            "WASI 0.2 (wasm32-wasip2)|Framework Platform"
+        );
+        // The rest of the document stays.
+        let app = md.get_document("application").unwrap();
+        assert_eq!(app.get_str("name").unwrap(), "app");
+        assert!(md.get_document("os").is_ok());
+    }
+
+    #[test]
+    fn driver_info_with_the_delimiter_is_refused() {
+        let bad = DriverInfo {
+            name: Some("a|b".into()),
+            ..Default::default()
+        };
+        let e = bad.checked().unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::InvalidArgument, "{e}");
+    }
+
+    #[test]
+    fn driver_info_over_the_cap_cuts_the_platform_then_refuses() {
+        let md = client_metadata(None, None);
+        let long = info("f", "1", &"p".repeat(600));
+        let md2 = with_driver_info(&md, &long).unwrap();
+        assert!(md2.as_bytes().len() <= MAX_METADATA_LEN);
+        assert!(md2.get_str("platform").unwrap().starts_with("WASI 0.2"));
+        let huge = info(&"n".repeat(600), "1", "");
+        assert!(with_driver_info(&md, &huge).is_err());
     }
 }

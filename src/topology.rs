@@ -94,6 +94,13 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// New connections' handshakes name `info` too (`Client::append_metadata`).
+    pub fn append_driver_info(&mut self, info: &crate::handshake::DriverInfo) -> Result<()> {
+        let metadata = &mut self.settings.connect.metadata;
+        *metadata = crate::handshake::with_driver_info(metadata, info)?;
+        Ok(())
+    }
+
     pub fn new(settings: TopologySettings) -> Topology {
         let mut description = describe(&settings);
         description.observe(settings.monitor_pool, &settings.log);

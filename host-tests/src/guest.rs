@@ -435,6 +435,18 @@ impl Guest {
             .call_check_servers(&mut self.store, client.0)
     }
 
+    /// `client.append-metadata`: a wrapping library named in new connections' handshakes.
+    pub fn append_metadata(
+        &mut self,
+        client: Client,
+        info: &crate::bindings::exports::mongo_wasi::driver::client::DriverInfo,
+    ) -> Result<WitResult<()>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_append_metadata(&mut self.store, client.0, info)
+    }
+
     /// `client.close`: ends its sessions and closes its pooled connections.
     pub fn close(&mut self, client: Client) -> Result<()> {
         self.driver

@@ -11,6 +11,7 @@ pub mod bench_server;
 pub mod dns_responder;
 pub mod guest;
 pub mod listeners;
+pub mod recorder;
 pub mod unified;
 
 use std::hash::{Hash, Hasher};

@@ -1,6 +1,6 @@
 use super::exports::mongo_wasi::driver::client::{
-    self as wit_client, ClientBulkWriteOptions, ClientOptions, ClientWriteModel, GuestClient,
-    Session, SessionOptions,
+    self as wit_client, ClientBulkWriteOptions, ClientOptions, ClientWriteModel, DriverInfo,
+    GuestClient, Session, SessionOptions,
 };
 use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions};
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
@@ -238,6 +238,14 @@ impl GuestClient for ClientRes {
             .into_iter()
             .map(sdam_event)
             .collect()
+    }
+
+    fn append_metadata(&self, info: DriverInfo) -> WitResult<()> {
+        wrap(self.0.append_metadata(crate::handshake::DriverInfo {
+            name: info.name,
+            version: info.version,
+            platform: info.platform,
+        }))
     }
 
     fn close(&self) {

@@ -4,7 +4,7 @@ use super::collection::{aggregate_options, decode_all, op_options, write_model};
 use super::cursor;
 use super::{output, unwrap_v, OpResult, Output};
 use crate::bindings::exports::mongo_wasi::driver::client::{
-    ClientBulkWriteOptions, ClientWriteModel,
+    ClientBulkWriteOptions, ClientWriteModel, DriverInfo,
 };
 use crate::bindings::exports::mongo_wasi::driver::types::{
     Acknowledgement, ClientBulkWriteResult, WriteConcern,
@@ -85,6 +85,18 @@ impl TestRun {
                 };
                 let r = api.call_bulk_write(s, client, &models, &options)?;
                 output(r, |r| Ok(Output::Value(client_result_document(&r)?.into())))
+            }
+            "appendMetadata" => {
+                let o = args.doc("driverInfoOptions")?.unwrap_or_default();
+                args.done()?;
+                let field = |k: &str| o.get_str(k).ok().map(str::to_string);
+                let info = DriverInfo {
+                    name: field("name"),
+                    version: field("version"),
+                    platform: field("platform"),
+                };
+                let r = api.call_append_metadata(s, client, &info)?;
+                output(r, |()| Ok(Output::None))
             }
             "close" => {
                 args.done()?;
