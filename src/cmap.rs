@@ -336,6 +336,8 @@ pub struct PoolEvent {
     /// Connection closed for an error, checkout failed: the error, for the
     /// log message (events carry only the reason).
     pub error: Option<String>,
+    /// Pool cleared behind a load balancer: the service cleared.
+    pub service_id: Option<bson::oid::ObjectId>,
 }
 
 impl PoolEvent {
@@ -349,6 +351,7 @@ impl PoolEvent {
             reason: None,
             closed: false,
             error: None,
+            service_id: None,
         }
     }
 
@@ -447,6 +450,9 @@ impl Loggable for PoolEvent {
         }
         if let Some(d) = self.duration {
             f = f.duration(d);
+        }
+        if let Some(id) = self.service_id {
+            f = f.str(cstr!("serviceId"), &id.to_hex());
         }
         f.finish()
     }

@@ -932,8 +932,10 @@ impl Topology {
         state.idle = kept;
         let idle: Vec<Connection> = idle;
         if was_ready {
-            self.events
-                .emit(|| PoolEvent::new(PoolEventKind::PoolCleared, address, 0));
+            self.events.emit(|| PoolEvent {
+                service_id: service,
+                ..PoolEvent::new(PoolEventKind::PoolCleared, address, 0)
+            });
         }
         for conn in &idle {
             self.closed(conn, CloseReason::Stale);

@@ -173,6 +173,7 @@ impl GuestClient for ClientRes {
                 command: e.command.map(|d| d.into_bytes()),
                 reply: e.reply.map(|d| d.into_bytes()),
                 failure: e.failure.map(to_wit),
+                service_id: e.service_id.map(|id| id.to_hex()),
             })
             .collect()
     }
@@ -224,6 +225,7 @@ impl GuestClient for ClientRes {
                 duration_micros: e.duration.map(|d| d.as_micros() as u64),
                 reason: e.reason,
                 closed: e.closed,
+                service_id: e.service_id.map(|id| id.to_hex()),
             })
             .collect()
     }

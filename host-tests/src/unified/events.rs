@@ -33,6 +33,7 @@ pub struct Observed {
     pub command: Option<Document>,
     pub reply: Option<Document>,
     pub server_connection_id: Option<i64>,
+    pub service_id: Option<String>,
     request_id: i32,
 }
 
@@ -49,6 +50,7 @@ impl Observed {
             command: decode(e.command.as_ref()),
             reply: decode(e.reply.as_ref()),
             server_connection_id: e.server_connection_id,
+            service_id: e.service_id.clone(),
             request_id: e.request_id,
         }
     }
@@ -219,6 +221,7 @@ pub struct CmapObserved {
     pub name: &'static str,
     pub reason: Option<String>,
     pub connection_id: u64,
+    pub service_id: Option<String>,
 }
 
 /// What one client entity records, per its `observeEvents` and friends.
@@ -317,6 +320,7 @@ impl EventLog {
                     name,
                     reason: e.reason.clone(),
                     connection_id: e.connection_id,
+                    service_id: e.service_id.clone(),
                 });
             }
         }
@@ -438,17 +442,19 @@ pub fn cmap_matches(expected: &Document, actual: &CmapObserved) -> Result<(), St
             ("connectionClosedEvent" | "connectionCheckOutFailedEvent", "reason") => {
                 same_str(want, actual.reason.as_deref().unwrap_or(""), "reason")
             }
-            // The driver has no load-balanced mode (no service ids) and never
-            // interrupts in-use connections when it clears a pool.
-            ("poolClearedEvent", "hasServiceId" | "interruptInUseConnections") => {
-                match want.as_bool() {
-                    Some(false) => Ok(()),
-                    Some(true) => Err(format!(
-                        "{field}: the driver's pool-cleared is always false"
-                    )),
-                    None => Err(format!("{field} needs a bool")),
-                }
-            }
+            ("poolClearedEvent", "hasServiceId") => match want.as_bool() {
+                Some(w) if w == actual.service_id.is_some() => Ok(()),
+                Some(w) => Err(format!("hasServiceId: expected {w}")),
+                None => Err("hasServiceId needs a bool".into()),
+            },
+            // The driver never interrupts in-use connections when it clears a pool.
+            ("poolClearedEvent", "interruptInUseConnections") => match want.as_bool() {
+                Some(false) => Ok(()),
+                Some(true) => Err(format!(
+                    "{field}: the driver's pool-cleared is always false"
+                )),
+                None => Err(format!("{field} needs a bool")),
+            },
             (_, other) => Err(format!("unknown field {other:?} in {key}")),
         };
         result.map_err(|m| format!("{key}: {m}"))?;
@@ -639,8 +645,8 @@ pub fn event_matches(
             "command" => document(want, actual.command.as_ref(), "command", lookup),
             "reply" => document(want, actual.reply.as_ref(), "reply", lookup),
             "hasServiceId" => match want.as_bool() {
-                Some(false) => Ok(()),
-                Some(true) => Err("hasServiceId: the WIT command-event has no service id".into()),
+                Some(w) if w == actual.service_id.is_some() => Ok(()),
+                Some(w) => Err(format!("hasServiceId: expected {w}")),
                 None => Err("hasServiceId needs a bool".into()),
             },
             "hasServerConnectionId" => {
@@ -721,6 +727,7 @@ mod tests {
             command: command.map(|c| c.to_vec().unwrap()),
             reply: None,
             failure: None,
+            service_id: None,
         }
     }
 
@@ -821,6 +828,7 @@ mod tests {
             duration_micros: None,
             reason: reason.map(String::from),
             closed: false,
+            service_id: None,
         }
     }
 
