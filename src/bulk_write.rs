@@ -224,8 +224,11 @@ fn prepare_one(m: &ClientWriteModel, oids: &ObjectIds) -> Result<Prepared> {
                     fields.append(key, v);
                 }
             }
-            if let Some(sort) = &m.sort {
-                fields.append(cstr!("sort"), sort.clone());
+            // The client model's sort, else the update model's own.
+            match (&m.sort, args.get("sort")?) {
+                (Some(sort), _) => fields.append(cstr!("sort"), sort.clone()),
+                (None, Some(sort)) => fields.append(cstr!("sort"), sort),
+                (None, None) => {}
             }
             (Kind::Update, multi)
         }
@@ -971,6 +974,7 @@ mod tests {
             collation: None,
             hint: None,
             array_filters: None,
+            sort: None,
         };
         ClientWriteModel {
             namespace: ns.into(),
@@ -1049,6 +1053,7 @@ mod tests {
                 collation: None,
                 hint: None,
                 array_filters: None,
+                sort: None,
             }),
             sort: Some(rawdoc! { "a": -1 }),
         };
@@ -1061,6 +1066,7 @@ mod tests {
                 collation: None,
                 hint: None,
                 array_filters: None,
+                sort: None,
             }),
             ..replace
         };

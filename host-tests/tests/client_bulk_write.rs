@@ -84,6 +84,7 @@ fn mixed_models_on_two_namespaces_go_in_one_command_with_verbose_results() {
                 collation: None,
                 hint: None,
                 array_filters: None,
+                sort: None,
             }),
             sort: None,
         },

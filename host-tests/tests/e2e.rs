@@ -369,6 +369,7 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         collation: None,
         hint: None,
         array_filters: None,
+        sort: None,
     };
     let models = vec![
         WriteModel::InsertOne(rawdoc! { "_id": 1, "n": 1 }.into_bytes()),

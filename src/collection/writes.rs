@@ -29,6 +29,8 @@ pub struct UpdateModel {
     pub collation: Option<RawDocumentBuf>,
     pub hint: Option<Hint>,
     pub array_filters: Option<Vec<RawDocumentBuf>>,
+    /// Update-one and replace-one: which document when several match (8.0+).
+    pub sort: Option<RawDocumentBuf>,
 }
 
 /// The filter and statement options of a delete model.
@@ -81,6 +83,15 @@ impl WriteModel {
             }
             if let Some(f) = &m.array_filters {
                 d.append(cstr!("arrayFilters"), array(f));
+            }
+            match (&m.sort, name) {
+                (Some(_), "updateMany") => {
+                    return Err(Error::invalid_argument(
+                        "update-many takes no sort: it changes every match",
+                    ))
+                }
+                (Some(s), _) => d.append(cstr!("sort"), s.clone()),
+                (None, _) => {}
             }
             statement_options(&mut d, &m.collation, &m.hint);
             let mut model = RawDocumentBuf::new();
@@ -715,6 +726,7 @@ mod tests {
             collation: None,
             hint: Some(Hint::Name("a_1".into())),
             array_filters: Some(vec![rawdoc! { "x": 1 }]),
+            sort: None,
         });
         assert_eq!(
             m.to_document().unwrap(),
@@ -727,6 +739,7 @@ mod tests {
             collation: None,
             hint: None,
             array_filters: None,
+            sort: None,
         });
         assert!(r.to_document().is_err(), "a replacement is a document");
         let d = WriteModel::DeleteOne(DeleteModel {
@@ -740,6 +753,26 @@ mod tests {
         );
         let plan = bulk::plan(&[m.to_document().unwrap(), d.to_document().unwrap()]).unwrap();
         assert_eq!(plan.runs.len(), 2);
+    }
+
+    #[test]
+    fn a_single_update_model_carries_its_sort_to_the_statement() {
+        let model = |sort| UpdateModel {
+            filter: rawdoc! {},
+            update: UpdateSpec::Document(rawdoc! { "$inc": { "x": 1 } }),
+            upsert: None,
+            collation: None,
+            hint: None,
+            array_filters: None,
+            sort,
+        };
+        let one = WriteModel::UpdateOne(model(Some(rawdoc! { "_id": -1 })));
+        let plan = bulk::plan(&[one.to_document().unwrap()]).unwrap();
+        let stmt = &plan.runs[0].statements[0];
+        assert_eq!(stmt.get_document("sort").unwrap(), &*rawdoc! { "_id": -1 });
+        let many = WriteModel::UpdateMany(model(Some(rawdoc! { "_id": -1 })));
+        let e = many.to_document().unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::InvalidArgument, "{e}");
     }
 
     #[test]

@@ -147,6 +147,7 @@ fn update_model(m: wit_collection::UpdateModel) -> WitResult<crate::UpdateModel>
         collation: opt_doc(m.collation)?,
         hint: hint(m.hint)?,
         array_filters: m.array_filters.map(docs).transpose()?,
+        sort: opt_doc(m.sort)?,
     })
 }
 

@@ -131,6 +131,7 @@ fn statement(
         ("arrayFilters", cstr!("arrayFilters")),
         ("collation", cstr!("collation")),
         ("hint", cstr!("hint")),
+        ("sort", cstr!("sort")),
     ] {
         if let Some(v) = args.get(name)? {
             stmt.append(key, v);

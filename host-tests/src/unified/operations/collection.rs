@@ -176,10 +176,10 @@ pub(super) fn write_model(model: &Document) -> Step<WriteModel> {
         Some(Bson::Boolean(b)) => Ok(Some(b)),
         Some(other) => Err(Fail(format!("upsert is not a bool: {other}"))),
     };
-    let collation = |args: &mut Document| match args.remove("collation") {
+    let document = |args: &mut Document, key: &str| match args.remove(key) {
         None => Ok(None),
         Some(Bson::Document(c)) => bytes(&c).map(Some),
-        Some(other) => Err(Fail(format!("collation is not a document: {other}"))),
+        Some(other) => Err(Fail(format!("{key} is not a document: {other}"))),
     };
     let model = match name.as_str() {
         "insertOne" => match args.remove("document") {
@@ -203,9 +203,10 @@ pub(super) fn write_model(model: &Document) -> Step<WriteModel> {
                 filter: filter(&mut args)?,
                 update,
                 upsert: upsert(&mut args)?,
-                collation: collation(&mut args)?,
+                collation: document(&mut args, "collation")?,
                 hint: hint(args.remove("hint"))?,
                 array_filters: doc_list(args.remove("arrayFilters"))?,
+                sort: document(&mut args, "sort")?,
             };
             match name.as_str() {
                 "updateOne" => WriteModel::UpdateOne(m),
@@ -216,7 +217,7 @@ pub(super) fn write_model(model: &Document) -> Step<WriteModel> {
         "deleteOne" | "deleteMany" => {
             let m = DeleteModel {
                 filter: filter(&mut args)?,
-                collation: collation(&mut args)?,
+                collation: document(&mut args, "collation")?,
                 hint: hint(args.remove("hint"))?,
             };
             match name.as_str() {
