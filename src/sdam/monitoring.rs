@@ -88,7 +88,7 @@ impl Heartbeat {
         SdamEvent::ServerHeartbeatSucceeded(Heartbeat {
             duration: Some(duration),
             server_connection_id,
-            reply: Some(reply),
+            reply: Some(without_speculative_auth(reply)),
             ..Heartbeat::new(address, connection_id)
         })
     }
@@ -200,14 +200,8 @@ impl Loggable for SdamEvent {
                     f = f.duration(d);
                 }
                 if let Some(reply) = &h.reply {
-                    // A reply to speculative authentication is redacted, as
-                    // in command monitoring.
-                    let redacted = bson::RawDocumentBuf::new();
-                    let shown = match crate::monitoring::is_sensitive("hello", reply) {
-                        true => &redacted,
-                        false => reply,
-                    };
-                    f = f.document(cstr!("reply"), shown);
+                    // Without speculativeAuthenticate (`without_speculative_auth`).
+                    f = f.document(cstr!("reply"), reply);
                 }
                 if let Some(failure) = &h.failure {
                     f = f.text(cstr!("failure"), failure);
@@ -302,13 +296,35 @@ pub fn opening(initial: &TopologyDescription) -> Vec<SdamEvent> {
     events
 }
 
+/// A heartbeat's reply without the server's half of speculative
+/// authentication. A single-threaded client's check is the connection's
+/// handshake, which authenticates; a monitor's would not, so the rest of the
+/// reply is what the SDAM spec reports, and the credential exchange is not.
+fn without_speculative_auth(reply: bson::RawDocumentBuf) -> bson::RawDocumentBuf {
+    if reply
+        .get("speculativeAuthenticate")
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        return reply;
+    }
+    let mut kept = bson::RawDocumentBuf::new();
+    for (key, value) in reply.iter().flatten() {
+        if key.as_str() != "speculativeAuthenticate" {
+            kept.append(key, bson::RawBson::from(value));
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::handshake::HelloReply;
 
     #[test]
-    fn sdam_messages_name_the_topology_and_redact_speculative_replies() {
+    fn sdam_messages_name_the_topology_and_leave_out_speculative_authentication() {
         let cx = Context {
             max_document_length: 1000,
             pool_options: bson::RawDocumentBuf::new(),
@@ -336,9 +352,13 @@ mod tests {
         );
         assert_eq!(ok.get_i64("serverConnectionId").unwrap(), 40);
         assert!(!ok.get_bool("awaited").unwrap());
+        // The handshake's authentication exchange is left out; the rest shows.
         let secret = bson::rawdoc! { "ok": 1, "speculativeAuthenticate": { "payload": "salt" } };
         let secret = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), None, secret);
-        assert_eq!(log(&secret).unwrap().get_str("reply").unwrap(), "{}");
+        assert_eq!(
+            log(&secret).unwrap().get_str("reply").unwrap(),
+            r#"{"ok":1}"#
+        );
         let mut t = TopologyDescription::new(&["a:1".into()], None, None);
         t.update(
             "a:1",
