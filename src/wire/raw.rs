@@ -227,6 +227,37 @@ mod tests {
     use bson::rawdoc;
 
     #[test]
+    fn cstring_finds_the_first_nul_at_every_offset_and_checks_only_its_bytes() {
+        // A byte-at-a-time scan is the reference.
+        let reference = |s: &[u8]| -> Result<usize, Malformed> {
+            let n = s.iter().position(|&c| c == 0).ok_or("none")?;
+            std::str::from_utf8(&s[..n]).map_err(|_| "utf8")?;
+            Ok(n)
+        };
+        for len in 0..24 {
+            for pad in [b'a', 0x01, 0x80, 0xff] {
+                let mut s = vec![b'k'; len];
+                if len > 2 {
+                    s[len / 2] = pad;
+                }
+                s.push(0);
+                // What follows the NUL is not the key's: never checked.
+                s.extend_from_slice(&[0xff, 0x00, 0xfe]);
+                let end = s.len();
+                let got = cstring(&s, 0, end).map_err(|_| "err");
+                let want = reference(&s).map_err(|_| "err");
+                assert_eq!(got, want, "len {len} pad {pad:#x}");
+            }
+            // No terminator within the document.
+            let s = vec![b'k'; len];
+            assert!(cstring(&s, 0, len).is_err());
+        }
+        // é as UTF-8 is accepted; a lone continuation byte is not.
+        assert_eq!(cstring("caf\u{e9}\0".as_bytes(), 0, 6), Ok(5));
+        assert!(cstring(b"ab\x80cdefgh\0", 0, 12).is_err());
+    }
+
+    #[test]
     fn find_returns_a_top_level_value_and_skips_nested_keys() {
         let d = rawdoc! { "a": { "_id": 1 }, "s": "x", "_id": 7i64, "z": [1] };
         let (kind, bytes) = find(d.as_bytes(), b"_id").unwrap().unwrap();
