@@ -8,7 +8,7 @@
 use bson::{rawdoc, RawDocumentBuf};
 use host_tests::bindings::exports::mongo_wasi::driver::client::DriverInfo;
 use host_tests::bindings::exports::mongo_wasi::driver::types::ErrorKind;
-use host_tests::guest::Guest;
+use host_tests::guest::{Client, Guest};
 use host_tests::recorder::Recorder;
 
 fn info(name: &str, version: &str, platform: &str) -> DriverInfo {
@@ -28,6 +28,15 @@ fn handshakes(server: &Recorder) -> Vec<RawDocumentBuf> {
         .collect()
 }
 
+/// A client of a fresh recording server, on its own guest.
+fn recorded_client() -> (Recorder, Guest, Client) {
+    let server = Recorder::start(false);
+    let uri = format!("mongodb://{}/", server.addr);
+    let mut g = Guest::new(&[server.addr]).unwrap();
+    let client = g.connect(&uri, None, false).unwrap().expect("connect");
+    (server, g, client)
+}
+
 fn driver_field(client: &RawDocumentBuf, key: &str) -> String {
     let driver = client.get_document("driver").unwrap();
     driver.get_str(key).unwrap().to_string()
@@ -35,10 +44,7 @@ fn driver_field(client: &RawDocumentBuf, key: &str) -> String {
 
 #[test]
 fn appended_metadata_leaves_open_connections_alone() {
-    let server = Recorder::start(false);
-    let uri = format!("mongodb://{}/", server.addr);
-    let mut g = Guest::new(&[server.addr]).unwrap();
-    let client = g.connect(&uri, None, false).unwrap().expect("connect");
+    let (server, mut g, client) = recorded_client();
     let db = g.database(client, "admin", None).unwrap();
     let ping = |g: &mut Guest| {
         g.run_command(db, &rawdoc! { "ping": 1 }, None)
@@ -65,10 +71,7 @@ fn appended_metadata_leaves_open_connections_alone() {
 
 #[test]
 fn appended_metadata_reaches_the_connections_made_after_it() {
-    let server = Recorder::start(false);
-    let uri = format!("mongodb://{}/", server.addr);
-    let mut g = Guest::new(&[server.addr]).unwrap();
-    let client = g.connect(&uri, None, false).unwrap().expect("connect");
+    let (server, mut g, client) = recorded_client();
     let framework = info("framework", "2.0", "Framework Platform");
     g.append_metadata(client, &framework)
         .unwrap()
@@ -101,10 +104,7 @@ fn appended_metadata_reaches_the_connections_made_after_it() {
 
 #[test]
 fn driver_info_holding_the_delimiter_is_an_invalid_argument() {
-    let server = Recorder::start(false);
-    let uri = format!("mongodb://{}/", server.addr);
-    let mut g = Guest::new(&[server.addr]).unwrap();
-    let client = g.connect(&uri, None, false).unwrap().expect("connect");
+    let (server, mut g, client) = recorded_client();
     let e = g
         .append_metadata(client, &info("a|b", "1", ""))
         .unwrap()
