@@ -40,6 +40,8 @@ pub fn uid(user: Option<(&str, &str)>) -> Vec<u8> {
 
 struct Record {
     last_use: DateTime,
+    /// Orders uses within one millisecond: the newest use is listed first.
+    seq: u64,
     user: Option<String>,
 }
 
@@ -47,6 +49,7 @@ struct Record {
 #[derive(Default)]
 pub struct SessionCache {
     records: HashMap<(Vec<u8>, Vec<u8>), Record>,
+    uses: u64,
 }
 
 impl SessionCache {
@@ -61,8 +64,10 @@ impl SessionCache {
         if self.records.len() >= MAX_SESSIONS {
             self.records.clear();
         }
+        self.uses += 1;
         let record = Record {
             last_use: now,
+            seq: self.uses,
             user: user.map(|(name, db)| format!("{name}@{db}")),
         };
         self.records.insert((id.bytes.clone(), uid(user)), record);
@@ -75,7 +80,7 @@ impl SessionCache {
             .iter()
             .filter(|((_, uid), _)| users.as_ref().is_none_or(|u| u.contains(uid)))
             .collect();
-        listed.sort_by_key(|(_, r)| std::cmp::Reverse(r.last_use));
+        listed.sort_by_key(|(_, r)| std::cmp::Reverse((r.last_use, r.seq)));
         listed
             .into_iter()
             .map(|((id, uid), record)| {
@@ -384,6 +389,22 @@ mod tests {
         assert_eq!(ids(&all), [1, 3, 2]);
         let named = doc! { "users": [{ "user": "root", "db": "admin" }] };
         assert_eq!(ids(&plan(&cache, &agg(named), None).unwrap()), [2]);
+    }
+
+    #[test]
+    fn uses_within_one_millisecond_list_the_newest_first() {
+        let mut cache = SessionCache::default();
+        let now = DateTime::from_millis(7);
+        for n in [4, 9, 2, 6] {
+            cache.vivify(&lsid(n), None, now);
+        }
+        let limited = doc! { "aggregate": 1, "pipeline": [{ "$listLocalSessions": {} },
+        { "$limit": 1 }] };
+        assert_eq!(ids(&plan(&cache, &limited, None).unwrap()), [6]);
+        assert_eq!(
+            ids(&plan(&cache, &agg(doc! {}), None).unwrap()),
+            [6, 2, 9, 4]
+        );
     }
 
     #[test]
