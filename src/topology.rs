@@ -348,7 +348,7 @@ impl Topology {
                     handshake.min(deadline),
                     true,
                 );
-                match self.handshake_done(&address, id, now, result) {
+                match self.handshake_done(&address, id, now, result, timeout) {
                     Ok(conn) => self.keep_or_close(conn),
                     Err(_) => break,
                 }
@@ -548,10 +548,16 @@ impl Topology {
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
         if self.settings.connect.load_balanced {
-            return self.establish_behind_load_balancer(address, id, created, connect, handshake);
+            return self.establish_behind_load_balancer(
+                address,
+                id,
+                created,
+                (connect, handshake),
+                timeout,
+            );
         }
         let result = self.establish(address, id, connect, handshake, true);
-        self.handshake_done(address, id, created, result)
+        self.handshake_done(address, id, created, result, timeout)
     }
 
     /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
@@ -562,8 +568,8 @@ impl Topology {
         address: &str,
         id: u64,
         created: crate::deadline::Instant,
-        connect: Deadline,
-        handshake: Deadline,
+        (connect, handshake): (Deadline, Deadline),
+        timeout: &OpTimeout,
     ) -> Result<Connection> {
         let failed = |t: &mut Self, e: Error| {
             t.events.emit(|| {
@@ -581,7 +587,7 @@ impl Topology {
         let service = conn.hello.service_id;
         conn.generation = self.generation_of(address, service);
         match conn.finish_handshake(&self.settings.connect, handshake) {
-            Ok(()) => self.handshake_done(address, id, created, Ok(conn)),
+            Ok(()) => self.handshake_done(address, id, created, Ok(conn), timeout),
             Err(e) => {
                 if !e.is_timeout() {
                     self.clear(address, service);
@@ -619,7 +625,7 @@ impl Topology {
         let result = conn
             .finish_handshake(&self.settings.connect, handshake.min(selection))
             .map(|()| conn);
-        let result = self.handshake_done(&address, id, created, result);
+        let result = self.handshake_done(&address, id, created, result, timeout);
         let now = runtime::now();
         result.map_err(|e| match timeout.csot {
             // Out of computedServerSelectionTimeout (CSOT spec): selection's
@@ -639,6 +645,7 @@ impl Topology {
         id: u64,
         created: crate::deadline::Instant,
         result: Result<Connection>,
+        timeout: &OpTimeout,
     ) -> Result<Connection> {
         match result {
             Ok(conn) => {
@@ -649,10 +656,8 @@ impl Topology {
                 Ok(conn)
             }
             Err(e) => {
-                // A network error or timeout before authentication is the
-                // server shedding load (CMAP backpressure): labelled, it
-                // neither marks the server Unknown nor clears the pool.
-                if !e.is_timeout() && !crate::backpressure::is_overload(&e) {
+                let expired = timeout.csot.is_some_and(|d| d.is_expired(runtime::now()));
+                if crate::sdam::establishment_marks_unknown(&e, expired) {
                     self.mark_unknown(address, &e);
                 }
                 self.events.emit(|| {

@@ -314,6 +314,18 @@ pub enum AppError {
     Command(CommandError),
 }
 
+/// SDAM error handling for a pool's connection that failed to establish:
+/// whether the server is marked Unknown and its pool cleared. Not for an
+/// overload (CMAP backpressure labels a network error or timeout before
+/// authentication: the server shedding load), nor when the operation's
+/// timeoutMS ran out (its budget, not the server). Any other error counts,
+/// a network timeout during authentication included (SDAM: a timeout while
+/// connecting marks the server Unknown, unlike one while reading or writing).
+pub fn establishment_marks_unknown(e: &crate::error::Error, operation_expired: bool) -> bool {
+    let out_of_budget = e.is_timeout() && operation_expired;
+    !(crate::backpressure::is_overload(e) || out_of_budget)
+}
+
 /// The parts of a command error SDAM looks at.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandError {
@@ -907,6 +919,27 @@ mod tests {
             logical_session_timeout_minutes: Some(30),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn establishment_errors_mark_unknown_unless_shed_load_or_out_of_budget() {
+        use crate::error::{Error, ErrorKind};
+        let shed = crate::cmap::label_establishment_error(Error::timeout("hello"));
+        assert!(!establishment_marks_unknown(&shed, false));
+        let closed = crate::cmap::label_establishment_error(Error::network("reset"));
+        assert!(!establishment_marks_unknown(&closed, false));
+        // A timeout during authentication: the server is Unknown...
+        assert!(establishment_marks_unknown(
+            &Error::timeout("saslContinue"),
+            false
+        ));
+        // ...unless the operation's timeoutMS is what ran out.
+        assert!(!establishment_marks_unknown(
+            &Error::timeout("saslContinue"),
+            true
+        ));
+        let denied = Error::new(ErrorKind::Authentication, "bad password");
+        assert!(establishment_marks_unknown(&denied, true));
     }
 
     #[test]
