@@ -88,7 +88,7 @@ impl Heartbeat {
         SdamEvent::ServerHeartbeatSucceeded(Heartbeat {
             duration: Some(duration),
             server_connection_id,
-            reply: Some(without_speculative_auth(reply)),
+            reply: Some(without_auth_fields(reply)),
             ..Heartbeat::new(address, connection_id)
         })
     }
@@ -200,7 +200,7 @@ impl Loggable for SdamEvent {
                     f = f.duration(d);
                 }
                 if let Some(reply) = &h.reply {
-                    // Without speculativeAuthenticate (`without_speculative_auth`).
+                    // Without the authentication fields (`without_auth_fields`).
                     f = f.document(cstr!("reply"), reply);
                 }
                 if let Some(failure) = &h.failure {
@@ -296,22 +296,22 @@ pub fn opening(initial: &TopologyDescription) -> Vec<SdamEvent> {
     events
 }
 
-/// A heartbeat's reply without the server's half of speculative
-/// authentication. A single-threaded client's check is the connection's
-/// handshake, which authenticates; a monitor's would not, so the rest of the
-/// reply is what the SDAM spec reports, and the credential exchange is not.
-fn without_speculative_auth(reply: bson::RawDocumentBuf) -> bson::RawDocumentBuf {
-    if reply
-        .get("speculativeAuthenticate")
-        .ok()
-        .flatten()
-        .is_none()
-    {
+/// The hello fields of a connection's authentication, not of monitoring:
+/// mechanism negotiation and the server's half of speculative authentication.
+const AUTH_FIELDS: [&str; 2] = ["saslSupportedMechs", "speculativeAuthenticate"];
+
+/// A heartbeat's reply without [`AUTH_FIELDS`]. A single-threaded client's
+/// check is the connection's handshake, which authenticates; a monitor's
+/// would not, so the rest of the reply is what the SDAM spec reports, and the
+/// credential exchange is not.
+fn without_auth_fields(reply: bson::RawDocumentBuf) -> bson::RawDocumentBuf {
+    let has = |key: &str| reply.get(key).ok().flatten().is_some();
+    if !AUTH_FIELDS.iter().any(|k| has(k)) {
         return reply;
     }
     let mut kept = bson::RawDocumentBuf::new();
     for (key, value) in reply.iter().flatten() {
-        if key.as_str() != "speculativeAuthenticate" {
+        if !AUTH_FIELDS.contains(&key.as_str()) {
             kept.append(key, bson::RawBson::from(value));
         }
     }
@@ -324,7 +324,7 @@ mod tests {
     use crate::handshake::HelloReply;
 
     #[test]
-    fn sdam_messages_name_the_topology_and_leave_out_speculative_authentication() {
+    fn sdam_messages_name_the_topology_and_leave_out_authentication() {
         let cx = Context {
             max_document_length: 1000,
             pool_options: bson::RawDocumentBuf::new(),
@@ -353,7 +353,8 @@ mod tests {
         assert_eq!(ok.get_i64("serverConnectionId").unwrap(), 40);
         assert!(!ok.get_bool("awaited").unwrap());
         // The handshake's authentication exchange is left out; the rest shows.
-        let secret = bson::rawdoc! { "ok": 1, "speculativeAuthenticate": { "payload": "salt" } };
+        let secret = bson::rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-256"],
+        "speculativeAuthenticate": { "payload": "salt" } };
         let secret = Heartbeat::succeeded("a:1", 2, Duration::from_millis(1), None, secret);
         assert_eq!(
             log(&secret).unwrap().get_str("reply").unwrap(),
