@@ -590,8 +590,6 @@ PROXY_GAPS = [
     ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
     ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
     ("no-shards", "the sharded cluster is two proxied mongoses in front of one nx-27017: no shardCollection command or change event"),
-    ("lb-one-service", "every connection through the proxy's load balancer gets the same serviceId, even for useMultipleMongoses clients; a clear then closes them all"),
-    ("labels-before-4.4", "the proxy adds RetryableWriteError whatever version it presents; servers before 4.4 never label (the driver does)"),
 ]
 
 

@@ -315,7 +315,8 @@ pub fn error_labels(
     let txn_end = txn && autocommit && commit_or_abort;
     let retriable =
         code.is_some_and(codes::is_retriable) || wc_code.is_some_and(codes::is_retriable);
-    if (retryable_write || txn_end) && retriable {
+    // Servers label RetryableWriteError from 4.4 (wire 9); before, drivers did.
+    if (retryable_write || txn_end) && retriable && cmd.max_wire >= 9 {
         labels.push("RetryableWriteError".to_string());
         return labels;
     }
@@ -346,6 +347,24 @@ mod tests {
         assert!(Mode::parse(&doc! {"times": -1}.into()).is_err());
         assert!(Mode::parse(&doc! {"activationProbability": 1.5}.into()).is_err());
         assert!(Mode::parse(&"sometimes".into()).is_err());
+    }
+
+    #[test]
+    fn servers_before_4_4_label_no_retryable_write_error() {
+        let body = doc! { "insert": "c", "txnNumber": 1i64 };
+        let cmd = |max_wire| CmdInfo {
+            name: "insert",
+            db: "d",
+            body: &body,
+            app_name: None,
+            internal_client: false,
+            max_wire,
+        };
+        let retryable = vec!["RetryableWriteError".to_string()];
+        assert_eq!(error_labels(&cmd(9), Some(91), None, false), retryable);
+        assert_eq!(error_labels(&cmd(9), None, Some(91), false), retryable);
+        assert!(error_labels(&cmd(8), Some(91), None, false).is_empty());
+        assert!(error_labels(&cmd(8), None, Some(91), false).is_empty());
     }
 
     #[test]

@@ -63,8 +63,14 @@ impl ProxyConfig {
 
     /// A load balancer in front of a mongos, for drivers in load-balanced mode.
     pub fn load_balanced(backend: SocketAddr) -> ProxyConfig {
+        ProxyConfig::load_balanced_multi(backend, 1)
+    }
+
+    /// A load balancer in front of `mongoses` mongoses (connections spread round
+    /// robin), as the load-balancer spec tests' `MULTI_MONGOS_LB_URI`.
+    pub fn load_balanced_multi(backend: SocketAddr, mongoses: usize) -> ProxyConfig {
         ProxyConfig {
-            topology: Topology::LoadBalanced,
+            topology: Topology::LoadBalanced { mongoses },
             ..ProxyConfig::new(backend)
         }
     }
@@ -219,7 +225,7 @@ impl Proxy {
                 return Err(bad("a cluster needs a mongos".into()))
             }
             Topology::Sharded { mongoses } => *mongoses,
-            Topology::LoadBalanced => 1,
+            Topology::LoadBalanced { .. } => 1,
         };
         if !config.listen.is_empty() && config.listen.len() != members {
             return Err(bad(format!(

@@ -22,9 +22,11 @@ pub enum Topology {
     /// each with fail points of its own (a fail point configured through one mongos fires
     /// only there, as on a real cluster).
     Sharded { mongoses: usize },
-    /// A load balancer in front of mongoses: one listener whose hello is a mongos's
-    /// plus a `serviceId`, for drivers in load-balanced mode only (`load_balancer`).
-    LoadBalanced,
+    /// A load balancer in front of `mongoses` mongoses: one listener whose hello is a
+    /// mongos's plus the `serviceId` of the mongos the connection reached (round robin
+    /// by connection, as a load balancer spreads them), for drivers in load-balanced
+    /// mode only (`load_balancer`).
+    LoadBalanced { mongoses: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,8 +81,8 @@ pub(crate) struct TopologyState {
     pub set_name: Option<String>,
     /// Every member is a mongos.
     pub sharded: bool,
-    /// Behind a load balancer: the `serviceId` of the mongos behind it.
-    pub service_id: Option<ObjectId>,
+    /// Behind a load balancer: the `serviceId` of each mongos behind it.
+    pub service_ids: Vec<ObjectId>,
     /// `host:port` of each listener, in member order.
     pub hosts: Vec<String>,
     pub data_members: usize,
@@ -102,12 +104,20 @@ impl TopologyState {
         let (set_name, data_members, primary) = match topology {
             Topology::Standalone => (None, hosts.len(), None),
             Topology::ReplicaSet { name, members, .. } => (Some(name.clone()), *members, Some(0)),
-            Topology::Sharded { .. } | Topology::LoadBalanced => (None, hosts.len(), None),
+            Topology::Sharded { .. } | Topology::LoadBalanced { .. } => (None, hosts.len(), None),
         };
         TopologyState {
             set_name,
-            sharded: matches!(topology, Topology::Sharded { .. } | Topology::LoadBalanced),
-            service_id: (*topology == Topology::LoadBalanced).then(ObjectId::new),
+            sharded: matches!(
+                topology,
+                Topology::Sharded { .. } | Topology::LoadBalanced { .. }
+            ),
+            service_ids: match topology {
+                Topology::LoadBalanced { mongoses } => {
+                    (0..(*mongoses).max(1)).map(|_| ObjectId::new()).collect()
+                }
+                _ => Vec::new(),
+            },
             hosts,
             data_members,
             primary,
@@ -124,6 +134,12 @@ impl TopologyState {
             Some(_) if self.primary == Some(member) => Role::Primary,
             Some(_) => Role::Secondary,
         }
+    }
+
+    /// Behind a load balancer: the `serviceId` of the mongos connection `conn` reached.
+    pub fn service_id(&self, conn: u64) -> Option<ObjectId> {
+        let n = self.service_ids.len() as u64;
+        (n > 0).then(|| self.service_ids[(conn % n) as usize])
     }
 
     /// pv1 election ids: `7fffffff` then the term, so a later term compares greater.
@@ -280,6 +296,17 @@ impl TopologyState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_balancer_spreads_connections_over_its_mongoses() {
+        let one = TopologyState::new(&Topology::LoadBalanced { mongoses: 1 }, vec!["a:1".into()]);
+        assert_eq!(one.service_id(1), one.service_id(2));
+        let two = TopologyState::new(&Topology::LoadBalanced { mongoses: 2 }, vec!["a:1".into()]);
+        assert_ne!(two.service_id(1), two.service_id(2));
+        assert_eq!(two.service_id(1), two.service_id(3));
+        let standalone = TopologyState::new(&Topology::Standalone, vec!["a:1".into()]);
+        assert_eq!(standalone.service_id(1), None);
+    }
 
     #[test]
     fn versions() {

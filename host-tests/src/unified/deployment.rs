@@ -1,6 +1,7 @@
-//! The test deployment: four failpoint proxies in front of one nx-27017 (a
-//! standalone, a single-member replica set, a sharded cluster of [`MONGOSES`]
-//! mongoses and a load balancer), and an admin instance of the
+//! The test deployment: five failpoint proxies in front of one nx-27017 (a
+//! standalone, a replica set of [`RS_MEMBERS`], a sharded cluster of [`MONGOSES`]
+//! mongoses, a load balancer in front of one mongos and one in front of
+//! [`MONGOSES`]), and an admin instance of the
 //! component on this thread for probing and for cleaning up after abandoned tests.
 //! With auth on, the proxies require authentication and know one root user, whose
 //! credentials every URI carries. A run without `--auth` keeps a second deployment
@@ -22,6 +23,9 @@ use std::sync::OnceLock;
 pub const SET_NAME: &str = "rs0";
 /// Mongoses of the sharded cluster: `useMultipleMongoses` needs more than one.
 pub const MONGOSES: usize = 2;
+/// Data-bearing members of the replica set: a primary and two secondaries, as
+/// the spec tests' own CI deploys (SDAM tests count each member's events).
+pub const RS_MEMBERS: usize = 3;
 /// The root-like user of `--auth` runs (in `admin`, SCRAM-SHA-1 and SCRAM-SHA-256).
 pub const AUTH_USER: &str = "spec-runner";
 pub const AUTH_PASSWORD: &str = "spec-runner-pw";
@@ -39,6 +43,9 @@ pub struct Deployment {
     uris: Vec<(Topology, String)>,
     /// The sharded cluster's URI naming every mongos (`useMultipleMongoses`).
     pub multi_mongos_uri: String,
+    /// A load balancer in front of [`MONGOSES`] mongoses (`useMultipleMongoses` in
+    /// load-balanced mode: the spec's `MULTI_MONGOS_LB_URI`).
+    pub multi_lb_uri: String,
     pub allowed: Vec<SocketAddr>,
     pub info: requirements::Deployment,
     /// Probed the deployment; kept so its connections stay up for the run.
@@ -77,12 +84,15 @@ impl Deployment {
             Proxy::start(config).map_err(|e| format!("starting a proxy: {e}"))
         };
         let single = start(ProxyConfig::new(backend))?;
-        let rs = start(ProxyConfig::replica_set(backend, SET_NAME, 1))?;
+        let rs = start(ProxyConfig::replica_set(backend, SET_NAME, RS_MEMBERS))?;
         let sharded = start(ProxyConfig::sharded(backend, MONGOSES))?;
         let lb = start(ProxyConfig::load_balanced(backend))?;
+        let multi_lb = start(ProxyConfig::load_balanced_multi(backend, MONGOSES))?;
         let lb_addr = lb.addresses()[0];
+        let multi_lb_addr = multi_lb.addresses()[0];
         let single_addr = single.addresses()[0];
-        let rs_addr = rs.addresses()[0];
+        let members = rs.addresses();
+        let rs_addr = members[0];
         let mongoses = sharded.addresses();
         let user = credentials(auth);
         let tls_option = if tls { "tls=true" } else { "" };
@@ -93,6 +103,11 @@ impl Deployment {
                 .to_string()
         };
         let multi_mongos_uri = cluster(&mongoses);
+        let lb_uri = |addr: SocketAddr| {
+            format!("mongodb://{user}{addr}/?loadBalanced=true&{tls_option}")
+                .trim_end_matches('&')
+                .to_string()
+        };
         let uris = vec![
             (
                 Topology::Single,
@@ -107,14 +122,10 @@ impl Deployment {
                     .to_string(),
             ),
             (Topology::Sharded, cluster(&mongoses[..1])),
-            (
-                Topology::LoadBalanced,
-                format!("mongodb://{user}{lb_addr}/?loadBalanced=true&{tls_option}")
-                    .trim_end_matches('&')
-                    .to_string(),
-            ),
+            (Topology::LoadBalanced, lb_uri(lb_addr)),
         ];
-        let mut allowed = vec![single_addr, rs_addr, lb_addr];
+        let mut allowed = vec![single_addr, lb_addr, multi_lb_addr];
+        allowed.extend(&members);
         allowed.extend(&mongoses);
         let mut admin = engine::instantiate(&allowed, None).map_err(|e| format!("{e:#}"))?;
         let single_client = internal::connect(&mut admin, &uris[0].1).map_err(|f| f.0)?;
@@ -139,9 +150,11 @@ impl Deployment {
                 (Topology::ReplicaSet, rs),
                 (Topology::Sharded, sharded),
                 (Topology::LoadBalanced, lb),
+                (Topology::LoadBalanced, multi_lb),
             ],
             uris,
             multi_mongos_uri,
+            multi_lb_uri: lb_uri(multi_lb_addr),
             allowed,
             info,
             _admin: admin,
@@ -167,15 +180,14 @@ impl Deployment {
         Ok(())
     }
 
-    /// Switches fail points off on every member (every mongos) of `t`'s proxy, after a
+    /// Switches fail points off on every member (every mongos) of `t`'s proxies, after a
     /// test that could not clean up itself, or that may have targeted one mongos.
     pub fn failpoints_off(&mut self, t: Topology, names: &[String]) {
-        let Some((_, proxy)) = self.proxies.iter().find(|(u, _)| *u == t) else {
-            return;
-        };
-        for member in 0..proxy.addresses().len() {
-            for name in names {
-                proxy.configure_fail_point(member, name, Mode::Off, Document::new());
+        for (_, proxy) in self.proxies.iter().filter(|(u, _)| *u == t) {
+            for member in 0..proxy.addresses().len() {
+                for name in names {
+                    proxy.configure_fail_point(member, name, Mode::Off, Document::new());
+                }
             }
         }
     }

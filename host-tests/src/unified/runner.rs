@@ -297,7 +297,11 @@ fn run_on(
         file: file.clone(),
         test: i,
         uri: dep.uri(topology).to_string(),
-        multi_mongos_uri: (topology == Topology::Sharded).then(|| dep.multi_mongos_uri.clone()),
+        multi_mongos_uri: match topology {
+            Topology::Sharded => Some(dep.multi_mongos_uri.clone()),
+            Topology::LoadBalanced => Some(dep.multi_lb_uri.clone()),
+            _ => None,
+        },
         allowed: dep.allowed.clone(),
         cap: cfg.cap,
         loop_budget: cfg.loop_budget,

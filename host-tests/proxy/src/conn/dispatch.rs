@@ -591,7 +591,7 @@ impl Conn {
                 if let Some(step) = out.speculative {
                     self.note_auth(&step);
                 }
-                let service_id = lock(&self.shared.topology).service_id;
+                let service_id = lock(&self.shared.topology).service_id(self.id);
                 match service_id {
                     Some(id) => crate::load_balancer::hello(body, id, reply),
                     None => reply,
