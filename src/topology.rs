@@ -656,7 +656,7 @@ impl Topology {
                 Ok(conn)
             }
             Err(e) => {
-                let expired = timeout.csot.is_some_and(|d| d.is_expired(runtime::now()));
+                let expired = timeout.deadline().is_expired(runtime::now());
                 if crate::sdam::establishment_marks_unknown(&e, expired) {
                     self.mark_unknown(address, &e);
                 }

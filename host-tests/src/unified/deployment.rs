@@ -92,37 +92,30 @@ impl Deployment {
         let multi_lb_addr = multi_lb.addresses()[0];
         let single_addr = single.addresses()[0];
         let members = rs.addresses();
-        let rs_addr = members[0];
         let mongoses = sharded.addresses();
         let user = credentials(auth);
         let tls_option = if tls { "tls=true" } else { "" };
-        let cluster = |hosts: &[SocketAddr]| {
+        // A client URI naming `hosts`, with `option` (if any) and TLS's.
+        let uri = |hosts: &[SocketAddr], option: &str| {
             let hosts: Vec<String> = hosts.iter().map(SocketAddr::to_string).collect();
-            format!("mongodb://{user}{}/?{tls_option}", hosts.join(","))
+            let options: Vec<&str> = [option, tls_option]
+                .into_iter()
+                .filter(|o| !o.is_empty())
+                .collect();
+            format!("mongodb://{user}{}/?{}", hosts.join(","), options.join("&"))
                 .trim_end_matches('?')
                 .to_string()
         };
-        let multi_mongos_uri = cluster(&mongoses);
-        let lb_uri = |addr: SocketAddr| {
-            format!("mongodb://{user}{addr}/?loadBalanced=true&{tls_option}")
-                .trim_end_matches('&')
-                .to_string()
-        };
+        let multi_mongos_uri = uri(&mongoses, "");
+        let balanced = "loadBalanced=true";
         let uris = vec![
-            (
-                Topology::Single,
-                format!("mongodb://{user}{single_addr}/?{tls_option}")
-                    .trim_end_matches('?')
-                    .to_string(),
-            ),
+            (Topology::Single, uri(&[single_addr], "")),
             (
                 Topology::ReplicaSet,
-                format!("mongodb://{user}{rs_addr}/?replicaSet={SET_NAME}&{tls_option}")
-                    .trim_end_matches('&')
-                    .to_string(),
+                uri(&members[..1], &format!("replicaSet={SET_NAME}")),
             ),
-            (Topology::Sharded, cluster(&mongoses[..1])),
-            (Topology::LoadBalanced, lb_uri(lb_addr)),
+            (Topology::Sharded, uri(&mongoses[..1], "")),
+            (Topology::LoadBalanced, uri(&[lb_addr], balanced)),
         ];
         let mut allowed = vec![single_addr, lb_addr, multi_lb_addr];
         allowed.extend(&members);
@@ -154,7 +147,7 @@ impl Deployment {
             ],
             uris,
             multi_mongos_uri,
-            multi_lb_uri: lb_uri(multi_lb_addr),
+            multi_lb_uri: uri(&[multi_lb_addr], balanced),
             allowed,
             info,
             _admin: admin,
