@@ -212,16 +212,23 @@ impl Database {
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let options = &options.flattened()?;
+        // The handle's defaults (read preference, read and write concern) apply as
+        // they do to a collection's aggregate (CRUD spec).
+        let defaults = self.collection("$cmd.aggregate", None);
+        let writes = crate::collection::pipeline_writes(pipeline);
+        let options = &match writes {
+            true => defaults.writing(&defaults.reading(options)?)?,
+            false => defaults.reading(options)?,
+        };
+        let pref = defaults.read_preference(options.read_preference.as_ref(), options.session);
         let mut command = crate::collection::aggregate_command(1.into(), pipeline, batch_size);
         self.merge_options(&mut command, options)?;
-        let op = if crate::collection::pipeline_writes(pipeline) {
-            let pref = options.read_preference_or_primary();
-            RunCommand::new(&self.name, command, Criteria::WriteStage(pref))
-        } else {
-            RunCommand {
-                criteria: Criteria::Read(options.read_preference_or_primary()),
+        let op = match writes {
+            true => RunCommand::new(&self.name, command, Criteria::WriteStage(pref)),
+            false => RunCommand {
+                criteria: Criteria::Read(pref),
                 ..RunCommand::read(&self.name, command)
-            }
+            },
         };
         self.cursor_command(
             op,

@@ -140,7 +140,7 @@ impl Collection {
     /// The read preference of a may-use-secondary read: the operation's,
     /// else this handle's, else primary. Inside a transaction the
     /// transaction's replaces the handle's (Transactions spec).
-    fn read_preference(
+    pub(crate) fn read_preference(
         &self,
         given: Option<&ReadPreference>,
         session: Option<&Session>,
