@@ -198,6 +198,17 @@ const FIND: &[&str] = &[
     "tailable",
     "awaitData",
 ];
+const AGGREGATE: &[&str] = &[
+    "allowDiskUse",
+    "bypassDocumentValidation",
+    "collation",
+    "comment",
+    "hint",
+    "let",
+    "maxTimeMS",
+    "rawData",
+    "maxAwaitTimeMS",
+];
 const FIND_AND_MODIFY: &[&str] = &[
     "sort",
     "fields",
@@ -264,7 +275,8 @@ pub fn extra_names(op: &str) -> &'static [&'static str] {
         ],
         "deleteOne" | "deleteMany" => &["collation", "hint", "comment", "let", "rawData"],
         "findOneAndDelete" | "findOneAndUpdate" | "findOneAndReplace" => FIND_AND_MODIFY,
-        "find" | "findOne" | "createFindCursor" | "aggregate" => FIND,
+        "find" | "findOne" | "createFindCursor" => FIND,
+        "aggregate" => AGGREGATE,
         "createChangeStream" => &[
             "fullDocument",
             "fullDocumentBeforeChange",
