@@ -3,6 +3,7 @@
 
 mod dispatch;
 mod distinct_id;
+mod out_stage;
 mod sessions;
 
 use std::borrow::Cow;

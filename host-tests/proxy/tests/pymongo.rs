@@ -164,7 +164,7 @@ fn pymongo_meets_search_not_enabled() {
 /// distinct values in BSON order (`bson_order.rs`) and a database-level aggregate starting
 /// with `$listLocalSessions` (`local_sessions.rs`), its cursor on `<db>.$cmd.aggregate`;
 /// an insert's comment and transaction read concern kept from nx-27017, mongod's
-/// duplicate-key wording (`insert.rs`).
+/// duplicate-key wording (`insert.rs`); `$out` (`conn/out_stage.rs`).
 #[test]
 fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
     let Some((venv, uri)) = venv_and_uri() else {
@@ -173,14 +173,19 @@ fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
     let backend = backend_addr(&uri);
     let proxy = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
     let replica_set =
-        Proxy::start(ProxyConfig::replica_set(backend, "rs0", 1)).expect("start replica-set proxy");
+        Proxy::start(ProxyConfig::replica_set(backend, "rs0", 3)).expect("start replica-set proxy");
     let direct = |p: &Proxy| format!("mongodb://{}/?directConnection=true", p.addresses()[0]);
+    let secondary = format!(
+        "mongodb://{}/?directConnection=true&readPreference=secondaryPreferred",
+        replica_set.addresses()[1]
+    );
     run_python(
         &venv,
         "pymongo_emulations.py",
         &[
             ("PROXY_URI", direct(&proxy)),
             ("PROXY_RS_URI", direct(&replica_set)),
+            ("PROXY_RS_SECONDARY_URI", secondary),
             (
                 "BACKEND_URI",
                 format!("mongodb://{backend}/?directConnection=true"),

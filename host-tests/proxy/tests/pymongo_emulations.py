@@ -13,10 +13,13 @@
 - distinct on _id, which nx-27017 cannot run, answers mongod's values (distinct_id.rs);
 - updateUser, on the users the proxy keeps (fail points apply to it);
 - a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
-  and aborts (transaction_state.rs).
+  and aborts (transaction_state.rs);
+- an aggregate ending in $out, which nx-27017 refuses, replaces the target's documents with
+  the pipeline's results (out_stage.rs): the target created if missing, its indexes kept,
+  untouched when the pipeline fails; also on a 5.0+ secondary and after $listLocalSessions.
 
-Env: PROXY_URI (a standalone proxy), PROXY_RS_URI (a replica-set proxy), BACKEND_URI (the
-nx-27017 behind both).
+Env: PROXY_URI (a standalone proxy), PROXY_RS_URI (a replica-set proxy's primary),
+PROXY_RS_SECONDARY_URI (one of its secondaries), BACKEND_URI (the nx-27017 behind both).
 Exits non-zero on any mismatch.
 """
 
@@ -27,6 +30,7 @@ import sys
 
 import pymongo
 from bson import Int64
+from pymongo.read_concern import ReadConcern
 from pymongo.errors import OperationFailure
 
 FAILURES = []
@@ -223,7 +227,6 @@ check(db.i.count_documents({}) == 5, "and not stored")
 rs = pymongo.MongoClient(os.environ["PROXY_RS_URI"], serverSelectionTimeoutMS=10000)
 rs.emulations.t.drop()
 rs.emulations.create_collection("t")
-from pymongo.read_concern import ReadConcern
 with rs.start_session() as s:
     with s.start_transaction(read_concern=ReadConcern("majority")):
         rs.emulations.t.insert_one({"_id": 1}, session=s)
@@ -264,6 +267,51 @@ with rs.start_session() as s:
         check(True, "committed again (the recorded outcome)")
     except pymongo.errors.PyMongoError as e:
         check(False, f"committed again: {e}")
+
+# --- $out ----------------------------------------------------------------------------
+db = proxy.emulations
+for c in ("src", "out-target", "out2"):
+    db.drop_collection(c)
+# Filters on x: nx-27017's aggregate compares _id as text.
+db.src.insert_many([{"_id": i, "x": i} for i in range(1, 2001)])
+try:
+    backend.emulations.src.aggregate([{"$out": "out2"}])
+    check(False, "nx-27017 itself refuses $out (else out_stage.rs can go)")
+except OperationFailure:
+    check(True, "nx-27017 itself refuses $out")
+got = list(db.src.aggregate([{"$match": {"x": {"$gt": 1500}}}, {"$out": "out-target"}]))
+check(got == [], f"$out answers an empty cursor: {got}")
+docs = list(db["out-target"].find())
+check(len(docs) == 500 and min(d["_id"] for d in docs) == 1501,
+      f"$out into a new collection (a name nx-27017 refuses): {len(docs)} documents")
+db["out-target"].create_index("x", name="by_x")
+db.src.aggregate([{"$match": {"x": {"$lte": 3}}}, {"$out": "out-target"}])
+docs = sorted(d["_id"] for d in db["out-target"].find())
+# nx-27017 names indexes its own way (nx-gaps.py index-names): look at the keys.
+indexes = [dict(i["key"]) for i in db["out-target"].list_indexes()]
+check(docs == [1, 2, 3], f"$out replaces the target's documents: {docs}")
+check({"x": 1} in indexes, f"and keeps its indexes: {indexes}")
+code = code_of(lambda: db.src.aggregate([{"$nope": {}}, {"$out": "out-target"}]))
+docs = list(db["out-target"].find())
+check(code != "ok" and len(docs) == 3, f"a failing pipeline ({code}) leaves the target: {docs}")
+linear = db.get_collection("src", read_concern=ReadConcern("linearizable"))
+code = code_of(lambda: linear.aggregate([{"$out": "out-target"}]))
+check(code == 72, f"$out under a linearizable read concern is refused: {code}")
+proxy.emulations2.drop_collection("o")
+db.src.aggregate([{"$match": {"x": 7}}, {"$out": {"db": "emulations2", "coll": "o"}}])
+docs = list(proxy.emulations2.o.find())
+check(docs == [{"_id": 7, "x": 7}], f"$out into another database: {docs}")
+rs.emulations.drop_collection("out2")
+secondary = pymongo.MongoClient(os.environ["PROXY_RS_SECONDARY_URI"], serverSelectionTimeoutMS=10000)
+check(not secondary.admin.command("hello")["isWritablePrimary"], "a secondary member")
+list(secondary.emulations.src.aggregate([{"$match": {"x": 2}}, {"$out": "out2"}]))
+docs = list(rs.emulations.out2.find())
+check(docs == [{"_id": 2, "x": 2}], f"$out on a 7.0 secondary: {docs}")
+rs.emulations.drop_collection("out2")
+list(rs.emulations.aggregate([{"$listLocalSessions": {}}, {"$limit": 1},
+                              {"$project": {"_id": 1}}, {"$out": "out2"}]))
+n = rs.emulations.out2.count_documents({})
+check(n == 1, f"$out after $listLocalSessions: {n} document(s)")
 
 if FAILURES:
     print(f"{len(FAILURES)} failure(s)")

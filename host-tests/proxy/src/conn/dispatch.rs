@@ -191,7 +191,12 @@ impl Conn {
                 Action::Reply(with_labels(error_doc(code, msg), labels))
             };
             let txn_end = matches!(name, "commitTransaction" | "abortTransaction");
-            if commands::is_write(name, body) || txn_end {
+            // From 5.0 a secondary runs an aggregate's $out or $merge, writing through the
+            // primary, when the client allows it to read.
+            let secondary_write = canonical(name) == "aggregate"
+                && version.max_wire >= 13
+                && commands::secondary_ok(body);
+            if (commands::is_write(name, body) && !secondary_write) || txn_end {
                 return refuse(codes::NOT_WRITABLE_PRIMARY, "not primary");
             }
             if role == Role::Arbiter && commands::is_read(name) {
@@ -265,7 +270,7 @@ impl Conn {
                 return Action::Reply(reply);
             }
         }
-        // What nx-27017 cannot run: $listLocalSessions, distinct on _id (the proxy's).
+        // What nx-27017 cannot run: $listLocalSessions, distinct on _id, $out (the proxy's).
         if crate::local_sessions::applies(name, body) {
             return self.list_local_sessions(db, body);
         }
@@ -274,6 +279,9 @@ impl Conn {
         }
         if super::distinct_id::applies(name, body) {
             return self.distinct_on_id(db, body);
+        }
+        if super::out_stage::applies(name, body) {
+            return self.aggregate_with_out(db, body);
         }
         Action::Forward {
             close_after,

@@ -106,8 +106,16 @@ impl Conn {
                 return Err(format!("storing the session records: {inserted}"));
             }
         }
-        let reply =
-            self.backend_command(&ls::backend_aggregate(body, db, collection, plan.rest))?;
+        let cmd = ls::backend_aggregate(body, db, collection, plan.rest);
+        if let Some((read, target)) = super::out_stage::split(&cmd) {
+            let outcome = self.run_out(&read, &target);
+            self.drop_sessions_collection(collection);
+            return Ok(match outcome? {
+                None => super::out_stage::reply(&format!("{db}.{CMD_AGGREGATE}")),
+                Some(refusal) => refusal,
+            });
+        }
+        let reply = self.backend_command(&cmd)?;
         let id = cursor_id(reply.get_document("cursor").ok().and_then(|c| c.get("id")));
         match id {
             Some(id) if id != 0 => lock(&self.shared.session_cursors).open(id, collection, db),
