@@ -587,8 +587,6 @@ def list_batch_size(db):
 
 
 PROXY_GAPS = [
-    ("onPrimaryTransactionalWrite", "mongod's fail point that aborts a write after it was applied; the proxy stores it and does nothing"),
-    ("authenticate/createUser/updateUser", "the proxy answers CommandNotFound before any fail point applies (nx-27017 lacks them)"),
     ("no-shards", "the sharded cluster is two proxied mongoses in front of one nx-27017: no shardCollection command or change event"),
 ]
 
