@@ -588,8 +588,11 @@ impl Topology {
         conn.generation = self.generation_of(address, service);
         match conn.finish_handshake(&self.settings.connect, handshake) {
             Ok(()) => self.handshake_done(address, id, created, Ok(conn), timeout),
+            // Load Balancer spec: an error after the hello goes through SDAM
+            // error handling, clearing only its service's connections.
             Err(e) => {
-                if !e.is_timeout() {
+                let expired = timeout.deadline().is_expired(runtime::now());
+                if crate::sdam::establishment_marks_unknown(&e, expired) {
                     self.clear(address, service);
                 }
                 failed(self, e)

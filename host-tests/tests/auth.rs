@@ -6,7 +6,7 @@
 //! conversation timing out within the operation's deadline.
 
 use bson::rawdoc;
-use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
+use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind, PoolEventKind};
 use host_tests::guest::{no_options, Guest};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, Stats, User};
 use std::net::SocketAddr;
@@ -21,6 +21,11 @@ fn proxy() -> Proxy {
 
 /// The test users, with `base`'s iteration counts.
 fn proxy_with(base: AuthConfig) -> Proxy {
+    proxy_as(base, ProxyConfig::new)
+}
+
+/// The test users on a proxy of `topology` (a standalone, a load balancer...).
+fn proxy_as(base: AuthConfig, topology: fn(SocketAddr) -> ProxyConfig) -> Proxy {
     let (_, backend) = host_tests::test_server();
     let users = vec![
         User::new("both", "admin", "both-pw"),
@@ -36,7 +41,7 @@ fn proxy_with(base: AuthConfig) -> Proxy {
             users,
             ..base
         },
-        ..ProxyConfig::new(backend)
+        ..topology(backend)
     })
     .unwrap()
 }
@@ -293,6 +298,68 @@ fn without_timeout_ms_connect_timeout_ms_bounds_each_auth_attempt() {
     // out its 5 s: see the upper bound).
     let s = p.stats();
     assert!(commands(&s, "saslContinue") >= 1, "{s:?}");
+}
+
+#[test]
+fn behind_a_load_balancer_an_auth_timeout_clears_only_its_services_connections() {
+    let p = proxy_as(AuthConfig::default(), ProxyConfig::load_balanced);
+    let mut guest = Guest::new(&[addr(&p)]).unwrap();
+    let lb = |app: &str| {
+        uri(
+            &p,
+            "both:both-pw",
+            &format!("?loadBalanced=true&appName={app}"),
+        )
+    };
+    // The fail point's own client is a load-balanced one too (the proxy
+    // refuses others), with another appName.
+    let setup = guest.connect(&lb("setup"), None, false).unwrap().unwrap();
+    let admin = guest.database(setup, "admin", None).unwrap();
+    let fp = rawdoc! {
+        "configureFailPoint": "failCommand",
+        "mode": { "times": 1 },
+        "data": {
+            "failCommands": ["saslContinue"],
+            "blockConnection": true,
+            "blockTimeMS": 2000,
+            "appName": "lbauth",
+        },
+    };
+    guest
+        .run_command(admin, &fp, None)
+        .unwrap()
+        .expect("configureFailPoint");
+
+    // connectTimeoutMS, not the operation's timeoutMS, ends the attempt: a
+    // network timeout during authentication, which SDAM error handling
+    // answers by clearing the service's pool (Load Balancer spec).
+    let client = guest
+        .connect(
+            &format!("{}&connectTimeoutMS=300&retryReads=false", lb("lbauth")),
+            None,
+            true,
+        )
+        .unwrap()
+        .unwrap();
+    let db = guest.database(client, "auth_tests", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+    let e = guest
+        .count_documents(coll, &rawdoc! {}, &no_options())
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e:?}");
+    let events = guest.take_pool_events(client).unwrap();
+    let cleared: Vec<_> = events
+        .iter()
+        .filter(|ev| ev.kind == PoolEventKind::PoolCleared)
+        .collect();
+    assert_eq!(cleared.len(), 1, "{events:?}");
+    let service = cleared[0].service_id.as_deref().unwrap_or_default();
+    assert_eq!(
+        service.len(),
+        24,
+        "a serviceId, as 24 hex digits: {events:?}"
+    );
 }
 
 /// Not a check: prints the cold connection cost (connect + hello + auth +

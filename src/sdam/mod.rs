@@ -315,7 +315,9 @@ pub enum AppError {
 }
 
 /// SDAM error handling for a pool's connection that failed to establish:
-/// whether the server is marked Unknown and its pool cleared. Not for an
+/// whether the server is marked Unknown and its pool cleared (behind a load
+/// balancer, after the hello: its service's connections cleared, the server
+/// left as it is). Not for an
 /// overload (CMAP backpressure labels a network error or timeout before
 /// authentication: the server shedding load), nor when the operation's
 /// timeoutMS ran out (its budget, not the server). Any other error counts,
