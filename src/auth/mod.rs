@@ -18,6 +18,7 @@ use base64::Engine;
 use bson::spec::BinarySubtype;
 use bson::{cstr, rawdoc, Binary, RawBson, RawDocument, RawDocumentBuf};
 use scram::{Hash, KeyCache, Scram};
+use std::rc::Rc;
 
 /// Random bytes in a SCRAM client nonce (32 base64 characters).
 pub const NONCE_BYTES: u64 = 24;
@@ -27,11 +28,18 @@ pub fn nonce_from(random: &[u8]) -> String {
     BASE64.encode(random)
 }
 
-/// A client's credential and what it computed for it, shared by every
-/// connection the client opens.
+thread_local! {
+    /// The SCRAM key cache, one per instance (the guest has one thread): a
+    /// new client of the same user (same password, salt and iterations)
+    /// skips PBKDF2 as a new connection does.
+    static KEYS: Rc<KeyCache> = Rc::default();
+}
+
+/// A client's credential and the instance's SCRAM key cache, shared by
+/// every connection the client opens.
 pub struct Authenticator {
     credential: Credential,
-    cache: KeyCache,
+    cache: Rc<KeyCache>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -110,7 +118,7 @@ impl Authenticator {
         }
         Ok(Authenticator {
             credential,
-            cache: KeyCache::default(),
+            cache: KEYS.with(Rc::clone),
         })
     }
 

@@ -19,8 +19,8 @@ pub const MIN_ITERATIONS: u32 = 4096;
 /// PBKDF2 cannot be interrupted by a deadline; a lying server must not make
 /// the guest compute for minutes. Real deployments use 10,000 to 15,000.
 pub const MAX_ITERATIONS: u32 = 10_000_000;
-/// SCRAM keys kept per client (one credential: one entry per mechanism and
-/// salt in practice; the bound keeps a server that varies its salt harmless).
+/// SCRAM keys kept per instance (an entry per user and mechanism in
+/// practice; the bound keeps a server that varies its salt harmless).
 const CACHE_CAPACITY: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,8 +94,8 @@ struct CacheKey {
 }
 
 /// The auth spec's SCRAM cache: client and server keys per (mechanism,
-/// password, salt, iterations), kept by the client so a new connection
-/// does not run PBKDF2 again.
+/// password, salt, iterations), so that a new connection, or a new client
+/// of the same user, does not run PBKDF2 again.
 #[derive(Default)]
 pub struct KeyCache {
     entries: RefCell<HashMap<CacheKey, Keys>>,

@@ -138,6 +138,32 @@ fn speculative_sha256_conversation_saves_the_saslstart() {
 }
 
 #[test]
+fn a_second_client_of_the_same_user_skips_pbkdf2() {
+    let conversation = |a: &Authenticator| {
+        let hello = a.hello_fields(|| NONCE.into()).unwrap();
+        let reply = rawdoc! {
+            "ok": 1,
+            "speculativeAuthenticate": {
+                "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST),
+            },
+        };
+        let (mut conv, step) = a.after_hello(hello, &reply, no_nonce).unwrap();
+        assert_eq!(payload_text(&sent(step)), CLIENT_FINAL);
+        let last =
+            rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(SERVER_FINAL) };
+        assert_eq!(conv.reply(&last).unwrap(), Step::Done);
+    };
+    let first = auth("mongodb://user:pencil@h/");
+    conversation(&first);
+    let second = auth("mongodb://user:pencil@h/?appName=other");
+    // One instance, one cache: the second client sees the first's run...
+    assert_eq!(second.cache().derivations(), 1);
+    conversation(&second);
+    // ...and its proof came from it.
+    assert_eq!(second.cache().derivations(), 1);
+}
+
+#[test]
 fn without_a_speculative_answer_the_negotiated_mechanism_starts_over() {
     let a = auth("mongodb://user:pencil@h/");
     let hello = a.hello_fields(|| NONCE.into()).unwrap();
