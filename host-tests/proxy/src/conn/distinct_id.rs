@@ -3,9 +3,9 @@
 //! transaction, so that it reads what the distinct would) and answers mongod's reply, the
 //! values sorted, each once (`bson_order.rs`).
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Document};
 
-use super::{cursor_id, is_ok, Action, Conn};
+use super::{Action, Conn};
 use crate::bson_order;
 use crate::server::lock;
 
@@ -54,33 +54,13 @@ impl Conn {
         find.extend(session.clone());
         find.insert("$db", db);
         let find = crate::cluster_time::for_backend(&find).unwrap_or(find);
-        let mut reply = self.backend_command(&find)?;
-        let mut values = Vec::new();
-        // Bounded by the collection: each turn takes one batch of a cursor nx-27017 ends.
-        loop {
-            if !is_ok(&reply) {
-                return Ok(reply);
-            }
-            let cursor = reply.get_document("cursor").map_err(|e| e.to_string())?;
-            let batch = cursor
-                .get_array("firstBatch")
-                .or_else(|_| cursor.get_array("nextBatch"))
-                .map_err(|e| e.to_string())?;
-            values.extend(
-                batch
-                    .iter()
-                    .filter_map(Bson::as_document)
-                    .filter_map(|d| d.get("_id").cloned()),
-            );
-            let id = cursor_id(cursor.get("id")).unwrap_or(0);
-            if id == 0 {
-                break;
-            }
-            let mut more = doc! { "getMore": id, "collection": collection.as_str() };
-            more.extend(session.clone());
-            more.insert("$db", db);
-            reply = self.backend_command(&more)?;
-        }
+        let reply = self.backend_command(&find)?;
+        session.insert("$db", db);
+        let docs = match self.backend_cursor(reply, &collection, &session)? {
+            Ok(docs) => docs,
+            Err(failed) => return Ok(failed),
+        };
+        let values = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
         Ok(doc! { "values": bson_order::distinct(values), "ok": 1.0 })
     }
 }

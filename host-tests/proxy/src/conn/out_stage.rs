@@ -6,7 +6,7 @@
 
 use bson::{doc, Bson, Document};
 
-use super::{cursor_id, is_ok, Action, Conn};
+use super::{is_ok, Action, Conn};
 use crate::codes::{self, error_doc};
 use crate::names;
 
@@ -128,39 +128,19 @@ impl Conn {
         let read = names::encode_command("aggregate", read).unwrap_or_else(|| read.clone());
         let read = &read;
         let coll = &names::encode(coll);
-        let source = read.get("aggregate").cloned().unwrap_or(Bson::Int32(1));
-        let collection = match &source {
-            Bson::String(c) => c.clone(),
-            _ => String::new(),
-        };
-        let session = |cmd: &mut Document| {
-            for key in ["lsid", "$db"] {
-                if let Some(v) = read.get(key) {
-                    cmd.insert(key, v.clone());
-                }
+        // A database-level aggregate (`aggregate: 1`) has no collection; nx-27017 runs none.
+        let collection = read.get_str("aggregate").unwrap_or_default();
+        let mut fields = Document::new();
+        for key in ["lsid", "$db"] {
+            if let Some(v) = read.get(key) {
+                fields.insert(key, v.clone());
             }
-        };
-        let mut results = Vec::new();
-        let mut reply = self.backend_command(read)?;
-        // Bounded by the collection: each turn takes one batch of a cursor nx-27017 ends.
-        loop {
-            if !is_ok(&reply) {
-                return failed(reply);
-            }
-            let cursor = reply.get_document("cursor").map_err(|e| e.to_string())?;
-            let batch = cursor
-                .get_array("firstBatch")
-                .or_else(|_| cursor.get_array("nextBatch"))
-                .map_err(|e| e.to_string())?;
-            results.extend(batch.iter().filter_map(Bson::as_document).cloned());
-            let id = cursor_id(cursor.get("id")).unwrap_or(0);
-            if id == 0 {
-                break;
-            }
-            let mut more = doc! { "getMore": id, "collection": collection.as_str() };
-            session(&mut more);
-            reply = self.backend_command(&more)?;
         }
+        let first = self.backend_command(read)?;
+        let results = match self.backend_cursor(first, collection, &fields)? {
+            Ok(docs) => docs,
+            Err(reply) => return failed(reply),
+        };
         let on_target = |conn: &mut Conn, mut cmd: Document| {
             cmd.insert("$db", db.as_str());
             conn.backend_command(&cmd)

@@ -52,6 +52,36 @@ impl Conn {
         }
     }
 
+    /// Every document of the cursor a backend `reply` opened on `collection`, its getMores
+    /// carrying `fields` (`$db`, the session). `Ok(Err(reply))` is nx-27017's failure.
+    pub(super) fn backend_cursor(
+        &mut self,
+        mut reply: Document,
+        collection: &str,
+        fields: &Document,
+    ) -> Result<Result<Vec<Document>, Document>, String> {
+        let mut docs = Vec::new();
+        // Bounded by the collection: each turn takes one batch of a cursor nx-27017 ends.
+        loop {
+            if !is_ok(&reply) {
+                return Ok(Err(reply));
+            }
+            let cursor = reply.get_document("cursor").map_err(|e| e.to_string())?;
+            let batch = cursor
+                .get_array("firstBatch")
+                .or_else(|_| cursor.get_array("nextBatch"))
+                .map_err(|e| e.to_string())?;
+            docs.extend(batch.iter().filter_map(Bson::as_document).cloned());
+            let id = cursor_id(cursor.get("id")).unwrap_or(0);
+            if id == 0 {
+                return Ok(Ok(docs));
+            }
+            let mut more = doc! { "getMore": id, "collection": collection };
+            more.extend(fields.clone());
+            reply = self.backend_command(&more)?;
+        }
+    }
+
     fn drop_sessions_collection(&mut self, collection: &str) {
         self.drop_after_reply.push(collection.to_string());
     }
