@@ -55,7 +55,7 @@ pub struct WriteConcernError {
 /// What a failed insert-many, bulk write or client bulk write reports
 /// (CRUD spec and Bulk Write spec, BulkWriteException): its errors and what
 /// it wrote.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WriteFailure {
     pub write_errors: Vec<WriteError>,
     pub write_concern_errors: Vec<WriteConcernError>,

@@ -30,6 +30,14 @@ try {
   console.log(`findOne: ${noether.name} has _id ${noether._id.constructor.name}`);
   [started, cpu] = [performance.now(), process.cpuUsage()];
   console.log(`count: ${people.countDocuments({})}`);
+  [started, cpu] = [performance.now(), process.cpuUsage()];
+  try {
+    people.insertMany([{ _id: 1, name: "Alan Turing" }, { _id: 1, name: "Alan Turing" }]);
+  } catch (e) {
+    if (!e.writeErrors) throw e;
+    const [w] = e.writeErrors;
+    console.log(`insertMany: ${e.kind} at index ${w.index} (code ${w.code}), ${e.insertedIds.length} inserted`);
+  }
 } catch (e) {
   // `kind` is the WIT error-kind; the times are those of the failed call
   // (CPU: this process's threads, the shim's I/O worker included).

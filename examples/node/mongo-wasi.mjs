@@ -13,7 +13,8 @@ import { serialize, deserialize } from "bson";
 
 /** A failed driver call: `kind` is the WIT error-kind ("timeout", "network", "server", ...). */
 export class MongoWasiError extends Error {
-  constructor(e) {
+  /** `e`: the WIT `error`; `bulk`: insertMany's `bulk-write-error` around it. */
+  constructor(e, bulk) {
     super(`${e.kind}: ${e.message}`);
     this.name = "MongoWasiError";
     this.kind = e.kind;
@@ -22,6 +23,15 @@ export class MongoWasiError extends Error {
     this.labels = e.labels;
     this.reason = e.cause; // the error behind a timeout, as text
     this.reply = e.reply === undefined ? undefined : deserialize(e.reply);
+    if (bulk) {
+      this.writeErrors = bulk.writeErrors.map(({ index, code, codeName, message }) => ({
+        index,
+        code,
+        codeName,
+        message,
+      }));
+      this.insertedIds = bulk.partialResult?.insertedIds.map((i) => object(i.id).v);
+    }
   }
 }
 
@@ -33,8 +43,11 @@ function call(f) {
     // jco 1.x throws a WIT `result`'s error record as it is; older jco wrapped
     // it in a ComponentError's `payload`.
     const p = e?.payload ?? e;
-    if (p && typeof p.kind === "string" && typeof p.message === "string") {
-      throw new MongoWasiError(p);
+    // insert-many fails with a bulk-write-error: the error and the write errors.
+    const bulk = p && typeof p.error === "object" ? p : undefined;
+    const err = bulk ? bulk.error : p;
+    if (err && typeof err.kind === "string" && typeof err.message === "string") {
+      throw new MongoWasiError(err, bulk);
     }
     throw e;
   }

@@ -10,7 +10,7 @@ use crate::bindings::exports::mongo_wasi::driver::database::{
     CollectionOptions, RunCommandOptions,
 };
 use crate::bindings::exports::mongo_wasi::driver::types::{
-    Batch, CommandEvent, Error, PoolEvent, SdamEvent,
+    Batch, BulkWriteError, CommandEvent, Error, PoolEvent, SdamEvent,
 };
 use crate::bindings::Driver;
 use crate::{driver_pre, new_store, wasi_state, HostState};
@@ -245,7 +245,7 @@ impl Guest {
         coll: Collection,
         docs: &[bson::RawDocumentBuf],
         opts: &OpOptions,
-    ) -> Result<WitResult<Vec<bson::Bson>>> {
+    ) -> Result<std::result::Result<Vec<bson::Bson>, BulkWriteError>> {
         let bytes: Vec<Vec<u8>> = docs.iter().map(|d| d.as_bytes().to_vec()).collect();
         let r = self
             .driver

@@ -16,7 +16,7 @@ use host_tests::bindings::exports::mongo_wasi::driver::collection::{
     DeleteModel, UpdateModel, UpdateSpec, WriteModel,
 };
 use host_tests::bindings::exports::mongo_wasi::driver::types::{
-    ClientBulkWriteResult, CommandEventKind, Error, ErrorKind,
+    ClientBulkWriteError, ClientBulkWriteResult, CommandEventKind, ErrorKind,
 };
 use host_tests::guest::{no_options, unvalue, Client, Guest};
 
@@ -47,7 +47,7 @@ fn bulk_write(
     client: Client,
     models: &[ClientWriteModel],
     options: &ClientBulkWriteOptions,
-) -> Result<ClientBulkWriteResult, Error> {
+) -> Result<ClientBulkWriteResult, ClientBulkWriteError> {
     g.driver
         .mongo_wasi_driver_client()
         .client()
@@ -188,18 +188,14 @@ fn write_errors_come_by_model_index_with_the_partial_result() {
     // Ordered: stops at the duplicate (model 1); model 0 was written.
     let err = bulk_write(&mut g, client, &ids(&[2, 1, 3]), &options(None, true))
         .expect_err("duplicate _id");
-    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
-    assert_eq!(err.code, Some(11000));
+    assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.error.code, Some(11000));
     assert_eq!(err.write_errors.len(), 1, "{err:?}");
     assert_eq!(
         (err.write_errors[0].index, err.write_errors[0].code),
         (1, 11000)
     );
-    assert!(err.partial_result.is_none(), "not a collection bulk write");
-    let partial = err
-        .client_partial_result
-        .as_ref()
-        .expect("model 0 was written");
+    let partial = err.partial_result.as_ref().expect("model 0 was written");
     assert_eq!(partial.inserted_count, 1);
     let v = partial.verbose_results.as_ref().unwrap();
     let written: Vec<(u32, Bson)> = v
@@ -223,10 +219,7 @@ fn write_errors_come_by_model_index_with_the_partial_result() {
     .expect_err("duplicate _ids");
     let indexes: Vec<u32> = err.write_errors.iter().map(|w| w.index).collect();
     assert_eq!(indexes, [0, 2]);
-    let partial = err
-        .client_partial_result
-        .as_ref()
-        .expect("two were written");
+    let partial = err.partial_result.as_ref().expect("two were written");
     assert_eq!(partial.inserted_count, 2);
     assert!(partial.verbose_results.is_none(), "summary results only");
 
@@ -234,11 +227,11 @@ fn write_errors_come_by_model_index_with_the_partial_result() {
     let err =
         bulk_write(&mut g, client, &ids(&[1]), &options(None, false)).expect_err("duplicate _id");
     assert_eq!(err.write_errors.len(), 1);
-    assert!(err.client_partial_result.is_none(), "{err:?}");
+    assert!(err.partial_result.is_none(), "{err:?}");
 
     // Refused before any I/O.
     let err = bulk_write(&mut g, client, &[], &options(None, false)).expect_err("no models");
-    assert_eq!(err.kind, ErrorKind::InvalidArgument);
+    assert_eq!(err.error.kind, ErrorKind::InvalidArgument);
     let w0 = ClientBulkWriteOptions {
         write_concern: Some(
             host_tests::bindings::exports::mongo_wasi::driver::types::WriteConcern {
@@ -250,8 +243,12 @@ fn write_errors_come_by_model_index_with_the_partial_result() {
         ..options(None, false)
     };
     let err = bulk_write(&mut g, client, &ids(&[9]), &w0).expect_err("w:0 and ordered");
-    assert_eq!(err.kind, ErrorKind::InvalidArgument);
-    assert!(err.message.contains("ordered"), "{}", err.message);
+    assert_eq!(err.error.kind, ErrorKind::InvalidArgument);
+    assert!(
+        err.error.message.contains("ordered"),
+        "{}",
+        err.error.message
+    );
 }
 
 #[test]
@@ -276,17 +273,14 @@ fn batches_split_by_max_write_batch_size_and_results_cursors_are_read_to_the_end
         ["bulkWrite", "getMore", "bulkWrite"],
         "two models per command (maxWriteBatchSize 2), the first results cursor read with getMore"
     );
-    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
     let failed: Vec<(u32, i32)> = err.write_errors.iter().map(|w| (w.index, w.code)).collect();
     assert_eq!(
         failed,
         [(2, 11000)],
         "the second batch's index 0 is model 2"
     );
-    let partial = err
-        .client_partial_result
-        .as_ref()
-        .expect("two were written");
+    let partial = err.partial_result.as_ref().expect("two were written");
     assert_eq!(partial.inserted_count, 2);
     let v = partial.verbose_results.as_ref().unwrap();
     let inserted: Vec<(u32, Bson)> = v
@@ -318,13 +312,13 @@ fn one_deadline_bounds_the_client_bulk_write() {
     let started = Instant::now();
     let err = bulk_write(&mut g, client, &models, &opts).expect_err("no reply");
     let elapsed = started.elapsed();
-    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert_eq!(err.error.kind, ErrorKind::Timeout, "{err:?}");
     // Slack for a loaded 2-core machine, not driver work.
     assert!(
         elapsed >= Duration::from_millis(495) && elapsed <= Duration::from_millis(2000),
         "returned after {elapsed:?} for a 500 ms deadline"
     );
-    assert!(err.client_partial_result.is_none(), "nothing was observed");
+    assert!(err.partial_result.is_none(), "nothing was observed");
 }
 
 #[test]
@@ -342,7 +336,7 @@ fn a_failed_get_more_ends_the_bulk_write_with_what_was_observed() {
     // The top-level error is the getMore's; nothing more is sent but the
     // killCursors of the results cursor (spec, "Top-Level Errors").
     assert_eq!(
-        (err.kind, err.code),
+        (err.error.kind, err.error.code),
         (ErrorKind::Server, Some(8)),
         "{err:?}"
     );
@@ -354,7 +348,7 @@ fn a_failed_get_more_ends_the_bulk_write_with_what_was_observed() {
     assert_eq!(sent, ["bulkWrite", "getMore", "killCursors"]);
     assert!(err.write_errors.is_empty());
     let partial = err
-        .client_partial_result
+        .partial_result
         .as_ref()
         .expect("one insert was observed");
     let v = partial.verbose_results.as_ref().unwrap();

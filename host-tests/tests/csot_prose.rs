@@ -175,7 +175,7 @@ fn multi_batch_inserts_share_one_deadline() {
         .expect_err("the second batch cannot finish in time");
     let elapsed = t.elapsed();
     fail_point_off(&mut g, internal);
-    assert_timeout(&err);
+    assert_timeout(&err.error);
     let inserts = started(&g.take_events(client).unwrap(), "insert");
     assert_eq!(inserts.len(), 2, "two batches, one deadline");
     assert!(inserts

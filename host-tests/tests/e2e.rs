@@ -431,8 +431,8 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         .call_bulk_write(&mut g.store, coll.0, &models, &no_options())
         .unwrap()
         .expect_err("duplicate _id");
-    assert_eq!(err.code, Some(11000));
-    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.error.code, Some(11000));
+    assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
     assert_eq!(err.write_errors.len(), 1, "{err:?}");
     assert_eq!(
         (err.write_errors[0].index, err.write_errors[0].code),
@@ -450,7 +450,7 @@ fn bulk_write_runs_mixed_models_and_reports_partial_results() {
         [(0, bson::Bson::Int32(4))],
         "ordered: nothing after the failure"
     );
-    let reply = bson::RawDocument::from_bytes(err.reply.as_deref().unwrap()).unwrap();
+    let reply = bson::RawDocument::from_bytes(err.error.reply.as_deref().unwrap()).unwrap();
     let partial = reply.get_document("partialResult").unwrap();
     assert_eq!(partial.get_i64("insertedCount").unwrap(), 1);
     let first = reply

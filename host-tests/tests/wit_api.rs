@@ -338,8 +338,8 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
         .insert_many(coll, &docs, &unordered)
         .unwrap()
         .expect_err("a duplicate _id");
-    assert_eq!(err.kind, ErrorKind::DuplicateKey, "{err:?}");
-    assert_eq!(err.code, Some(11000));
+    assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.error.code, Some(11000));
     assert_eq!(err.write_errors.len(), 1);
     assert_eq!(
         (err.write_errors[0].index, err.write_errors[0].code),

@@ -6,9 +6,9 @@ use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions
 use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
 use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
 use super::exports::mongo_wasi::driver::types::{
-    ClientBulkWriteResult, CommandEvent, CommandEventKind, LogComponent, LogLevel, LogMessage,
-    LogOptions, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind, ServerDescription, ServerType,
-    TopologyDescription, TopologyType,
+    ClientBulkWriteError, ClientBulkWriteResult, CommandEvent, CommandEventKind, LogComponent,
+    LogLevel, LogMessage, LogOptions, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind,
+    ServerDescription, ServerType, TopologyDescription, TopologyType,
 };
 use super::session::SessionRes;
 use super::{doc, to_wit, wrap, Component, WitResult};
@@ -56,7 +56,7 @@ impl GuestClient for ClientRes {
         &self,
         models: Vec<ClientWriteModel>,
         options: ClientBulkWriteOptions<'_>,
-    ) -> WitResult<ClientBulkWriteResult> {
+    ) -> Result<ClientBulkWriteResult, ClientBulkWriteError> {
         let models = models
             .into_iter()
             .map(|m| {
@@ -78,8 +78,10 @@ impl GuestClient for ClientRes {
             verbose_results: options.verbose_results,
             extra: super::opt_doc(options.extra)?,
         };
-        let r = wrap(self.0.bulk_write(&models, &opts))?;
-        Ok(super::client_bulk_write_result(r))
+        let r = self.0.bulk_write(&models, &opts);
+        Ok(super::client_bulk_write_result(
+            r.map_err(super::to_wit_client_bulk)?,
+        ))
     }
 
     fn database(&self, name: String, options: CollectionOptions) -> Database {

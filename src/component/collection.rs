@@ -6,7 +6,8 @@ use super::exports::mongo_wasi::driver::cursor::{
     self as wit_cursor, Cursor as WitCursor, GuestCursor, PackedBatch, TimeoutMode,
 };
 use super::exports::mongo_wasi::driver::types::{
-    Batch, BulkWriteResult, DeleteResult, InsertManyResult, InsertOneResult, UpdateResult,
+    Batch, BulkWriteError, BulkWriteResult, DeleteResult, InsertManyResult, InsertOneResult,
+    UpdateResult,
 };
 use super::session::SessionRes;
 use super::{
@@ -205,11 +206,11 @@ impl GuestCollection for CollectionRes {
         &self,
         documents: Vec<Vec<u8>>,
         options: OpOptions<'_>,
-    ) -> WitResult<InsertManyResult> {
-        let ids = wrap(
-            self.0
-                .insert_many(&docs(documents)?, &op_options(&options)?),
-        )?;
+    ) -> Result<InsertManyResult, BulkWriteError> {
+        let ids = self
+            .0
+            .insert_many(&docs(documents)?, &op_options(&options)?)
+            .map_err(super::to_wit_bulk)?;
         Ok(InsertManyResult {
             inserted_ids: ids.into_iter().map(to_value).collect(),
         })
@@ -365,13 +366,13 @@ impl GuestCollection for CollectionRes {
         &self,
         models: Vec<WriteModel>,
         options: OpOptions<'_>,
-    ) -> WitResult<BulkWriteResult> {
+    ) -> Result<BulkWriteResult, BulkWriteError> {
         let models = models
             .into_iter()
             .map(write_model)
             .collect::<WitResult<Vec<_>>>()?;
         let r = self.0.bulk_write(&models, &op_options(&options)?);
-        Ok(super::bulk_write_result(wrap(r)?))
+        Ok(super::bulk_write_result(r.map_err(super::to_wit_bulk)?))
     }
 
     fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {

@@ -39,35 +39,6 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         ErrorKind::DuplicateKey => wit::ErrorKind::DuplicateKey,
         ErrorKind::WriteConcern => wit::ErrorKind::WriteConcern,
     };
-    let write_error = |w: crate::WriteError| wit::WriteError {
-        index: w.index,
-        code: w.code,
-        code_name: w.code_name,
-        message: w.message,
-        details: w.details.map(|d| d.into_bytes()),
-    };
-    let concern_error = |w: crate::WriteConcernError| wit::WriteConcernError {
-        code: w.code,
-        code_name: w.code_name,
-        message: w.message,
-        details: w.details.map(|d| d.into_bytes()),
-    };
-    let (write_errors, write_concern_errors, partial_result, client_partial_result) =
-        match e.write_failure {
-            None => (Vec::new(), Vec::new(), None, None),
-            Some(f) => {
-                let f = *f;
-                (
-                    f.write_errors.into_iter().map(write_error).collect(),
-                    f.write_concern_errors
-                        .into_iter()
-                        .map(concern_error)
-                        .collect(),
-                    f.partial_result.map(bulk_write_result),
-                    f.client_partial_result.map(client_bulk_write_result),
-                )
-            }
-        };
     wit::Error {
         kind,
         code: e.code,
@@ -76,10 +47,81 @@ pub(crate) fn to_wit(e: Error) -> wit::Error {
         message: e.message,
         cause: e.cause.map(|c| c.to_string()),
         reply: e.reply.map(|r| r.into_bytes()),
+    }
+}
+
+/// The write errors and write concern errors of a failed bulk write, as WIT.
+fn write_failures(
+    f: &mut crate::WriteFailure,
+) -> (Vec<wit::WriteError>, Vec<wit::WriteConcernError>) {
+    let write_errors = std::mem::take(&mut f.write_errors)
+        .into_iter()
+        .map(|w| wit::WriteError {
+            index: w.index,
+            code: w.code,
+            code_name: w.code_name,
+            message: w.message,
+            details: w.details.map(|d| d.into_bytes()),
+        })
+        .collect();
+    let concern_errors = std::mem::take(&mut f.write_concern_errors)
+        .into_iter()
+        .map(|w| wit::WriteConcernError {
+            code: w.code,
+            code_name: w.code_name,
+            message: w.message,
+            details: w.details.map(|d| d.into_bytes()),
+        })
+        .collect();
+    (write_errors, concern_errors)
+}
+
+/// How insert-many and a collection's bulk-write fail: only they carry the
+/// write failure, so only their glue lowers it (each export lowers its own
+/// error type, and a large one in every export cost ~4 KB of code apiece).
+pub(crate) fn to_wit_bulk(mut e: Error) -> wit::BulkWriteError {
+    let mut f = e.write_failure.take().map(|f| *f).unwrap_or_default();
+    let (write_errors, write_concern_errors) = write_failures(&mut f);
+    wit::BulkWriteError {
+        error: to_wit(e),
         write_errors,
         write_concern_errors,
-        partial_result,
-        client_partial_result,
+        partial_result: f.partial_result.map(bulk_write_result),
+    }
+}
+
+/// How a client bulk-write fails (Bulk Write spec, ClientBulkWriteException).
+pub(crate) fn to_wit_client_bulk(mut e: Error) -> wit::ClientBulkWriteError {
+    let mut f = e.write_failure.take().map(|f| *f).unwrap_or_default();
+    let (write_errors, write_concern_errors) = write_failures(&mut f);
+    wit::ClientBulkWriteError {
+        error: to_wit(e),
+        write_errors,
+        write_concern_errors,
+        partial_result: f.client_partial_result.map(client_bulk_write_result),
+    }
+}
+
+/// An argument refused before any write: no write failure to report.
+impl From<wit::Error> for wit::BulkWriteError {
+    fn from(error: wit::Error) -> Self {
+        Self {
+            error,
+            write_errors: Vec::new(),
+            write_concern_errors: Vec::new(),
+            partial_result: None,
+        }
+    }
+}
+
+impl From<wit::Error> for wit::ClientBulkWriteError {
+    fn from(error: wit::Error) -> Self {
+        Self {
+            error,
+            write_errors: Vec::new(),
+            write_concern_errors: Vec::new(),
+            partial_result: None,
+        }
     }
 }
 

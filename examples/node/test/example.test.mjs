@@ -41,6 +41,7 @@ test("connects, inserts, finds and prints against the test server", { skip: !pro
       "found Grace Hopper, born 1906: computing",
       "findOne: Emmy Noether has _id ObjectId",
       "count: 3",
+      "insertMany: duplicate-key at index 1 (code 11000), 1 inserted",
       "",
     ].join("\n"),
   );

@@ -1,6 +1,7 @@
 //! `expectError`: the assertions about an error a driver operation returned.
 
 use super::matching::{self, Lookup};
+use super::operations::OpError;
 use crate::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
 use bson::{Bson, Document};
 
@@ -49,7 +50,7 @@ fn nested(reply: &Document) -> Vec<&Document> {
 }
 
 /// Checks every assertion of an `expectedError` document; the first that fails says why.
-pub fn check(expected: &Document, e: &Error, lookup: &dyn Lookup) -> Result<(), String> {
+pub fn check(expected: &Document, e: &OpError, lookup: &dyn Lookup) -> Result<(), String> {
     let reply = reply(e);
     let nested = reply.as_ref().map(nested).unwrap_or_default();
     let fail = |what: String| Err(format!("{what}; the error was {}", describe(e)));
@@ -117,8 +118,8 @@ pub fn check(expected: &Document, e: &Error, lookup: &dyn Lookup) -> Result<(), 
                     .map_err(|m| format!("errorResponse: {m}"))?;
             }
             // A partial result (BulkWriteException.writeResult / partialResult):
-            // the WIT error's `client-partial-result` (client bulk write), else
-            // its `partial-result` (insert-many and bulk-write), else nothing.
+            // the client bulk-write-error's `partial-result`, else the
+            // bulk-write-error's (insert-many and bulk-write), else nothing.
             "expectResult" => {
                 use crate::unified::operations::{client, collection};
                 let partial = match (&e.client_partial_result, &e.partial_result) {
@@ -217,15 +218,11 @@ mod tests {
             message: "write failed".into(),
             cause: None,
             reply: Some(reply.as_bytes().to_vec()),
-            write_errors: Vec::new(),
-            write_concern_errors: Vec::new(),
-            partial_result: None,
-            client_partial_result: None,
         }
     }
 
     fn run(expected: Document, e: &Error) -> Result<(), String> {
-        check(&expected, e, &NoEntities)
+        check(&expected, &OpError::from(e.clone()), &NoEntities)
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl TestRun {
                 .collect();
             let majority = op(Some(doc! { "writeConcern": { "w": "majority" } }))?;
             api.call_insert_many(&mut g.store, coll, &encoded?, &majority)?
-                .map_err(|e| failed(&format!("{what}: insert"), e))?;
+                .map_err(|e| failed(&format!("{what}: insert"), e.error))?;
         }
         coll.resource_drop(&mut g.store)?;
         Ok(())

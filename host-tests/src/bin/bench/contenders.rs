@@ -298,7 +298,10 @@ impl Contender for Wasi<'_> {
                 let docs: Vec<RawDocumentBuf> = vec![doc.clone(); ops];
                 let coll = self.scratch;
                 whole(|| {
-                    wit(self.guest.insert_many(coll, &docs, &no_options())?)?;
+                    wit(self
+                        .guest
+                        .insert_many(coll, &docs, &no_options())?
+                        .map_err(|e| e.error))?;
                     Ok(())
                 })?
             }

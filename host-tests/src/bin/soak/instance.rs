@@ -175,7 +175,7 @@ impl Instance {
             .mongo_wasi_driver_collection()
             .collection()
             .call_insert_many(&mut self.store, self.coll, docs, &op_options(None))?;
-        Ok(r.map(|_| ()))
+        Ok(r.map(|_| ()).map_err(|e| e.error))
     }
 
     /// Answers the matched count.

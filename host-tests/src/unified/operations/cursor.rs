@@ -45,8 +45,8 @@ pub fn drain(guest: &mut Guest, cursor: ResourceAny) -> Step<Result<Vec<Document
 /// A cursor result as an iterable's documents.
 pub fn documents(guest: &mut Guest, r: Result<ResourceAny, WitError>) -> Step<OpResult> {
     match r {
-        Ok(c) => Ok(drain(guest, c)?.map(Output::Documents)),
-        Err(e) => Ok(Err(e)),
+        Ok(c) => Ok(drain(guest, c)?.map(Output::Documents).map_err(Into::into)),
+        Err(e) => Ok(Err(e.into())),
     }
 }
 
@@ -97,7 +97,7 @@ impl TestRun {
                         ));
                     }
                     if let Err(e) = fetch(guest, c)? {
-                        return Ok(Err(e));
+                        return Ok(Err(e.into()));
                     }
                     empty += 1;
                     if empty > MAX_EMPTY {
@@ -115,13 +115,13 @@ impl TestRun {
                 args.done()?;
                 if c.buffer.is_empty() && !c.exhausted {
                     if let Err(e) = fetch(guest, c)? {
-                        return Ok(Err(e));
+                        return Ok(Err(e.into()));
                     }
                     // The first next-batch hands over the initial batch without a round
                     // trip; an empty one still owes the getMore the spec asks for.
                     if c.batches == 1 && c.buffer.is_empty() && !c.exhausted {
                         if let Err(e) = fetch(guest, c)? {
-                            return Ok(Err(e));
+                            return Ok(Err(e.into()));
                         }
                     }
                 }

@@ -15,7 +15,10 @@ use super::errors;
 use super::matching;
 use super::testcase::TestRun;
 use super::{Fail, Step};
-use crate::bindings::exports::mongo_wasi::driver::types::{Error as WitError, ErrorKind};
+use crate::bindings::exports::mongo_wasi::driver::types::{
+    BulkWriteError, BulkWriteResult, ClientBulkWriteError, ClientBulkWriteResult,
+    Error as WitError, ErrorKind, WriteConcernError, WriteError,
+};
 use bson::{Bson, Document};
 use wasmtime::component::ResourceAny;
 
@@ -30,7 +33,59 @@ pub enum Output {
 }
 
 /// The driver's answer: a result, or the error it returned.
-pub type OpResult = Result<Output, WitError>;
+pub type OpResult = Result<Output, OpError>;
+
+/// A failed operation: the WIT error and, from insert-many and the bulk
+/// writes (whose WIT error types carry them), what the writes did.
+#[derive(Clone, Debug)]
+pub struct OpError {
+    pub error: WitError,
+    pub write_errors: Vec<WriteError>,
+    pub write_concern_errors: Vec<WriteConcernError>,
+    pub partial_result: Option<BulkWriteResult>,
+    pub client_partial_result: Option<ClientBulkWriteResult>,
+}
+
+impl std::ops::Deref for OpError {
+    type Target = WitError;
+    fn deref(&self) -> &WitError {
+        &self.error
+    }
+}
+
+impl From<WitError> for OpError {
+    fn from(error: WitError) -> Self {
+        OpError {
+            error,
+            write_errors: Vec::new(),
+            write_concern_errors: Vec::new(),
+            partial_result: None,
+            client_partial_result: None,
+        }
+    }
+}
+
+impl From<BulkWriteError> for OpError {
+    fn from(e: BulkWriteError) -> Self {
+        OpError {
+            partial_result: e.partial_result,
+            write_errors: e.write_errors,
+            write_concern_errors: e.write_concern_errors,
+            ..e.error.into()
+        }
+    }
+}
+
+impl From<ClientBulkWriteError> for OpError {
+    fn from(e: ClientBulkWriteError) -> Self {
+        OpError {
+            client_partial_result: e.partial_result,
+            write_errors: e.write_errors,
+            write_concern_errors: e.write_concern_errors,
+            ..e.error.into()
+        }
+    }
+}
 
 const OP_KEYS: &[&str] = &[
     "name",
@@ -95,10 +150,10 @@ impl TestRun {
         self.drain_events()?;
         match result {
             Err(e) if e.kind != ErrorKind::NotImplemented && !op.contains_key("expectError") => {
-                Ok(Some(e))
+                Ok(Some(e.error))
             }
             result => {
-                let error = result.as_ref().err().cloned();
+                let error = result.as_ref().err().map(|e| e.error.clone());
                 self.check_result(name, op, result)?;
                 Ok(error)
             }
@@ -217,9 +272,12 @@ pub fn unwrap_v(bytes: &[u8], what: &str) -> Step<Bson> {
 }
 
 /// Converts a WIT call's inner result.
-pub fn output<T>(r: Result<T, WitError>, f: impl FnOnce(T) -> Step<Output>) -> Step<OpResult> {
+pub fn output<T, E: Into<OpError>>(
+    r: Result<T, E>,
+    f: impl FnOnce(T) -> Step<Output>,
+) -> Step<OpResult> {
     match r {
         Ok(v) => f(v).map(Ok),
-        Err(e) => Ok(Err(e)),
+        Err(e) => Ok(Err(e.into())),
     }
 }

@@ -108,7 +108,7 @@ impl TestRun {
                 .transaction_runner()
                 .call_step(&mut self.guest.store, runner)?;
             match step {
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok(Err(e.into())),
                 Ok(RunnerStep::Done) => return Ok(Ok(Output::None)),
                 Ok(RunnerStep::RunBody) => {
                     let outcome = self.callback(callback)?;
