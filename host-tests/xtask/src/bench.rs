@@ -70,7 +70,7 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
     setup::steps(run, ctx)?;
     let target = ctx.target_dir()?.to_path_buf();
     run.step("bench: build the component (mongo_wasi.wasm)", || {
-        exec(&mut ctx.cargo(&["build", "--target", "wasm32-wasip2", "--release"]))
+        crate::component::build(ctx)
     })?;
     let profile = if a.quick { "debug" } else { "release" };
     run.step(&format!("bench: build the harness ({profile})"), || {
@@ -136,10 +136,7 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
             .arg(ctx.venv_bin("python"))
             .arg("--pyscript")
             .arg(ctx.root.join("host-tests/bench/pymongo_bench.py"))
-            .env(
-                "MONGO_WASI_COMPONENT",
-                target.join("wasm32-wasip2/release/mongo_wasi.wasm"),
-            );
+            .env("MONGO_WASI_COMPONENT", crate::component::path(ctx)?);
         if pinned {
             cmd.args(["--pinned", "taskset -c 0 (harness, server, all contenders)"]);
         }

@@ -3,6 +3,7 @@
 //! std only, so that it compiles in seconds on a fresh machine.
 
 mod bench;
+mod component;
 mod examples;
 mod imports;
 mod node;

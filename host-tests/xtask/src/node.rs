@@ -33,9 +33,7 @@ pub fn test_step(ctx: &Ctx) -> Result<()> {
         cmd
     };
     exec(&mut in_dir("npm", &["ci", "--no-audit", "--no-fund"]))?;
-    let component = ctx
-        .target_dir()?
-        .join("wasm32-wasip2/release/mongo_wasi.wasm");
+    let component = crate::component::path(ctx)?;
     exec(in_dir("node", &["transpile.mjs"]).arg(&component))?;
     let server = Server::start(ctx)?;
     let mut cmd = in_dir("node", &["--test", "test/"]);

@@ -65,13 +65,14 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
     // the notes guest the component glue it links without. The guest goes first: its
     // build also emits mongo-wasi's cdylib without the glue, over mongo_wasi.wasm, and
-    // the component build after it puts the real component back.
+    // the component build after it puts the real component back (component.rs).
     run.step("build: example guest (notes.wasm)", || {
         exec(&mut ctx.cargo(&[&wasm[..], &["-p", "notes"]].concat()))
     })?;
-    run.step("build: component (mongo_wasi.wasm)", || {
-        exec(&mut ctx.cargo(&wasm))
-    })?;
+    run.step(
+        "build: component (mongo_wasi.wasm: cdylib, wasm-opt -Oz)",
+        || crate::component::build(ctx),
+    )?;
     run.step("build: host tests and run-guest (native)", || {
         exec(&mut ctx.cargo(&["build", "-p", "host-tests", "--bins", "--tests"]))
     })?;
@@ -178,9 +179,7 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
 }
 
 fn component_path(ctx: &Ctx) -> Result<PathBuf> {
-    Ok(ctx
-        .target_dir()?
-        .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+    crate::component::path(ctx)
 }
 
 /// The WIT package `wit/` as a binary package, for consumers that fetch or

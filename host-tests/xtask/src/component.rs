@@ -1,0 +1,129 @@
+//! Builds the shipped component, `target/wasm32-wasip2/release/mongo_wasi.wasm`:
+//!
+//! 1. the driver's core module alone: `cargo rustc --crate-type cdylib`, linked
+//!    with `--skip-wit-component`. Built together with the rlib (as `cargo
+//!    build` does, from `crate-type = ["cdylib", "rlib"]`) the cdylib came out
+//!    7% larger and slower;
+//! 2. binaryen's `wasm-opt -Oz` over it (Node.js runs binaryen's wasm build,
+//!    pinned in `host-tests/wasm-opt`): 12% smaller and faster again;
+//! 3. `wasm-tools component new` with the driver's own preview1 adapter, as
+//!    wasm-component-ld would have done.
+//!
+//! Without Node.js and npm, step 2 is left out, and this is printed.
+//! Optimising takes half a minute, so the output is reused while the core
+//! module is unchanged.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::run::{exec, on_path, Ctx, Result};
+
+/// binaryen cannot read the features from the module (the release build
+/// strips `target_features`): these are the ones rustc's wasm32-wasip2 emits.
+const FEATURES: [&str; 8] = [
+    "--enable-bulk-memory",
+    "--enable-bulk-memory-opt",
+    "--enable-call-indirect-overlong",
+    "--enable-multivalue",
+    "--enable-mutable-globals",
+    "--enable-nontrapping-float-to-int",
+    "--enable-reference-types",
+    "--enable-sign-ext",
+];
+
+const ADAPTER: &str = "src/component/adapter/wasi_snapshot_preview1.wasm";
+
+pub fn path(ctx: &Ctx) -> Result<PathBuf> {
+    Ok(ctx
+        .target_dir()?
+        .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+}
+
+pub fn build(ctx: &Ctx) -> Result<()> {
+    exec(&mut ctx.cargo(&[
+        "rustc",
+        "-p",
+        "mongo-wasi",
+        "--lib",
+        "--release",
+        "--target",
+        "wasm32-wasip2",
+        "--crate-type",
+        "cdylib",
+        "--",
+        "-C",
+        "link-arg=--skip-wit-component",
+    ]))?;
+    let out = path(ctx)?;
+    let core = read(&out)?;
+    let cache = ctx.target_dir()?.join("component");
+    fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let (cached_core, cached) = (cache.join("core.wasm"), cache.join("mongo_wasi.wasm"));
+    if cached.exists() && fs::read(&cached_core).ok().as_deref() == Some(&core[..]) {
+        println!("  core module unchanged: the optimised component is reused");
+    } else {
+        let optimised = cache.join("core-opt.wasm");
+        let input = match wasm_opt(ctx, &out, &optimised)? {
+            true => optimised,
+            false => out.clone(),
+        };
+        let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
+        cmd.args(["component", "new"])
+            .arg(&input)
+            .arg("--adapt")
+            .arg(format!(
+                "wasi_snapshot_preview1={}",
+                ctx.root.join(ADAPTER).display()
+            ))
+            .arg("-o")
+            .arg(&cached);
+        exec(&mut cmd)?;
+        write(&cached_core, &core)?;
+    }
+    // A rename, not a write: cargo hard-links its output to deps/, which
+    // keeps the core module.
+    let tmp = out.with_extension("wasm.tmp");
+    fs::copy(&cached, &tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!(
+        "  core module {} bytes; component {} bytes: {}",
+        core.len(),
+        read(&out)?.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// `wasm-opt -Oz` from `core` into `into`; false when Node.js or npm is missing.
+fn wasm_opt(ctx: &Ctx, core: &Path, into: &Path) -> Result<bool> {
+    if !on_path("node") || !on_path("npm") {
+        println!("  no node or npm on PATH: wasm-opt left out (the component is some 12% larger)");
+        return Ok(false);
+    }
+    let dir = ctx.root.join("host-tests/wasm-opt");
+    let bin = dir.join("node_modules/binaryen/bin/wasm-opt");
+    if !bin.exists() {
+        let mut npm = Command::new("npm");
+        npm.args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir);
+        exec(&mut npm)?;
+    }
+    let mut cmd = Command::new("node");
+    cmd.arg(&bin)
+        .arg("-Oz")
+        .args(FEATURES)
+        .arg(core)
+        .arg("-o")
+        .arg(into);
+    exec(&mut cmd)?;
+    Ok(true)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
