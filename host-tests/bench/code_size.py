@@ -2,9 +2,11 @@
 
 Usage: python3 code_size.py COMPONENT.wasm [--top N]
 
-The component must keep its name section; build one beside the release one:
+The component must keep its name section; build one beside the release one
+(the cdylib alone, as `cargo xtask build` does, without its `wasm-opt` step,
+which drops the names):
 
-    cargo build --target wasm32-wasip2 --release -p mongo-wasi --features component \
+    cargo rustc --target wasm32-wasip2 --release -p mongo-wasi --lib --crate-type cdylib \
         --target-dir target/size --config profile.release.strip=false
     python3 host-tests/bench/code_size.py target/size/wasm32-wasip2/release/mongo_wasi.wasm
 
@@ -148,7 +150,7 @@ def main():
     if glue:
         print(f"WIT exports: {len(glue)}, {sum(glue):,} bytes; {len(big)} of them over "
               f"1,000 bytes (median {sorted(big)[len(big) // 2] if big else 0:,}): "
-              "most return result<_, error>, and each of those lowers the error record")
+              "each lifts its arguments and lowers its result, with what LLVM inlined into it")
 
 
 if __name__ == "__main__":
