@@ -9,7 +9,8 @@
 //! 3. `wasm-tools component new` with the driver's own preview1 adapter, as
 //!    wasm-component-ld would have done.
 //!
-//! Without Node.js and npm, step 2 is left out, and this is printed.
+//! Without npm and Node.js 20 or newer (what the JavaScript host needs),
+//! step 2 is left out, and this is printed.
 //! Optimising takes half a minute, so the output is reused while the core
 //! module is unchanged.
 
@@ -17,7 +18,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::run::{exec, on_path, Ctx, Result};
+use crate::run::{exec, Ctx, Result};
 
 /// binaryen cannot read the features from the module (the release build
 /// strips `target_features`): these are the ones rustc's wasm32-wasip2 emits.
@@ -64,13 +65,11 @@ pub fn build(ctx: &Ctx) -> Result<()> {
         println!("  core module unchanged: the optimised component is reused");
     } else {
         let optimised = cache.join("core-opt.wasm");
-        let input = match wasm_opt(ctx, &out, &optimised)? {
-            true => optimised,
-            false => out.clone(),
-        };
+        let opt = wasm_opt(ctx, &out, &optimised)?;
+        let input = if opt { &optimised } else { &out };
         let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
         cmd.args(["component", "new"])
-            .arg(&input)
+            .arg(input)
             .arg("--adapt")
             .arg(format!(
                 "wasi_snapshot_preview1={}",
@@ -79,26 +78,36 @@ pub fn build(ctx: &Ctx) -> Result<()> {
             .arg("-o")
             .arg(&cached);
         exec(&mut cmd)?;
-        write(&cached_core, &core)?;
+        // Only an optimised component is reused: one made without wasm-opt
+        // is made again, and optimised once Node.js is there.
+        match opt {
+            true => write(&cached_core, &core)?,
+            false => {
+                let _ = fs::remove_file(&cached_core);
+            }
+        }
     }
     // A rename, not a write: cargo hard-links its output to deps/, which
     // keeps the core module.
     let tmp = out.with_extension("wasm.tmp");
     fs::copy(&cached, &tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let size = fs::metadata(&out)
+        .map_err(|e| format!("{}: {e}", out.display()))?
+        .len();
     println!(
-        "  core module {} bytes; component {} bytes: {}",
+        "  core module {} bytes; component {size} bytes: {}",
         core.len(),
-        read(&out)?.len(),
         out.display()
     );
     Ok(())
 }
 
-/// `wasm-opt -Oz` from `core` into `into`; false when Node.js or npm is missing.
+/// `wasm-opt -Oz` from `core` into `into`; false when Node.js (the version
+/// the JavaScript host needs) or npm is missing.
 fn wasm_opt(ctx: &Ctx, core: &Path, into: &Path) -> Result<bool> {
-    if !on_path("node") || !on_path("npm") {
-        println!("  no node or npm on PATH: wasm-opt left out (the component is some 12% larger)");
+    if let Err(e) = crate::node::check_node() {
+        println!("  {e}\n  wasm-opt left out: the component is some 12% larger");
         return Ok(false);
     }
     let dir = ctx.root.join("host-tests/wasm-opt");

@@ -42,7 +42,7 @@ pub fn test_step(ctx: &Ctx) -> Result<()> {
     result.and(server.stop())
 }
 
-fn check_node() -> Result<()> {
+pub(crate) fn check_node() -> Result<()> {
     let need = format!(
         "the JavaScript host needs Node.js {NODE_MAJOR} or newer with npm \
          (Debian 12's `nodejs` package is 18: use NodeSource's or a Node.js release)"
