@@ -465,7 +465,7 @@ fn in_section(e: Error, section: &str) -> Error {
 
 /// Turns an ok:0 reply into a server error carrying code, codeName, labels.
 pub fn check_ok(reply: &RawDocument) -> Result<()> {
-    let ok = match reply.get("ok").ok().flatten() {
+    let ok = match crate::wire::raw::get(reply, "ok") {
         Some(bson::RawBsonRef::Double(v)) => v == 1.0,
         Some(bson::RawBsonRef::Int32(v)) => v == 1,
         Some(bson::RawBsonRef::Int64(v)) => v == 1,

@@ -628,27 +628,29 @@ fn transient(e: &Error) -> bool {
 
 /// Keeps the greatest `$clusterTime` and the session's `operationTime`.
 fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBuf) {
-    if let Ok(ct) = reply.get_document("$clusterTime") {
+    let get = |key| crate::wire::raw::get(reply, key);
+    if let Some(ct) = get("$clusterTime").and_then(|v| v.as_document()) {
         cluster_time::advance(&mut client.cluster_time.borrow_mut(), ct.to_owned());
         if let Some(s) = session {
             s.advance_cluster_time(ct.to_owned());
         }
     }
-    if let (Ok(t), Some(s)) = (reply.get_timestamp("operationTime"), session) {
+    if let (Some(t), Some(s)) = (get("operationTime").and_then(|v| v.as_timestamp()), session) {
         s.advance_operation_time(t);
     }
     if let Some(s) = session {
         s.note_snapshot_time(reply);
     }
     // A mongos names the shard that can tell a transaction's outcome (Transactions spec).
-    if let (Ok(token), Some(s)) = (reply.get_document("recoveryToken"), session) {
+    if let (Some(token), Some(s)) = (get("recoveryToken").and_then(|v| v.as_document()), session) {
         s.set_recovery_token(token.to_owned());
     }
 }
 
 /// The id of the open cursor a reply describes (none when it is exhausted).
 fn open_cursor(reply: &RawDocumentBuf) -> Option<i64> {
-    let id = reply.get_document("cursor").ok()?.get("id").ok()??;
+    let cursor = crate::wire::raw::get(reply, "cursor")?.as_document()?;
+    let id = crate::wire::raw::get(cursor, "id")?;
     match id {
         bson::RawBsonRef::Int64(id) if id != 0 => Some(id),
         bson::RawBsonRef::Int32(id) if id != 0 => Some(i64::from(id)),

@@ -49,10 +49,11 @@ const SENSITIVE: &[&str] = &[
 /// Whether `name` (with its body) must be redacted: the list above, and a
 /// hello that carries speculativeAuthenticate.
 pub fn is_sensitive(name: &str, body: &bson::RawDocument) -> bool {
-    let lower = name.to_ascii_lowercase();
-    SENSITIVE.contains(&lower.as_str())
-        || (matches!(lower.as_str(), "hello" | "ismaster")
-            && body.get("speculativeAuthenticate").ok().flatten().is_some())
+    let is = |n: &str| name.eq_ignore_ascii_case(n);
+    SENSITIVE.iter().any(|n| is(n))
+        || ((is("hello") || is("ismaster"))
+            && crate::wire::raw::find(body.as_bytes(), b"speculativeAuthenticate")
+                .is_ok_and(|f| f.is_some()))
 }
 
 /// A sensitive command's failure as events may show it: a server's error

@@ -5,8 +5,9 @@ use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
 use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
+use crate::wire::raw::{self, ARRAY, DOCUMENT};
 use bson::cstr;
-use bson::{RawArray, RawBson, RawDocument, RawDocumentBuf};
+use bson::{RawBson, RawDocument, RawDocumentBuf};
 
 /// What a cursor-returning reply holds.
 #[derive(Debug)]
@@ -21,29 +22,31 @@ pub struct CursorReply {
 
 impl CursorReply {
     pub fn parse(reply: &RawDocument, address: &str) -> Result<CursorReply> {
-        let cursor = reply
-            .get_document("cursor")
-            .map_err(|_| Error::protocol("reply has no cursor document"))?;
+        let cursor = raw::get(reply, "cursor")
+            .and_then(|c| c.as_document())
+            .ok_or_else(|| Error::protocol("reply has no cursor document"))?;
         // mongod sends an int64; nx-27017 an int32 for change streams. Either is an id.
-        let id = match cursor.get("id")? {
+        let id = match raw::get(cursor, "id") {
             Some(bson::RawBsonRef::Int64(id)) => id,
             Some(bson::RawBsonRef::Int32(id)) => i64::from(id),
             _ => return Err(Error::protocol("cursor has no integer id")),
         };
-        let batch = match (
-            cursor.get_array("firstBatch"),
-            cursor.get_array("nextBatch"),
-        ) {
-            (Ok(b), _) | (_, Ok(b)) => Packed::of(b)?,
-            _ => return Err(Error::protocol("cursor has no batch")),
+        let array = |key: &str| match raw::find(cursor.as_bytes(), key.as_bytes()) {
+            Ok(Some((ARRAY, bytes))) => Some(bytes),
+            _ => None,
         };
+        let batch = array("firstBatch")
+            .or_else(|| array("nextBatch"))
+            .ok_or_else(|| Error::protocol("cursor has no batch"))?;
         Ok(CursorReply {
             id,
-            ns: cursor.get_str("ns").unwrap_or_default().to_string(),
-            batch,
-            post_batch_resume_token: cursor
-                .get_document("postBatchResumeToken")
-                .ok()
+            ns: raw::get(cursor, "ns")
+                .and_then(|ns| ns.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            batch: Packed::of(batch)?,
+            post_batch_resume_token: raw::get(cursor, "postBatchResumeToken")
+                .and_then(|t| t.as_document())
                 .map(|d| d.to_owned()),
             address: address.to_string(),
         })
@@ -60,17 +63,19 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// The documents of a reply's batch array; a non-document is a protocol error.
-    pub fn of(array: &RawArray) -> Result<Packed> {
+    /// The documents of a reply's batch array (its bytes); a non-document
+    /// is a protocol error.
+    pub fn of(array: &[u8]) -> Result<Packed> {
         let mut packed = Packed {
-            bytes: Vec::with_capacity(array.as_bytes().len()),
+            bytes: Vec::with_capacity(array.len()),
             count: 0,
         };
-        for value in array {
-            let doc = value?
-                .as_document()
-                .ok_or_else(|| Error::protocol("batch holds a non-document"))?;
-            packed.bytes.extend_from_slice(doc.as_bytes());
+        for element in raw::elements(array) {
+            let (kind, _, doc) = element.map_err(raw::error)?;
+            if kind != DOCUMENT {
+                return Err(Error::protocol("batch holds a non-document"));
+            }
+            packed.bytes.extend_from_slice(doc);
             packed.count += 1;
         }
         Ok(packed)
@@ -348,7 +353,7 @@ mod tests {
     #[test]
     fn a_packed_batch_holds_its_documents_back_to_back() {
         let r = rawdoc! { "b": [{ "a": 1 }, {}, { "s": "x", "n": { "m": [1] } }] };
-        let p = Packed::of(r.get_array("b").unwrap()).unwrap();
+        let p = Packed::of(r.get_array("b").unwrap().as_bytes()).unwrap();
         assert_eq!(p.iter().count(), 3);
         let docs = [
             rawdoc! { "a": 1 },
@@ -366,7 +371,7 @@ mod tests {
                 .collect::<Vec<_>>()
         );
         let bad = rawdoc! { "b": [{ "a": 1 }, 2] };
-        assert!(Packed::of(bad.get_array("b").unwrap()).is_err());
+        assert!(Packed::of(bad.get_array("b").unwrap().as_bytes()).is_err());
         assert!(Packed::default().is_empty());
     }
 

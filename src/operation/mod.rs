@@ -99,17 +99,24 @@ pub fn merge_extra(body: &mut RawDocumentBuf, extra: Option<&RawDocument>) -> Re
     let Some(extra) = extra else { return Ok(()) };
     for item in extra {
         let (key, value) = item?;
-        if body.get(key)?.is_none() {
+        if !has(body, key.as_str())? {
             body.append(key, value);
         }
     }
     Ok(())
 }
 
+/// Whether the driver's own `body` has the top-level field `key`.
+fn has(body: &RawDocument, key: &str) -> Result<bool> {
+    crate::wire::raw::find(body.as_bytes(), key.as_bytes())
+        .map(|f| f.is_some())
+        .map_err(crate::wire::raw::error)
+}
+
 /// An integer field sent as int32, int64 or an integral double (servers
 /// and nx-27017 use all three for counts and sizes); `None` otherwise.
 pub fn int_field(doc: &RawDocument, key: &str) -> Option<i64> {
-    match doc.get(key).ok().flatten()? {
+    match crate::wire::raw::get(doc, key)? {
         bson::RawBsonRef::Int32(v) => Some(v.into()),
         bson::RawBsonRef::Int64(v) => Some(v),
         bson::RawBsonRef::Double(v) if v.fract() == 0.0 => Some(v as i64),
@@ -195,9 +202,7 @@ pub fn retryable_write_concern_error(reply: &RawDocument) -> Option<Error> {
 /// it is left off the command, which that server would refuse (CRUD spec:
 /// the option is ignored below 8.2).
 pub fn strip_raw_data(body: RawDocumentBuf, max_wire_version: i32) -> Result<RawDocumentBuf> {
-    if max_wire_version >= crate::handshake::RAW_DATA_MIN_WIRE_VERSION
-        || body.get("rawData")?.is_none()
-    {
+    if max_wire_version >= crate::handshake::RAW_DATA_MIN_WIRE_VERSION || !has(&body, "rawData")? {
         return Ok(body);
     }
     crate::concern::without(&body, "rawData")

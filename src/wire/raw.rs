@@ -1,10 +1,25 @@
 //! One pass over raw BSON bytes, without `bson`'s iterators: the full
-//! check of a document ([`walk`]) and a top-level lookup ([`find`]). Both
-//! size each element the same way ([`value_size`]), so what the check
-//! accepts, the lookup can skip through.
+//! check of a document ([`walk`]), its top-level elements ([`elements`])
+//! and a lookup by key ([`find`], [`get`]). All size each element the same
+//! way ([`value_size`]), so what the check accepts, the others skip through.
+//!
+//! They are for what every operation reads (a reply's `ok`, `$clusterTime`,
+//! `cursor`; a command's name): `bson`'s `get` checks each key it passes
+//! twice and builds an error, its key copied, for every absent field.
+
+use bson::{RawBsonRef, RawDocument, Timestamp};
 
 /// What is wrong with the bytes, for an error message.
 pub type Malformed = &'static str;
+
+/// Element types the driver reads the bytes of.
+pub const DOCUMENT: u8 = 0x03;
+pub const ARRAY: u8 = 0x04;
+
+/// Malformed bytes as the driver's error (as `bson`'s own errors are).
+pub fn error(what: Malformed) -> crate::error::Error {
+    crate::error::Error::protocol(format!("malformed BSON: {what}"))
+}
 
 fn i32_at(b: &[u8], at: usize) -> Result<i32, Malformed> {
     match b.get(at..at.saturating_add(4)) {
@@ -110,7 +125,7 @@ fn value_size(b: &[u8], kind: u8, v: usize, end: usize) -> Result<(usize, Inner)
             }
             len + 5
         }
-        0x03 | 0x04 => {
+        DOCUMENT | ARRAY => {
             let inner = document(b, v, end)?;
             return Ok((
                 inner + 1 - v,
@@ -202,23 +217,95 @@ pub fn walk(b: &[u8]) -> Result<(), Malformed> {
     walk_to(b, super::MAX_DEPTH)
 }
 
+/// One top-level element: its type, key and value bytes.
+pub type Element<'a> = (u8, &'a [u8], &'a [u8]);
+
+/// The top-level elements of the document `b` in order, each framed as
+/// [`walk`] checks it (containers are not entered). A malformed document
+/// or element is the last item, as its error.
+pub fn elements(b: &[u8]) -> Elements<'_> {
+    match framed(b) {
+        Ok(()) => Elements {
+            b,
+            at: 4,
+            end: b.len() - 1,
+            failed: None,
+        },
+        Err(e) => Elements {
+            b,
+            at: 0,
+            end: 0,
+            failed: Some(e),
+        },
+    }
+}
+
+/// See [`elements`].
+pub struct Elements<'a> {
+    b: &'a [u8],
+    at: usize,
+    end: usize,
+    failed: Option<Malformed>,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Result<Element<'a>, Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.failed.take() {
+            return Some(Err(e));
+        }
+        if self.at >= self.end {
+            return None;
+        }
+        let (b, at, end) = (self.b, self.at, self.end);
+        let element = cstring(b, at + 1, end).and_then(|nul| {
+            let (size, _) = value_size(b, b[at], nul + 1, end)?;
+            Ok((b[at], &b[at + 1..nul], &b[nul + 1..nul + 1 + size]))
+        });
+        self.at = match &element {
+            Ok((_, key, value)) => at + 2 + key.len() + value.len(),
+            Err(_) => end,
+        };
+        Some(element)
+    }
+}
+
 /// The top-level element `key` of the document `b`: its type and value
 /// bytes. Skips the other elements by their sizes, checking their framing
 /// as [`walk`] does but not descending into them.
 pub fn find<'a>(b: &'a [u8], key: &[u8]) -> Result<Option<(u8, &'a [u8])>, Malformed> {
-    framed(b)?;
-    let end = b.len() - 1;
-    let mut at = 4;
-    while at != end {
-        let nul = cstring(b, at + 1, end)?;
-        let v = nul + 1;
-        let (size, _) = value_size(b, b[at], v, end)?;
-        if &b[at + 1..nul] == key {
-            return Ok(Some((b[at], &b[v..v + size])));
+    for element in elements(b) {
+        let (kind, k, value) = element?;
+        if k == key {
+            return Ok(Some((kind, value)));
         }
-        at = v + size;
     }
     Ok(None)
+}
+
+/// The top-level field `key` of `doc` as `bson`'s `RawDocument::get` reads
+/// it, found by [`find`]; absent, malformed or unreadable is `None`. The
+/// scalars and documents are read here; other types (arrays among them,
+/// which only `bson` can hand out) by `bson`, once found.
+pub fn get<'a>(doc: &'a RawDocument, key: &str) -> Option<RawBsonRef<'a>> {
+    let (kind, v) = find(doc.as_bytes(), key.as_bytes()).ok()??;
+    let le4 = |at: usize| <[u8; 4]>::try_from(&v[at..at + 4]).ok();
+    let le8 = || <[u8; 8]>::try_from(v).ok();
+    Some(match kind {
+        0x01 => RawBsonRef::Double(f64::from_le_bytes(le8()?)),
+        0x02 => RawBsonRef::String(std::str::from_utf8(&v[4..v.len() - 1]).ok()?),
+        DOCUMENT => RawBsonRef::Document(RawDocument::from_bytes(v).ok()?),
+        0x08 => RawBsonRef::Boolean(v[0] == 1),
+        0x0A => RawBsonRef::Null,
+        0x10 => RawBsonRef::Int32(i32::from_le_bytes(le4(0)?)),
+        0x11 => RawBsonRef::Timestamp(Timestamp {
+            increment: u32::from_le_bytes(le4(0)?),
+            time: u32::from_le_bytes(le4(4)?),
+        }),
+        0x12 => RawBsonRef::Int64(i64::from_le_bytes(le8()?)),
+        _ => doc.get(key).ok()??,
+    })
 }
 
 #[cfg(test)]
@@ -268,5 +355,50 @@ mod tests {
         let mut bad = rawdoc! { "s": "abc", "_id": 1 }.into_bytes();
         bad[7] = 0x7f;
         assert!(find(&bad, b"_id").is_err());
+    }
+
+    #[test]
+    fn get_reads_every_type_as_bson_does() {
+        use bson::{oid::ObjectId, spec::BinarySubtype, Binary, DateTime, Decimal128, Regex};
+        let d = rawdoc! {
+            "f": 1.5, "s": "é", "d": { "x": [1] }, "a": [1, "two"], "b": true, "n": null,
+            "i": -3, "t": Timestamp { time: 7, increment: 9 }, "l": i64::MIN,
+            "o": ObjectId::from_bytes([1; 12]), "dt": DateTime::from_millis(5),
+            "bin": Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2] },
+            "re": Regex { pattern: "a".try_into().unwrap(), options: "i".try_into().unwrap() },
+            "dec": Decimal128::from_bytes([3; 16]), "empty": "",
+        };
+        for item in &d {
+            let (key, value) = item.unwrap();
+            assert_eq!(get(&d, key.as_str()), Some(value), "{key}");
+        }
+        assert_eq!(get(&d, "absent"), None);
+        assert_eq!(get(&d, "x"), None, "nested keys are not top-level");
+        // Unreadable, not a panic: a bad length, or a string that is not UTF-8.
+        let mut bad = rawdoc! { "s": "abc", "ok": 1 }.into_bytes();
+        bad[7] = 0x7f;
+        assert_eq!(get(RawDocument::from_bytes(&bad).unwrap(), "ok"), None);
+        let mut latin = rawdoc! { "s": "ab" }.into_bytes();
+        latin[11] = 0xff;
+        assert_eq!(get(RawDocument::from_bytes(&latin).unwrap(), "s"), None);
+    }
+
+    #[test]
+    fn elements_frame_each_top_level_element_and_stop_at_the_first_error() {
+        let d = rawdoc! { "a": 1, "b": { "c": "d" }, "e": [true] };
+        let got: Vec<_> = elements(d.as_bytes()).map(Result::unwrap).collect();
+        let keys: Vec<_> = got.iter().map(|(_, k, _)| *k).collect();
+        assert_eq!(keys, [&b"a"[..], b"b", b"e"]);
+        assert_eq!(got[1].0, DOCUMENT);
+        assert_eq!(got[1].2, rawdoc! { "c": "d" }.as_bytes());
+        assert_eq!(got[2].0, ARRAY);
+        assert_eq!(elements(rawdoc! {}.as_bytes()).count(), 0);
+        // A bad frame, and a bad element after a good one: one error, then none.
+        let results: Vec<_> = elements(&[5, 0, 0, 0]).collect();
+        assert!(matches!(results[..], [Err(_)]));
+        let mut bad = d.into_bytes();
+        bad[14] = 0x7f; // "b"'s length
+        let results: Vec<_> = elements(&bad).collect();
+        assert!(matches!(results[..], [Ok(_), Err(_)]), "{results:?}");
     }
 }
