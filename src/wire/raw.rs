@@ -33,16 +33,29 @@ fn i32_at(b: &[u8], at: usize) -> Result<i32, Malformed> {
 fn cstring(b: &[u8], at: usize, end: usize) -> Result<usize, Malformed> {
     let s = b.get(at..end).ok_or("a cstring runs past its document")?;
     // One scan finds the NUL and whether any byte is non-ASCII: keys are
-    // nearly always ASCII, which needs no UTF-8 check.
-    let mut high = 0u8;
-    for (n, &c) in s.iter().enumerate() {
-        if c == 0 {
-            if high >= 0x80 {
-                std::str::from_utf8(&s[..n]).map_err(|_| "a key or pattern is not UTF-8")?;
-            }
-            return Ok(at + n);
+    // nearly always ASCII, which needs no UTF-8 check. Eight bytes at a
+    // time while none of them is NUL (it runs over every key of every
+    // batch), then byte by byte.
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut high = 0u64;
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        if w.wrapping_sub(LOW) & !w & HIGH != 0 {
+            break;
         }
-        high |= c;
+        high |= w;
+        i += 8;
+    }
+    for (n, &c) in s[i..].iter().enumerate() {
+        if c == 0 {
+            if high & HIGH != 0 {
+                std::str::from_utf8(&s[..i + n]).map_err(|_| "a key or pattern is not UTF-8")?;
+            }
+            return Ok(at + i + n);
+        }
+        high |= u64::from(c);
     }
     Err("a cstring has no terminator")
 }
