@@ -7,6 +7,16 @@ pub mod bindings {
     wasmtime::component::bindgen!({ path: "../wit", world: "driver" });
 }
 
+/// The same world with async exports, for a host that runs the guest on its
+/// own tokio runtime (the bench's second mongo-wasi contender).
+pub mod async_bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "driver",
+        exports: { default: async },
+    });
+}
+
 pub mod bench_server;
 pub mod dns_responder;
 pub mod guest;
@@ -146,6 +156,20 @@ pub fn driver_pre() -> &'static bindings::DriverPre<HostState> {
         let linker = linker().expect("linker");
         let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
         bindings::DriverPre::new(pre).expect("driver exports")
+    })
+}
+
+/// [`driver_pre`] for async calls: WASI's async bindings, whose I/O waits are
+/// futures on the caller's tokio runtime rather than blocking on
+/// wasmtime-wasi's own multi-thread runtime.
+pub fn async_driver_pre() -> &'static async_bindings::DriverPre<HostState> {
+    static PRE: OnceLock<async_bindings::DriverPre<HostState>> = OnceLock::new();
+    PRE.get_or_init(|| {
+        let component = load(&component_path()).expect("driver component");
+        let mut linker = Linker::new(engine());
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("linker");
+        let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
+        async_bindings::DriverPre::new(pre).expect("driver exports")
     })
 }
 

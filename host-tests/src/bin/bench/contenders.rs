@@ -190,6 +190,23 @@ impl<'d> Wasi<'d> {
     }
 }
 
+/// Reads each document of a packed batch in place, as a caller would; how many.
+fn packed_documents(documents: &[u8], count: u32) -> anyhow::Result<usize> {
+    let (mut at, mut n) = (0, 0);
+    while at + 4 <= documents.len() {
+        let len = i32::from_le_bytes(documents[at..at + 4].try_into()?) as usize;
+        let doc = RawDocument::from_bytes(documents.get(at..at + len).unwrap_or_default())?;
+        std::hint::black_box(doc);
+        at += len;
+        n += 1;
+    }
+    anyhow::ensure!(
+        n == count as usize,
+        "packed batch of {n} documents, not {count}"
+    );
+    Ok(n)
+}
+
 /// Cold start of mongo-wasi: instantiate the pre-compiled component, connect, first findOne.
 /// The whole, and its phases in microseconds (instantiate, connect, first findOne:
 /// `connect` parses the URI and does no I/O, so the first findOne dials, shakes
@@ -271,15 +288,7 @@ impl Contender for Wasi<'_> {
                     // read in place as a caller would.
                     loop {
                         let b = wit(g.next_batch_packed(cursor)?)?;
-                        let mut at = 0;
-                        while at + 4 <= b.documents.len() {
-                            let len = i32::from_le_bytes(b.documents[at..at + 4].try_into()?);
-                            let doc = RawDocument::from_bytes(&b.documents[at..at + len as usize])?;
-                            std::hint::black_box(doc);
-                            at += len as usize;
-                            n += 1;
-                        }
-                        anyhow::ensure!(n >= b.count as usize, "packed batch short of its count");
+                        n += packed_documents(&b.documents, b.count)?;
                         if b.exhausted {
                             break;
                         }
@@ -367,6 +376,280 @@ impl Contender for Wasi<'_> {
                 }
                 s
             }
+        };
+        Ok(Some(s))
+    }
+}
+
+// ------------------------------------------------- mongo-wasi, async host
+
+/// The async bindings' interfaces.
+mod a {
+    pub use host_tests::async_bindings::exports::mongo_wasi::driver::{
+        client, collection, database, gridfs, types,
+    };
+}
+
+/// mongo-wasi as an async host runs it (as `wasmtime serve` and other
+/// serverless hosts do): async exports and WASI, on a current-thread tokio
+/// runtime that this thread drives, so a reply wakes this thread and no
+/// other. The sync host (`Wasi`) blocks on wasmtime-wasi's own multi-thread
+/// runtime, whose I/O driver thread wakes first for every reply. The same
+/// component and server; the `work` section only.
+pub struct WasiAsync<'d> {
+    rt: tokio::runtime::Runtime,
+    store: wasmtime::Store<host_tests::HostState>,
+    driver: host_tests::async_bindings::Driver,
+    db: ResourceAny,
+    corpus: ResourceAny,
+    scratch: ResourceAny,
+    bucket: ResourceAny,
+    data: &'d Data,
+    gridfs_id: Option<Vec<u8>>,
+}
+
+fn wit_async<T>(r: Result<T, a::types::Error>) -> anyhow::Result<T> {
+    r.map_err(|e| anyhow::anyhow!("{:?}: {}", e.kind, e.message))
+}
+
+fn async_find_options() -> a::collection::FindOptions {
+    a::collection::FindOptions {
+        timeout_ms: None,
+        session: None,
+        sort: None,
+        projection: None,
+        skip: None,
+        limit: None,
+        batch_size: None,
+        timeout_mode: None,
+        extra: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        max_await_time_ms: None,
+        read_concern: None,
+        read_preference: None,
+    }
+}
+
+fn async_op_options() -> a::collection::OpOptions {
+    a::collection::OpOptions {
+        timeout_ms: None,
+        session: None,
+        extra: None,
+        upsert: None,
+        ordered: None,
+        hint: None,
+        collation: None,
+        comment: None,
+        let_: None,
+        array_filters: None,
+        return_document: None,
+        projection: None,
+        sort: None,
+        bypass_document_validation: None,
+        read_concern: None,
+        write_concern: None,
+        read_preference: None,
+    }
+}
+
+impl<'d> WasiAsync<'d> {
+    pub fn new(addr: SocketAddr, data: &'d Data) -> anyhow::Result<WasiAsync<'d>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let mut store = host_tests::new_store(host_tests::wasi_state(&[addr], &[], true));
+        let st = &mut store;
+        let (driver, db, corpus, scratch, bucket) = rt.block_on(async {
+            let driver = host_tests::async_driver_pre()
+                .instantiate_async(&mut *st)
+                .await?;
+            let opts = a::client::ClientOptions {
+                timeout_ms: None,
+                monitor_commands: false,
+                server_api: None,
+                tls_ca_pem: None,
+                tls_certificate_key_pem: None,
+                logging: None,
+            };
+            let c = driver.mongo_wasi_driver_client().client();
+            let uri = format!("mongodb://{addr}/");
+            let client = wit_async(c.call_connect(&mut *st, &uri, &opts).await?)?;
+            let none = a::database::CollectionOptions {
+                timeout_ms: None,
+                read_concern: None,
+                write_concern: None,
+                read_preference: None,
+            };
+            let db = c.call_database(&mut *st, client, "perftest", &none).await?;
+            let d = driver.mongo_wasi_driver_database().database();
+            let corpus = d.call_collection(&mut *st, db, "corpus", &none).await?;
+            let scratch = d.call_collection(&mut *st, db, "scratch", &none).await?;
+            let opts = a::gridfs::BucketOptions {
+                bucket_name: None,
+                chunk_size_bytes: None,
+                write_concern: None,
+                read_concern: None,
+                read_preference: None,
+                timeout_ms: None,
+            };
+            let bucket = d.call_gridfs_bucket(&mut *st, db, &opts).await?;
+            anyhow::Ok((driver, db, corpus, scratch, bucket))
+        })?;
+        Ok(WasiAsync {
+            rt,
+            store,
+            driver,
+            db,
+            corpus,
+            scratch,
+            bucket,
+            data,
+            gridfs_id: None,
+        })
+    }
+
+    fn upload(&mut self) -> anyhow::Result<Vec<u8>> {
+        let opts = a::gridfs::UploadOptions {
+            id: None,
+            chunk_size_bytes: None,
+            metadata: None,
+            timeout_ms: None,
+            session: None,
+        };
+        let b = self.driver.mongo_wasi_driver_gridfs().bucket();
+        let call = b.call_upload_from_bytes(
+            &mut self.store,
+            self.bucket,
+            "gridfs_large",
+            &self.data.gridfs,
+            &opts,
+        );
+        wit_async(self.rt.block_on(call)?)
+    }
+}
+
+impl Contender for WasiAsync<'_> {
+    fn name(&self) -> &'static str {
+        "mongo-wasi-async"
+    }
+
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
+        use Workload::*;
+        let data = self.data;
+        let (rt, store) = (&self.rt, &mut self.store);
+        let coll = self.driver.mongo_wasi_driver_collection().collection();
+        let s = match cmd {
+            Cmd::Work(RunCommand, ops) => {
+                let hello = rawdoc! { "hello": true }.into_bytes();
+                let opts = a::database::RunCommandOptions {
+                    timeout_ms: None,
+                    session: None,
+                    read_preference: None,
+                };
+                let d = self.driver.mongo_wasi_driver_database().database();
+                timed(ops, |_| {
+                    wit_async(rt.block_on(d.call_run_command(
+                        &mut *store,
+                        self.db,
+                        &hello,
+                        &opts,
+                    ))?)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindOne, ops) => {
+                let opts = async_find_options();
+                timed(ops, |i| {
+                    let filter = rawdoc! { "_id": (i % 10_000 + 1) as i32 }.into_bytes();
+                    let call = coll.call_find_one(&mut *store, self.corpus, &filter, &opts);
+                    let d = wit_async(rt.block_on(call)?)?;
+                    anyhow::ensure!(d.is_some(), "findOne found nothing");
+                    Ok(())
+                })?
+            }
+            Cmd::Work(w @ (InsertOneSmall | InsertOneLarge), ops) => {
+                let doc = if w == InsertOneSmall {
+                    &data.small
+                } else {
+                    &data.large
+                };
+                let (doc, opts) = (doc.as_bytes().to_vec(), async_op_options());
+                timed(ops, |_| {
+                    let call = coll.call_insert_one(&mut *store, self.scratch, &doc, &opts);
+                    wit_async(rt.block_on(call)?)?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindMany, ops) => {
+                let cursors = self.driver.mongo_wasi_driver_cursor().cursor();
+                let filter = rawdoc! {}.into_bytes();
+                let opts = async_find_options();
+                whole(|| {
+                    rt.block_on(async {
+                        let call = coll.call_find(&mut *store, self.corpus, &filter, &opts);
+                        let cursor = wit_async(call.await?)?;
+                        let mut n = 0;
+                        loop {
+                            let call = cursors.call_next_batch_packed(&mut *store, cursor);
+                            let b = wit_async(call.await?)?;
+                            n += packed_documents(&b.documents, b.count)?;
+                            if b.exhausted {
+                                break;
+                            }
+                        }
+                        cursor.resource_drop_async(&mut *store).await?;
+                        anyhow::ensure!(n == ops, "find many: {n} documents, not {ops}");
+                        Ok(())
+                    })
+                })?
+            }
+            Cmd::Work(w @ (InsertManySmall | InsertManyLarge), ops) => {
+                let doc = if w == InsertManySmall {
+                    &data.small
+                } else {
+                    &data.large
+                };
+                let docs: Vec<Vec<u8>> = vec![doc.as_bytes().to_vec(); ops];
+                let opts = async_op_options();
+                whole(|| {
+                    let call = coll.call_insert_many(&mut *store, self.scratch, &docs, &opts);
+                    rt.block_on(call)?
+                        .map_err(|e| anyhow::anyhow!("{}", e.error.message))?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(GridfsUpload, _) => {
+                let mut id = None;
+                let s = whole(|| {
+                    id = Some(self.upload()?);
+                    Ok(())
+                })?;
+                self.gridfs_id = id;
+                s
+            }
+            Cmd::Work(GridfsDownload, _) => {
+                let id = match self.gridfs_id.clone() {
+                    Some(id) => id,
+                    None => self.upload()?,
+                };
+                self.gridfs_id = Some(id.clone());
+                let (rt, store, want) = (&self.rt, &mut self.store, data.gridfs.len());
+                let b = self.driver.mongo_wasi_driver_gridfs().bucket();
+                let opts = a::gridfs::GridfsOptions {
+                    timeout_ms: None,
+                    session: None,
+                };
+                whole(|| {
+                    let call = b.call_download_to_bytes(&mut *store, self.bucket, &id, opts);
+                    let bytes = wit_async(rt.block_on(call)?)?;
+                    anyhow::ensure!(bytes.len() == want, "downloaded {} bytes", bytes.len());
+                    Ok(())
+                })?
+            }
+            _ => return Ok(None),
         };
         Ok(Some(s))
     }

@@ -11,7 +11,7 @@ mod contenders;
 mod report;
 mod workload;
 
-use contenders::{Cmd, Contender, External, Floor, Wasi};
+use contenders::{Cmd, Contender, External, Floor, Wasi, WasiAsync};
 use host_tests::bench_server::{self, BenchServer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -223,6 +223,7 @@ fn main() -> anyhow::Result<()> {
     {
         let mut cs: Vec<Box<dyn Contender + '_>> = vec![
             Box::new(Wasi::new(server.addr, &data)?),
+            Box::new(WasiAsync::new(server.addr, &data)?),
             Box::new(Floor::new(server.addr, &data)?),
         ];
         cs.extend(externals(&a, &uri));

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub const WASI: &str = "mongo-wasi";
+/// The same component under an async host (contenders.rs, `WasiAsync`).
+pub const WASI_ASYNC: &str = "mongo-wasi-async";
 const OTHERS: [&str; 3] = ["mongodb-rust", "pymongo", "floor"];
 
 /// The q-quantile (0..=1) of `v`, by nearest rank.
@@ -79,8 +81,18 @@ fn stats(
 /// mongo-wasi's cost over `other`'s: time over time for latency, the other's
 /// MB/s over mongo-wasi's for throughput (below 1.0: mongo-wasi is ahead).
 fn ratio(st: &BTreeMap<String, BTreeMap<String, Stat>>, w: &str, other: &str) -> Option<f64> {
+    ratio_of(st, WASI, w, other)
+}
+
+/// [`ratio`] for the contender `who`.
+fn ratio_of(
+    st: &BTreeMap<String, BTreeMap<String, Stat>>,
+    who: &str,
+    w: &str,
+    other: &str,
+) -> Option<f64> {
     let by = st.get(w)?;
-    let (a, b) = (by.get(WASI)?, by.get(other)?);
+    let (a, b) = (by.get(who)?, by.get(other)?);
     let r = a.median_s / b.median_s; // == b.mbps / a.mbps for the same bytes
     r.is_finite().then_some(r)
 }
@@ -133,20 +145,20 @@ pub fn json(r: &Results) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    let mut ratios = Map::new();
-    let mut put = |k: &str, v: Option<f64>| {
-        ratios.insert(k.to_string(), v.map(|x| round(x, 3)).unwrap_or(Value::Null));
+    // The headline ratios, for a contender.
+    let headline = |who: &str| {
+        let mut ratios = Map::new();
+        let mut put = |k: &str, w: &str, other: &str| {
+            let v = ratio_of(&st, who, w, other);
+            ratios.insert(k.to_string(), v.map(|x| round(x, 3)).unwrap_or(Value::Null));
+        };
+        put("find_one_vs_native", "find_one", "mongodb-rust");
+        put("find_one_vs_floor", "find_one", "floor");
+        put("insert_one_vs_native", "insert_one_small", "mongodb-rust");
+        put("find_many_mbps_vs_native", "find_many", "mongodb-rust");
+        ratios
     };
-    put("find_one_vs_native", ratio(&st, "find_one", "mongodb-rust"));
-    put("find_one_vs_floor", ratio(&st, "find_one", "floor"));
-    put(
-        "insert_one_vs_native",
-        ratio(&st, "insert_one_small", "mongodb-rust"),
-    );
-    put(
-        "find_many_mbps_vs_native",
-        ratio(&st, "find_many", "mongodb-rust"),
-    );
+    let mut ratios = headline(WASI);
     ratios.insert("cold_start_vs_native".into(), cold_ratio);
     // Every workload against every other contender, for the chart.
     let mut all = Map::new();
@@ -204,6 +216,8 @@ pub fn json(r: &Results) -> Value {
         .collect();
     json!({
         "ratios": ratios,
+        // The same workloads with the component under an async host.
+        "ratios_async_host": headline(WASI_ASYNC),
         "overshoot_ms": {
             "p50": round(quantile(&wasi_over, 0.5), 2),
             "p99": round(quantile(&wasi_over, 0.99), 2),
@@ -236,7 +250,7 @@ pub fn json(r: &Results) -> Value {
 
 pub fn print(r: &Results) {
     let st = stats(&r.work, r, false);
-    let cols: Vec<&str> = std::iter::once(WASI).chain(OTHERS).collect();
+    let cols: Vec<&str> = [WASI, WASI_ASYNC].into_iter().chain(OTHERS).collect();
     let mut out = String::new();
     let _ =
         writeln!(
@@ -288,6 +302,12 @@ pub fn print(r: &Results) {
         "\nratios (mongo-wasi's cost over the other's; < 1.0: mongo-wasi ahead):"
     );
     if let Some(m) = j["ratios"].as_object() {
+        for (k, v) in m {
+            let _ = writeln!(out, "  {k:<28} {v}");
+        }
+    }
+    let _ = writeln!(out, "the same, mongo-wasi under an async host:");
+    if let Some(m) = j["ratios_async_host"].as_object() {
         for (k, v) in m {
             let _ = writeln!(out, "  {k:<28} {v}");
         }
