@@ -35,49 +35,66 @@ pub struct Collection(pub ResourceAny);
 #[derive(Clone, Copy, Debug)]
 pub struct Cursor(pub ResourceAny);
 
+/// The WIT's `op-options` with nothing set, as the record `$t` of either
+/// bindings (`bindings` or `async_bindings`).
+#[macro_export]
+macro_rules! no_op_options {
+    ($($t:ident)::+) => {
+        $($t)::+ {
+            timeout_ms: None,
+            session: None,
+            extra: None,
+            upsert: None,
+            ordered: None,
+            hint: None,
+            collation: None,
+            comment: None,
+            let_: None,
+            array_filters: None,
+            return_document: None,
+            projection: None,
+            sort: None,
+            bypass_document_validation: None,
+            read_concern: None,
+            write_concern: None,
+            read_preference: None,
+        }
+    };
+}
+
+/// The WIT's `find-options` with nothing set, as [`no_op_options`] does.
+#[macro_export]
+macro_rules! no_find_options {
+    ($($t:ident)::+) => {
+        $($t)::+ {
+            timeout_ms: None,
+            session: None,
+            sort: None,
+            projection: None,
+            skip: None,
+            limit: None,
+            batch_size: None,
+            timeout_mode: None,
+            extra: None,
+            hint: None,
+            collation: None,
+            comment: None,
+            let_: None,
+            max_await_time_ms: None,
+            read_concern: None,
+            read_preference: None,
+        }
+    };
+}
+
 /// Op options with nothing set (`..no_options()` fills the rest of a literal).
 pub fn no_options() -> OpOptions {
-    OpOptions {
-        timeout_ms: None,
-        session: None,
-        extra: None,
-        upsert: None,
-        ordered: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        array_filters: None,
-        return_document: None,
-        projection: None,
-        sort: None,
-        bypass_document_validation: None,
-        read_concern: None,
-        write_concern: None,
-        read_preference: None,
-    }
+    crate::no_op_options!(OpOptions)
 }
 
 /// Find options with nothing set.
 pub fn find_options() -> FindOptions {
-    FindOptions {
-        timeout_ms: None,
-        session: None,
-        sort: None,
-        projection: None,
-        skip: None,
-        limit: None,
-        batch_size: None,
-        timeout_mode: None,
-        extra: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        max_await_time_ms: None,
-        read_concern: None,
-        read_preference: None,
-    }
+    crate::no_find_options!(FindOptions)
 }
 
 /// Aggregate options with nothing set.

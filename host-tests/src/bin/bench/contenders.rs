@@ -413,46 +413,11 @@ fn wit_async<T>(r: Result<T, a::types::Error>) -> anyhow::Result<T> {
 }
 
 fn async_find_options() -> a::collection::FindOptions {
-    a::collection::FindOptions {
-        timeout_ms: None,
-        session: None,
-        sort: None,
-        projection: None,
-        skip: None,
-        limit: None,
-        batch_size: None,
-        timeout_mode: None,
-        extra: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        max_await_time_ms: None,
-        read_concern: None,
-        read_preference: None,
-    }
+    host_tests::no_find_options!(a::collection::FindOptions)
 }
 
 fn async_op_options() -> a::collection::OpOptions {
-    a::collection::OpOptions {
-        timeout_ms: None,
-        session: None,
-        extra: None,
-        upsert: None,
-        ordered: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        array_filters: None,
-        return_document: None,
-        projection: None,
-        sort: None,
-        bypass_document_validation: None,
-        read_concern: None,
-        write_concern: None,
-        read_preference: None,
-    }
+    host_tests::no_op_options!(a::collection::OpOptions)
 }
 
 impl<'d> WasiAsync<'d> {
