@@ -4,7 +4,7 @@
 //! way ([`value_size`]), so what the check accepts, the others skip through.
 //!
 //! They are for what every operation reads (a reply's `ok`, `$clusterTime`,
-//! `cursor`; a command's name): `bson`'s `get` checks each key it passes
+//! `cursor`; a command's `rawData`): `bson`'s `get` checks each key it passes
 //! twice and builds an error, its key copied, for every absent field.
 
 use bson::{RawBsonRef, RawDocument, Timestamp};
