@@ -148,13 +148,20 @@ pub fn load_with(engine: &Engine, path: &Path, tag: &str) -> Result<Component> {
     unsafe { Component::deserialize(engine, &compiled) }
 }
 
+/// The driver component at [`component_path`], loaded once per process.
+fn driver_component() -> &'static Component {
+    static COMPONENT: OnceLock<Component> = OnceLock::new();
+    COMPONENT.get_or_init(|| load(&component_path()).expect("driver component"))
+}
+
 /// The driver component, compiled once per process and linked with WASI.
 pub fn driver_pre() -> &'static bindings::DriverPre<HostState> {
     static PRE: OnceLock<bindings::DriverPre<HostState>> = OnceLock::new();
     PRE.get_or_init(|| {
-        let component = load(&component_path()).expect("driver component");
         let linker = linker().expect("linker");
-        let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
+        let pre = linker
+            .instantiate_pre(driver_component())
+            .expect("instantiate_pre");
         bindings::DriverPre::new(pre).expect("driver exports")
     })
 }
@@ -165,10 +172,11 @@ pub fn driver_pre() -> &'static bindings::DriverPre<HostState> {
 pub fn async_driver_pre() -> &'static async_bindings::DriverPre<HostState> {
     static PRE: OnceLock<async_bindings::DriverPre<HostState>> = OnceLock::new();
     PRE.get_or_init(|| {
-        let component = load(&component_path()).expect("driver component");
         let mut linker = Linker::new(engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("linker");
-        let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
+        let pre = linker
+            .instantiate_pre(driver_component())
+            .expect("instantiate_pre");
         async_bindings::DriverPre::new(pre).expect("driver exports")
     })
 }

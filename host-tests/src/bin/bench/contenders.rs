@@ -581,8 +581,7 @@ impl Contender for WasiAsync<'_> {
                 let opts = async_op_options();
                 whole(|| {
                     let call = coll.call_insert_many(&mut *store, self.scratch, &docs, &opts);
-                    rt.block_on(call)?
-                        .map_err(|e| anyhow::anyhow!("{}", e.error.message))?;
+                    wit_async(rt.block_on(call)?.map_err(|e| e.error))?;
                     Ok(())
                 })?
             }
