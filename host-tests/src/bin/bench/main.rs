@@ -23,7 +23,7 @@ use workload::{Data, Sample, Workload};
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
 [--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
 [--only SECTION,..] (sections: work, cold, deadline, churn, nx, footprint) [--workloads W,...] \
-[--rounds N] [--count-calls]";
+[--rounds N] [--contenders NAME,...] [--count-calls]";
 
 #[derive(Default)]
 struct Args {
@@ -41,6 +41,8 @@ struct Args {
     /// comparison while optimising).
     workloads: Option<Vec<String>>,
     rounds: Option<usize>,
+    /// Only these contenders (profiling one alone; all when absent).
+    contenders: Option<Vec<String>>,
     /// Count mongo-wasi's WASI calls per operation instead of timing (calls.rs).
     count_calls: bool,
     /// Only these sections (all when empty).
@@ -76,6 +78,7 @@ fn args() -> anyhow::Result<Args> {
             "--pinned" => a.pinned = Some(val()?),
             "--workloads" => a.workloads = Some(val()?.split(',').map(str::to_string).collect()),
             "--rounds" => a.rounds = Some(val()?.parse()?),
+            "--contenders" => a.contenders = Some(val()?.split(',').map(str::to_string).collect()),
             "--count-calls" => a.count_calls = true,
             "--only" => a.only = val()?.split(',').map(str::to_string).collect(),
             _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
@@ -227,6 +230,9 @@ fn main() -> anyhow::Result<()> {
             Box::new(Floor::new(server.addr, &data)?),
         ];
         cs.extend(externals(&a, &uri));
+        if let Some(names) = &a.contenders {
+            cs.retain(|c| names.iter().any(|n| n == c.name()));
+        }
         let mut cmds: Vec<(String, Cmd)> = Vec::new();
         for w in workload::ALL.into_iter().filter(|w| wanted(w.name())) {
             let ops = w.ops(a.quick);
