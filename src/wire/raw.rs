@@ -30,37 +30,51 @@ fn i32_at(b: &[u8], at: usize) -> Result<i32, Malformed> {
 
 /// A cstring from `at`, inside the document ending at `end` (its
 /// terminator): where its NUL is. Keys and regex parts must be UTF-8.
+#[inline(always)]
 fn cstring(b: &[u8], at: usize, end: usize) -> Result<usize, Malformed> {
-    let s = b.get(at..end).ok_or("a cstring runs past its document")?;
-    // One scan finds the NUL and whether any byte is non-ASCII: keys are
-    // nearly always ASCII, which needs no UTF-8 check. Eight bytes at a
-    // time while none of them is NUL (it runs over every key of every
-    // batch), then byte by byte.
+    // Eight bytes a step (it runs over every key of every batch): a
+    // has-zero-byte test finds the NUL, and the high bits seen before it
+    // say whether any byte is non-ASCII. Keys are nearly always ASCII,
+    // which needs no UTF-8 check. The words may read past `end` into the
+    // bytes after it; a NUL found there is out of the document.
     const LOW: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut high = 0u64;
-    let mut i = 0;
-    while let Some(chunk) = s.get(i..i + 8) {
+    let mut i = at;
+    let nul = loop {
+        let Some(chunk) = b.get(i..i + 8) else {
+            // The last few bytes of the buffer: one at a time.
+            let tail = b.get(i..end).unwrap_or_default();
+            match tail.iter().position(|&c| c == 0) {
+                Some(n) => {
+                    high |= tail[..n].iter().fold(0, |h, &c| h | u64::from(c));
+                    break i + n;
+                }
+                None => return Err("a cstring has no terminator"),
+            }
+        };
         let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-        if w.wrapping_sub(LOW) & !w & HIGH != 0 {
-            break;
+        let zero = w.wrapping_sub(LOW) & !w & HIGH;
+        if zero != 0 {
+            // The lowest flagged byte is the first NUL (flags above it may be false).
+            let n = zero.trailing_zeros() as usize / 8;
+            high |= w & ((1u64 << (8 * n)) - 1);
+            break i + n;
         }
         high |= w;
         i += 8;
+    };
+    if nul >= end {
+        return Err("a cstring has no terminator");
     }
-    for (n, &c) in s[i..].iter().enumerate() {
-        if c == 0 {
-            if high & HIGH != 0 {
-                std::str::from_utf8(&s[..i + n]).map_err(|_| "a key or pattern is not UTF-8")?;
-            }
-            return Ok(at + i + n);
-        }
-        high |= u64::from(c);
+    if high & HIGH != 0 {
+        std::str::from_utf8(&b[at..nul]).map_err(|_| "a key or pattern is not UTF-8")?;
     }
-    Err("a cstring has no terminator")
+    Ok(nul)
 }
 
 /// A length-prefixed string at `at`: its whole size (length + 4).
+#[inline(always)]
 fn string(b: &[u8], at: usize) -> Result<usize, Malformed> {
     let len = i32_at(b, at)?;
     if len < 1 {
@@ -200,29 +214,61 @@ fn framed(b: &[u8]) -> Result<(), Malformed> {
 /// One loop with a stack of open documents' ends, never the call stack.
 pub fn walk_to(b: &[u8], max_depth: usize) -> Result<(), Malformed> {
     framed(b)?;
-    // The terminator of each open document, innermost last.
-    let mut ends = vec![b.len() - 1];
+    // The terminators of the enclosing documents, innermost last, and the
+    // current one's.
+    let mut ends = Vec::new();
+    let mut end = b.len() - 1;
     let mut at = 4;
-    while let Some(&end) = ends.last() {
+    loop {
         if at == end {
-            ends.pop();
-            at = end + 1;
-            continue;
+            match ends.pop() {
+                Some(outer) => {
+                    at = end + 1;
+                    end = outer;
+                    continue;
+                }
+                None => return Ok(()),
+            }
         }
+        let kind = b[at];
         let v = cstring(b, at + 1, end)? + 1;
-        match value_size(b, b[at], v, end)? {
-            (size, Inner::Leaf) => at = v + size,
-            (_, Inner::Document { at: inner, end }) => {
-                if ends.len() >= max_depth {
+        // The types of nearly every element are sized here, inline; the
+        // others (and every error) by `value_size`.
+        let (size, inner) = match kind {
+            0x10 => (4, Inner::Leaf),
+            0x01 | 0x09 | 0x11 | 0x12 => (8, Inner::Leaf),
+            0x0A => (0, Inner::Leaf),
+            0x02 => (string(b, v)?, Inner::Leaf),
+            0x08 if b[v] <= 1 => (1, Inner::Leaf),
+            DOCUMENT | ARRAY => (
+                0,
+                Inner::Document {
+                    at: v + 4,
+                    end: document(b, v, end)?,
+                },
+            ),
+            _ => value_size(b, kind, v, end)?,
+        };
+        match inner {
+            Inner::Leaf => {
+                at = match v.checked_add(size) {
+                    Some(next) if next <= end => next,
+                    _ => return Err("a value runs past its document"),
+                }
+            }
+            Inner::Document {
+                at: first,
+                end: inner_end,
+            } => {
+                if ends.len() + 1 >= max_depth {
                     return Err("documents nest too deep");
                 }
                 // After the inner document the parent goes on: its end + 1.
                 ends.push(end);
-                at = inner;
+                (at, end) = (first, inner_end);
             }
         }
     }
-    Ok(())
 }
 
 /// [`walk_to`] with the wire's depth limit.
@@ -351,6 +397,11 @@ mod tests {
             // No terminator within the document.
             let s = vec![b'k'; len];
             assert!(cstring(&s, 0, len).is_err());
+            // A NUL past the document's end (the word scan reads on) is not its key's.
+            let mut s = vec![b'k'; len];
+            s.extend_from_slice(&[0; 9]);
+            assert!(cstring(&s, 0, len).is_err(), "len {len}");
+            assert_eq!(cstring(&s, 0, len + 1), Ok(len));
         }
         // é as UTF-8 is accepted; a lone continuation byte is not.
         assert_eq!(cstring("caf\u{e9}\0".as_bytes(), 0, 6), Ok(5));
