@@ -465,7 +465,12 @@ fn in_section(e: Error, section: &str) -> Error {
 
 /// Turns an ok:0 reply into a server error carrying code, codeName, labels.
 pub fn check_ok(reply: &RawDocument) -> Result<()> {
-    let ok = match crate::wire::raw::get(reply, "ok") {
+    check_ok_field(reply, crate::wire::raw::get(reply, "ok"))
+}
+
+/// [`check_ok`] with the reply's `ok` field already read.
+pub fn check_ok_field(reply: &RawDocument, ok: Option<bson::RawBsonRef>) -> Result<()> {
+    let ok = match ok {
         Some(bson::RawBsonRef::Double(v)) => v == 1.0,
         Some(bson::RawBsonRef::Int32(v)) => v == 1,
         Some(bson::RawBsonRef::Int64(v)) => v == 1,

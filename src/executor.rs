@@ -6,7 +6,7 @@
 
 use crate::backpressure;
 use crate::client::ClientInner;
-use crate::conn::{check_ok, next_request_id, Connection};
+use crate::conn::{check_ok_field, next_request_id, Connection};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -16,7 +16,7 @@ use crate::retryable::{after_failure, deprioritizes, may_retry, Failure, Retryab
 use crate::runtime;
 use crate::sdam::TopologyType;
 use crate::session::{cluster_time, Session};
-use bson::{cstr, rawdoc, RawDocumentBuf};
+use bson::{cstr, rawdoc, RawBsonRef, RawDocument, RawDocumentBuf};
 
 /// Per-call context: the operation's time budget, its session, and (for
 /// getMore/killCursors) the server it must go to.
@@ -445,13 +445,15 @@ fn attempt<O: Operation>(
         Ok(reply) => {
             // An open cursor keeps the connection; a getMore's error does too
             // (until the cursor is closed), a killCursors never does.
-            let keep = match (kills, open_cursor(&reply)) {
+            let head = Head::read(&reply);
+            let ok = check_ok_field(&reply, head.ok);
+            let keep = match (kills, head.open_cursor()) {
                 (true, _) => None,
                 (false, Some(id)) => Some(id),
-                (false, None) => cursor.filter(|_| check_ok(&reply).is_err()),
+                (false, None) => cursor.filter(|_| ok.is_err()),
             };
-            gossip(client, ctx.session, &reply);
-            if let Err(e) = check_ok(&reply) {
+            gossip(client, ctx.session, &reply, &head);
+            if let Err(e) = ok {
                 let e = ctx.timeout.transform(e);
                 // The pool is cleared before the connection comes back, which
                 // a clear then closes as stale (CMAP event order).
@@ -627,34 +629,62 @@ fn transient(e: &Error) -> bool {
 }
 
 /// Keeps the greatest `$clusterTime` and the session's `operationTime`.
-fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocumentBuf) {
-    let get = |key| crate::wire::raw::get(reply, key);
-    if let Some(ct) = get("$clusterTime").and_then(|v| v.as_document()) {
+fn gossip(client: &ClientInner, session: Option<&Session>, reply: &RawDocument, head: &Head) {
+    if let Some(ct) = head.cluster_time {
         cluster_time::advance(&mut client.cluster_time.borrow_mut(), ct.to_owned());
         if let Some(s) = session {
             s.advance_cluster_time(ct.to_owned());
         }
     }
-    if let (Some(t), Some(s)) = (get("operationTime").and_then(|v| v.as_timestamp()), session) {
+    if let (Some(t), Some(s)) = (head.operation_time, session) {
         s.advance_operation_time(t);
     }
     if let Some(s) = session {
         s.note_snapshot_time(reply);
     }
     // A mongos names the shard that can tell a transaction's outcome (Transactions spec).
-    if let (Some(token), Some(s)) = (get("recoveryToken").and_then(|v| v.as_document()), session) {
+    if let (Some(token), Some(s)) = (head.recovery_token, session) {
         s.set_recovery_token(token.to_owned());
     }
 }
 
-/// The id of the open cursor a reply describes (none when it is exhausted).
-fn open_cursor(reply: &RawDocumentBuf) -> Option<i64> {
-    let cursor = crate::wire::raw::get(reply, "cursor")?.as_document()?;
-    let id = crate::wire::raw::get(cursor, "id")?;
-    match id {
-        bson::RawBsonRef::Int64(id) if id != 0 => Some(id),
-        bson::RawBsonRef::Int32(id) if id != 0 => Some(i64::from(id)),
-        _ => None,
+/// The top-level fields of a reply the executor reads, found in one scan.
+struct Head<'a> {
+    ok: Option<RawBsonRef<'a>>,
+    cluster_time: Option<&'a RawDocument>,
+    operation_time: Option<bson::Timestamp>,
+    recovery_token: Option<&'a RawDocument>,
+    cursor: Option<&'a RawDocument>,
+}
+
+impl<'a> Head<'a> {
+    fn read(reply: &'a RawDocument) -> Self {
+        let [ok, cluster_time, operation_time, recovery_token, cursor] = crate::wire::raw::get_all(
+            reply,
+            [
+                "ok",
+                "$clusterTime",
+                "operationTime",
+                "recoveryToken",
+                "cursor",
+            ],
+        );
+        Head {
+            ok,
+            cluster_time: cluster_time.and_then(|v| v.as_document()),
+            operation_time: operation_time.and_then(|v| v.as_timestamp()),
+            recovery_token: recovery_token.and_then(|v| v.as_document()),
+            cursor: cursor.and_then(|v| v.as_document()),
+        }
+    }
+
+    /// The id of the open cursor the reply describes (none when it is exhausted).
+    fn open_cursor(&self) -> Option<i64> {
+        match crate::wire::raw::get(self.cursor?, "id")? {
+            RawBsonRef::Int64(id) if id != 0 => Some(id),
+            RawBsonRef::Int32(id) if id != 0 => Some(i64::from(id)),
+            _ => None,
+        }
     }
 }
 

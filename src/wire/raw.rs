@@ -349,6 +349,30 @@ pub fn find<'a>(b: &'a [u8], key: &[u8]) -> Result<Option<(u8, &'a [u8])>, Malfo
 /// which only `bson` can hand out) by `bson`, once found.
 pub fn get<'a>(doc: &'a RawDocument, key: &str) -> Option<RawBsonRef<'a>> {
     let (kind, v) = find(doc.as_bytes(), key.as_bytes()).ok()??;
+    decode(doc, key, kind, v)
+}
+
+/// The top-level fields `keys` of `doc`, each as [`get`] reads it, found in
+/// one pass: a reply's `ok`, `$clusterTime`, `cursor`... are read together.
+pub fn get_all<'a, const N: usize>(
+    doc: &'a RawDocument,
+    keys: [&str; N],
+) -> [Option<RawBsonRef<'a>>; N] {
+    let mut out = [None; N];
+    let mut seen = [false; N];
+    for element in elements(doc.as_bytes()) {
+        let Ok((kind, k, v)) = element else { break };
+        // The first of duplicate keys counts, as for `find`.
+        if let Some(i) = (0..N).find(|&i| !seen[i] && keys[i].as_bytes() == k) {
+            seen[i] = true;
+            out[i] = decode(doc, keys[i], kind, v);
+        }
+    }
+    out
+}
+
+/// The value bytes `v` of type `kind` of the field `key` of `doc`.
+fn decode<'a>(doc: &'a RawDocument, key: &str, kind: u8, v: &'a [u8]) -> Option<RawBsonRef<'a>> {
     let le4 = |at: usize| <[u8; 4]>::try_from(&v[at..at + 4]).ok();
     let le8 = || <[u8; 8]>::try_from(v).ok();
     Some(match kind {
@@ -371,6 +395,30 @@ pub fn get<'a>(doc: &'a RawDocument, key: &str) -> Option<RawBsonRef<'a>> {
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn get_all_reads_each_field_as_get_does() {
+        let doc = rawdoc! { "a": 1, "b": { "x": 1 }, "a": 2, "c": "s", "ok": 1.0 };
+        let keys = ["ok", "a", "missing", "b", "c"];
+        let got = get_all(&doc, keys);
+        for (key, value) in keys.iter().zip(got) {
+            assert_eq!(value, get(&doc, key), "{key}");
+        }
+        assert_eq!(
+            got[1],
+            Some(RawBsonRef::Int32(1)),
+            "the first of duplicates"
+        );
+        // Malformed after `a`: `a` still reads, what follows does not.
+        let mut bytes = rawdoc! { "a": 1, "s": "xy", "ok": 1 }.into_bytes();
+        bytes[15] = 0x7f;
+        let bad = RawDocument::from_bytes(&bytes).unwrap();
+        assert_eq!(get_all(bad, ["a", "ok"]), [get(bad, "a"), get(bad, "ok")]);
+        assert_eq!(
+            get_all(bad, ["a", "ok"]),
+            [Some(RawBsonRef::Int32(1)), None]
+        );
+    }
 
     #[test]
     fn cstring_finds_the_first_nul_at_every_offset_and_checks_only_its_bytes() {
