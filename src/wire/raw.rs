@@ -113,6 +113,29 @@ enum Inner {
     Document { at: usize, end: usize },
 }
 
+/// [`value_size`] with the types of nearly every element sized inline, the
+/// others (and every error) there. Inlined into the loops over elements.
+#[inline(always)]
+fn size_of(b: &[u8], kind: u8, v: usize, end: usize) -> Result<(usize, Inner), Malformed> {
+    let size = match kind {
+        0x10 => 4,
+        0x01 | 0x09 | 0x11 | 0x12 => 8,
+        0x0A => 0,
+        0x02 => string(b, v)?,
+        0x08 if b.get(v).is_some_and(|&c| c <= 1) => 1,
+        DOCUMENT | ARRAY => {
+            let inner = document(b, v, end)?;
+            let at = v + 4;
+            return Ok((inner + 1 - v, Inner::Document { at, end: inner }));
+        }
+        _ => return value_size(b, kind, v, end),
+    };
+    match v.checked_add(size) {
+        Some(next) if next <= end => Ok((size, Inner::Leaf)),
+        _ => Err("a value runs past its document"),
+    }
+}
+
 /// The size of the value of type `kind` at `v` in the document ending at
 /// `end`, its own framing checked (a container's elements are not).
 fn value_size(b: &[u8], kind: u8, v: usize, end: usize) -> Result<(usize, Inner), Malformed> {
@@ -232,30 +255,9 @@ pub fn walk_to(b: &[u8], max_depth: usize) -> Result<(), Malformed> {
         }
         let kind = b[at];
         let v = cstring(b, at + 1, end)? + 1;
-        // The types of nearly every element are sized here, inline; the
-        // others (and every error) by `value_size`.
-        let (size, inner) = match kind {
-            0x10 => (4, Inner::Leaf),
-            0x01 | 0x09 | 0x11 | 0x12 => (8, Inner::Leaf),
-            0x0A => (0, Inner::Leaf),
-            0x02 => (string(b, v)?, Inner::Leaf),
-            0x08 if b[v] <= 1 => (1, Inner::Leaf),
-            DOCUMENT | ARRAY => (
-                0,
-                Inner::Document {
-                    at: v + 4,
-                    end: document(b, v, end)?,
-                },
-            ),
-            _ => value_size(b, kind, v, end)?,
-        };
+        let (size, inner) = size_of(b, kind, v, end)?;
         match inner {
-            Inner::Leaf => {
-                at = match v.checked_add(size) {
-                    Some(next) if next <= end => next,
-                    _ => return Err("a value runs past its document"),
-                }
-            }
+            Inner::Leaf => at = v + size,
             Inner::Document {
                 at: first,
                 end: inner_end,
@@ -319,7 +321,7 @@ impl<'a> Iterator for Elements<'a> {
         }
         let (b, at, end) = (self.b, self.at, self.end);
         let element = cstring(b, at + 1, end).and_then(|nul| {
-            let (size, _) = value_size(b, b[at], nul + 1, end)?;
+            let (size, _) = size_of(b, b[at], nul + 1, end)?;
             Ok((b[at], &b[at + 1..nul], &b[nul + 1..nul + 1 + size]))
         });
         self.at = match &element {
