@@ -119,8 +119,16 @@ impl WriteModel {
 impl Collection {
     /// Inserts one document; returns its `_id`.
     pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawBson> {
+        self.insert_one_with_id(with_id(doc, &ObjectIds::now())?, options)
+    }
+
+    /// `insert_one` of a document `with_id` (or `checked_with_id`) prepared.
+    pub(crate) fn insert_one_with_id(
+        &self,
+        (doc, id): (RawDocumentBuf, RawBson),
+        options: &OpOptions,
+    ) -> Result<RawBson> {
         let options = &options.flattened()?;
-        let (doc, id) = with_id(doc, &ObjectIds::now())?;
         let op = self.write_op(WriteKind::Insert, vec![doc], 0);
         raise(&self.write(op, options)?)?;
         Ok(id)
@@ -135,6 +143,18 @@ impl Collection {
         docs: &[RawDocumentBuf],
         options: &OpOptions,
     ) -> Result<Vec<RawBson>> {
+        // One clock read for the batch's generated ids.
+        let oids = ObjectIds::now();
+        let docs = docs.iter().map(|d| with_id(d, &oids));
+        self.insert_many_with_ids(docs.collect::<Result<_>>()?, options)
+    }
+
+    /// `insert_many` of documents `with_id` (or `checked_with_id`) prepared.
+    pub(crate) fn insert_many_with_ids(
+        &self,
+        docs: Vec<(RawDocumentBuf, RawBson)>,
+        options: &OpOptions,
+    ) -> Result<Vec<RawBson>> {
         let options = &options.flattened()?;
         if docs.is_empty() {
             return Err(Error::invalid_argument(
@@ -143,10 +163,7 @@ impl Collection {
         }
         let mut ids = Vec::with_capacity(docs.len());
         let mut prepared = Vec::with_capacity(docs.len());
-        // One clock read for the batch's generated ids.
-        let oids = ObjectIds::now();
-        for (i, doc) in docs.iter().enumerate() {
-            let (doc, id) = with_id(doc, &oids)?;
+        for (i, (doc, id)) in docs.into_iter().enumerate() {
             ids.push((i, id));
             prepared.push(doc);
         }

@@ -14,6 +14,8 @@ use super::{
     doc, docs, opt_doc, read_concern, read_preference, to_value, value, wrap, write_concern,
     Component, WitResult,
 };
+use crate::object_id::ObjectIds;
+use crate::operation::write::checked_with_id;
 use crate::{Collection, Cursor};
 use std::cell::RefCell;
 
@@ -196,7 +198,9 @@ impl GuestCollection for CollectionRes {
     }
 
     fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
-        let id = wrap(self.0.insert_one(&doc(document)?, &op_options(&options)?))?;
+        // Checked, and its _id found, in one pass; not copied when it has one.
+        let doc = checked_with_id(document, &ObjectIds::now()).map_err(super::to_wit)?;
+        let id = wrap(self.0.insert_one_with_id(doc, &op_options(&options)?))?;
         Ok(InsertOneResult {
             inserted_id: to_value(id),
         })
@@ -207,9 +211,14 @@ impl GuestCollection for CollectionRes {
         documents: Vec<Vec<u8>>,
         options: OpOptions<'_>,
     ) -> Result<InsertManyResult, BulkWriteError> {
+        let oids = ObjectIds::now();
+        let docs = documents.into_iter().map(|d| checked_with_id(d, &oids));
+        let docs = docs
+            .collect::<crate::error::Result<_>>()
+            .map_err(super::to_wit_bulk)?;
         let ids = self
             .0
-            .insert_many(&docs(documents)?, &op_options(&options)?)
+            .insert_many_with_ids(docs, &op_options(&options)?)
             .map_err(super::to_wit_bulk)?;
         Ok(InsertManyResult {
             inserted_ids: ids.into_iter().map(to_value).collect(),

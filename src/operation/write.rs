@@ -250,8 +250,38 @@ pub fn with_id(
             return Ok((doc.to_owned(), RawBson::from(id)));
         }
     }
+    prepend_id(doc.as_bytes(), ids)
+}
+
+/// The caller's bytes as a document to insert, checked in full (as
+/// `wire::raw::walk` checks a reply; malformed is `invalid-argument`), and
+/// its `_id`, generated when absent. One pass checks it and finds `_id`;
+/// a document with one is not copied.
+// Called by the WIT glue, which only wasm32 builds compile (and by tests).
+#[cfg_attr(
+    not(all(feature = "component", target_arch = "wasm32")),
+    allow(dead_code)
+)]
+pub fn checked_with_id(
+    bytes: Vec<u8>,
+    ids: &crate::object_id::ObjectIds,
+) -> Result<(RawDocumentBuf, RawBson)> {
+    let malformed =
+        |what: &str| Error::invalid_argument(format!("malformed BSON document: {what}"));
+    match crate::wire::raw::walk_finding(&bytes, b"_id").map_err(malformed)? {
+        Some(_) => {
+            let doc = RawDocumentBuf::from_bytes(bytes).map_err(|e| malformed(&e.to_string()))?;
+            let id = doc.get("_id")?.map(RawBson::from);
+            Ok((doc, id.ok_or_else(|| malformed("unreadable _id"))?))
+        }
+        None => prepend_id(&bytes, ids),
+    }
+}
+
+/// `doc` (whole, its bytes) with a new ObjectId `_id` as its first field.
+fn prepend_id(doc: &[u8], ids: &crate::object_id::ObjectIds) -> Result<(RawDocumentBuf, RawBson)> {
     let id = ids.next();
-    let fields = &doc.as_bytes()[4..];
+    let fields = &doc[4..];
     // length, type 0x07 (ObjectId), "_id\0", 12 bytes, then the fields and the terminator.
     let len = 4 + 1 + 4 + 12 + fields.len();
     let len32 = i32::try_from(len)
@@ -424,6 +454,27 @@ mod tests {
             op.finish_batch();
         }
         assert_eq!((op.result.n, op.result.n_modified), (i64::MAX, i64::MAX));
+    }
+
+    #[test]
+    fn checked_with_id_checks_finds_and_prepends_as_with_id_does() {
+        let ids = ObjectIds::now();
+        let (doc, id) = checked_with_id(rawdoc! { "x": 1, "_id": 7 }.into_bytes(), &ids).unwrap();
+        assert_eq!(id, RawBson::Int32(7));
+        assert_eq!(doc, rawdoc! { "x": 1, "_id": 7 }, "kept as it was");
+        let src = rawdoc! { "x": 1, "y": { "_id": 2 } };
+        let (doc, id) = checked_with_id(src.clone().into_bytes(), &ids).unwrap();
+        let (want, _) = with_id(&src, &ids).unwrap();
+        assert_eq!(doc.as_bytes()[..4], want.as_bytes()[..4]);
+        assert_eq!(doc.get("_id").unwrap(), Some(id.as_raw_bson_ref()));
+        assert_eq!(doc.iter().count(), 3, "_id first, then x and y");
+        // Malformed anywhere, nested too, is invalid-argument.
+        let mut bad = rawdoc! { "_id": 1, "y": { "s": "xy" } }.into_bytes();
+        let at = bad.len() - 9;
+        bad[at] = 0x7f;
+        let e = checked_with_id(bad, &ids).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
+        assert!(e.message.contains("malformed BSON"), "{}", e.message);
     }
 
     #[test]

@@ -236,7 +236,23 @@ fn framed(b: &[u8]) -> Result<(), Malformed> {
 /// lengths, terminators; string values' bytes are data and not checked.
 /// One loop with a stack of open documents' ends, never the call stack.
 pub fn walk_to(b: &[u8], max_depth: usize) -> Result<(), Malformed> {
+    walk_finding_to(b, max_depth, None).map(|_| ())
+}
+
+/// [`walk`], which also finds the top-level element `key` on its way:
+/// where it starts (its type byte), the first if repeated. An insert
+/// checks the caller's document and looks for its `_id` in one pass.
+pub fn walk_finding(b: &[u8], key: &[u8]) -> Result<Option<usize>, Malformed> {
+    walk_finding_to(b, super::MAX_DEPTH, Some(key))
+}
+
+fn walk_finding_to(
+    b: &[u8],
+    max_depth: usize,
+    key: Option<&[u8]>,
+) -> Result<Option<usize>, Malformed> {
     framed(b)?;
+    let mut found = None;
     // The terminators of the enclosing documents, innermost last, and the
     // current one's.
     let mut ends = Vec::new();
@@ -250,11 +266,14 @@ pub fn walk_to(b: &[u8], max_depth: usize) -> Result<(), Malformed> {
                     end = outer;
                     continue;
                 }
-                None => return Ok(()),
+                None => return Ok(found),
             }
         }
         let kind = b[at];
         let v = cstring(b, at + 1, end)? + 1;
+        if ends.is_empty() && found.is_none() && key.is_some_and(|k| k == &b[at + 1..v - 1]) {
+            found = Some(at);
+        }
         let (size, inner) = size_of(b, kind, v, end)?;
         match inner {
             Inner::Leaf => at = v + size,
@@ -406,6 +425,26 @@ fn decode<'a>(doc: &'a RawDocument, key: &str, kind: u8, v: &'a [u8]) -> Option<
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn walk_finding_finds_a_top_level_key_and_checks_everything() {
+        let doc = rawdoc! { "a": { "_id": 1 }, "_id": 2, "_id": 3 };
+        let b = doc.as_bytes();
+        let at = walk_finding(b, b"_id").unwrap().unwrap();
+        assert_eq!(
+            find(b, b"_id").unwrap().map(|(_, v)| v),
+            Some(&b[at + 5..at + 9])
+        );
+        assert_eq!(walk_finding(b, b"x"), Ok(None), "not at the top level");
+        assert_eq!(
+            walk_finding(rawdoc! { "a": { "x": 1 } }.as_bytes(), b"x"),
+            Ok(None)
+        );
+        // A malformed element after the key is still an error.
+        let mut bad = rawdoc! { "_id": 1, "s": "xy" }.into_bytes();
+        bad[18] = 0x7f;
+        assert!(walk_finding(&bad, b"_id").is_err() && walk(&bad).is_err());
+    }
 
     #[test]
     fn get_all_reads_each_field_as_get_does() {
