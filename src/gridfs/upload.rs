@@ -6,8 +6,8 @@ use crate::csot::OpTimeout;
 use crate::error::{Error, Result};
 use crate::operation::write::{WriteCommand, WriteKind};
 use crate::session::Session;
-use bson::spec::BinarySubtype;
-use bson::{rawdoc, Binary, RawBson, RawDocumentBuf};
+use bson::oid::ObjectId;
+use bson::{rawdoc, RawBson, RawDocumentBuf};
 
 pub struct UploadStream {
     bucket: Bucket,
@@ -83,27 +83,37 @@ impl UploadStream {
     /// Buffers `data` and inserts every chunk it completes (one command).
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
         self.check_open()?;
-        self.buffer.extend_from_slice(data);
         self.length += data.len() as u64;
-        let full = self.buffer.len() / self.chunk_size * self.chunk_size;
-        if full > 0 {
-            let rest = self.buffer.split_off(full);
-            let filled = std::mem::replace(&mut self.buffer, rest);
-            self.insert_chunks(&filled)?;
+        // A partly filled chunk is topped up; the whole chunks after it are
+        // cut straight from `data`, not copied into the buffer first.
+        let top_up = match self.buffer.is_empty() {
+            true => 0,
+            false => (self.chunk_size - self.buffer.len()).min(data.len()),
+        };
+        self.buffer.extend_from_slice(&data[..top_up]);
+        let rest = &data[top_up..];
+        let whole = rest.len() / self.chunk_size * self.chunk_size;
+        let filled = match self.buffer.len() == self.chunk_size {
+            true => std::mem::take(&mut self.buffer),
+            false => Vec::new(),
+        };
+        self.buffer.extend_from_slice(&rest[whole..]);
+        let mut pieces = Vec::with_capacity(1 + whole / self.chunk_size);
+        pieces.extend((!filled.is_empty()).then_some(&filled[..]));
+        pieces.extend(rest[..whole].chunks(self.chunk_size));
+        match pieces.is_empty() {
+            true => Ok(()),
+            false => self.insert_chunks(&pieces),
         }
-        Ok(())
     }
 
-    fn insert_chunks(&mut self, bytes: &[u8]) -> Result<()> {
-        let mut chunks = Vec::new();
+    /// Inserts one chunk per piece, in order (one command).
+    fn insert_chunks(&mut self, pieces: &[&[u8]]) -> Result<()> {
+        let mut chunks = Vec::with_capacity(pieces.len());
         // One clock read for this flush's chunk ids.
         let oids = crate::object_id::ObjectIds::now();
-        for piece in bytes.chunks(self.chunk_size) {
-            let data = Binary {
-                subtype: BinarySubtype::Generic,
-                bytes: piece.to_vec(),
-            };
-            chunks.push(rawdoc! { "_id": oids.next(), "files_id": self.id.clone(), "n": self.next_n, "data": data });
+        for piece in pieces {
+            chunks.push(chunk_document(oids.next(), &self.id, self.next_n, piece)?);
             self.next_n += 1;
         }
         let chunks_coll = self.bucket.chunks();
@@ -130,7 +140,7 @@ impl UploadStream {
         self.state = State::Closed;
         if !self.buffer.is_empty() {
             let last = std::mem::take(&mut self.buffer);
-            self.insert_chunks(&last)?;
+            self.insert_chunks(&[&last])?;
         }
         let mut file = rawdoc! {
             "_id": self.id.clone(),
@@ -158,5 +168,60 @@ impl UploadStream {
                 &self.call(),
             )
             .map(|_| ())
+    }
+}
+
+/// `{_id, files_id, n, data}`, the piece written once into a buffer of
+/// exactly the document's size (a `rawdoc!` with a `Binary` copied it
+/// twice and grew its buffer by doubling).
+fn chunk_document(
+    id: ObjectId,
+    files_id: &RawBson,
+    n: i32,
+    piece: &[u8],
+) -> Result<RawDocumentBuf> {
+    let mut bytes = rawdoc! { "_id": id, "files_id": files_id.clone(), "n": n }.into_bytes();
+    // Without its terminator: then type 0x05, "data\0", length, subtype 0, the bytes, terminator.
+    bytes.pop();
+    let len = bytes.len() + 1 + 5 + 4 + 1 + piece.len() + 1;
+    let (Ok(len32), Ok(piece_len)) = (i32::try_from(len), i32::try_from(piece.len())) else {
+        return Err(Error::invalid_argument(format!(
+            "a chunk of {} bytes is too large",
+            piece.len()
+        )));
+    };
+    bytes.reserve_exact(len - bytes.len());
+    bytes.push(0x05);
+    bytes.extend_from_slice(b"data\0");
+    bytes.extend_from_slice(&piece_len.to_le_bytes());
+    bytes.push(0x00);
+    bytes.extend_from_slice(piece);
+    bytes.push(0x00);
+    bytes[..4].copy_from_slice(&len32.to_le_bytes());
+    Ok(RawDocumentBuf::from_bytes(bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{spec::BinarySubtype, Binary};
+
+    #[test]
+    fn a_chunk_document_is_what_rawdoc_builds() {
+        let id = ObjectId::new();
+        for files_id in [
+            RawBson::ObjectId(ObjectId::new()),
+            RawBson::String("f".into()),
+        ] {
+            for piece in [&b""[..], b"x", &[7u8; 300]] {
+                let data = Binary {
+                    subtype: BinarySubtype::Generic,
+                    bytes: piece.to_vec(),
+                };
+                let want =
+                    rawdoc! { "_id": id, "files_id": files_id.clone(), "n": 3, "data": data };
+                assert_eq!(chunk_document(id, &files_id, 3, piece).unwrap(), want);
+            }
+        }
     }
 }
