@@ -1,7 +1,8 @@
 //! One pass over raw BSON bytes, without `bson`'s iterators: the full
-//! check of a document ([`walk`]), its top-level elements ([`elements`])
-//! and a lookup by key ([`find`], [`get`]). All size each element the same
-//! way ([`value_size`]), so what the check accepts, the others skip through.
+//! check of a document ([`walk`], [`walk_finding`] for an insert's `_id`),
+//! its top-level elements ([`elements`]) and lookups by key ([`find`],
+//! [`get`], [`get_all`]). All size each element the same way (`size_of`,
+//! `value_size`), so what the check accepts, the others skip through.
 //!
 //! They are for what every operation reads (a reply's `ok`, `$clusterTime`,
 //! `cursor`; a command's `rawData`): `bson`'s `get` checks each key it passes
