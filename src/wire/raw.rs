@@ -137,6 +137,16 @@ fn size_of(b: &[u8], kind: u8, v: usize, end: usize) -> Result<(usize, Inner), M
     }
 }
 
+/// The top-level element at `at` of the document ending at `end`: its type,
+/// where its key's NUL is, and its value's size (one step of `elements`
+/// and `find`).
+#[inline(always)]
+fn element(b: &[u8], at: usize, end: usize) -> Result<(u8, usize, usize), Malformed> {
+    let nul = cstring(b, at + 1, end)?;
+    let (size, _) = size_of(b, b[at], nul + 1, end)?;
+    Ok((b[at], nul, size))
+}
+
 /// The size of the value of type `kind` at `v` in the document ending at
 /// `end`, its own framing checked (a container's elements are not).
 fn value_size(b: &[u8], kind: u8, v: usize, end: usize) -> Result<(usize, Inner), Malformed> {
@@ -340,10 +350,8 @@ impl<'a> Iterator for Elements<'a> {
             return None;
         }
         let (b, at, end) = (self.b, self.at, self.end);
-        let element = cstring(b, at + 1, end).and_then(|nul| {
-            let (size, _) = size_of(b, b[at], nul + 1, end)?;
-            Ok((b[at], &b[at + 1..nul], &b[nul + 1..nul + 1 + size]))
-        });
+        let element = element(b, at, end)
+            .map(|(kind, nul, size)| (kind, &b[at + 1..nul], &b[nul + 1..nul + 1 + size]));
         self.at = match &element {
             Ok((_, key, value)) => at + 2 + key.len() + value.len(),
             Err(_) => end,
@@ -356,16 +364,14 @@ impl<'a> Iterator for Elements<'a> {
 /// bytes. Skips the other elements by their sizes, checking their framing
 /// as [`walk`] does but not descending into them.
 pub fn find<'a>(b: &'a [u8], key: &[u8]) -> Result<Option<(u8, &'a [u8])>, Malformed> {
-    // The loop of `elements`, written out: with the iterator's state and
+    // The loop of `elements`, without the iterator: with its state and
     // items in memory, searching a large document for an absent `_id`
     // took longer than checking it in full.
     framed(b)?;
     let end = b.len() - 1;
     let mut at = 4;
     while at < end {
-        let kind = b[at];
-        let nul = cstring(b, at + 1, end)?;
-        let (size, _) = size_of(b, kind, nul + 1, end)?;
+        let (kind, nul, size) = element(b, at, end)?;
         if &b[at + 1..nul] == key {
             return Ok(Some((kind, &b[nul + 1..nul + 1 + size])));
         }
