@@ -93,13 +93,11 @@ impl UploadStream {
         self.buffer.extend_from_slice(&data[..top_up]);
         let rest = &data[top_up..];
         let whole = rest.len() / self.chunk_size * self.chunk_size;
-        let filled = match self.buffer.len() == self.chunk_size {
-            true => std::mem::take(&mut self.buffer),
-            false => Vec::new(),
-        };
+        let filled =
+            (self.buffer.len() == self.chunk_size).then(|| std::mem::take(&mut self.buffer));
         self.buffer.extend_from_slice(&rest[whole..]);
         let mut pieces = Vec::with_capacity(1 + whole / self.chunk_size);
-        pieces.extend((!filled.is_empty()).then_some(&filled[..]));
+        pieces.extend(filled.as_deref());
         pieces.extend(rest[..whole].chunks(self.chunk_size));
         match pieces.is_empty() {
             true => Ok(()),

@@ -790,13 +790,14 @@ impl Contender for Floor<'_> {
                     &data.large
                 };
                 let body = rawdoc! { "insert": "scratch", "$db": "perftest" };
+                // A fresh _id each, as a driver adds one: an int64 element
+                // (type, "_id\0", 8 bytes) before the fields, copied once.
                 let fields = &doc.as_bytes()[4..];
-                let mut d = Vec::with_capacity(4 + 13 + fields.len());
+                let len = 4 + 13 + fields.len();
+                let mut d = Vec::with_capacity(len);
                 timed(ops, |i| {
-                    // A fresh _id, as a driver adds one: an int64 element
-                    // before the fields, the bytes copied once.
                     d.clear();
-                    d.extend_from_slice(&((4 + 13 + fields.len()) as i32).to_le_bytes());
+                    d.extend_from_slice(&(len as i32).to_le_bytes());
                     d.extend_from_slice(b"\x12_id\0");
                     d.extend_from_slice(&(i as i64).to_le_bytes());
                     d.extend_from_slice(fields);
