@@ -127,7 +127,12 @@ impl From<wit::Error> for wit::ClientBulkWriteError {
 
 /// One BSON value as the WIT `value` shape, `{v: <value>}`.
 pub(crate) fn to_value(v: RawBson) -> Vec<u8> {
-    bson::rawdoc! { "v": v }.into_bytes()
+    match v {
+        // The new `_id` of every inserted document without one: written
+        // whole at its exact size (`rawdoc!` grows its buffer twice).
+        RawBson::ObjectId(id) => crate::wire::raw::value_doc(0x07, &id.bytes()),
+        v => bson::rawdoc! { "v": v }.into_bytes(),
+    }
 }
 
 /// A WIT `value` (`{v: <value>}`) from the caller: the value, or

@@ -303,6 +303,18 @@ fn walk_finding_to(
     }
 }
 
+/// The document `{v: <value>}` (a WIT `value`) from an element's type and
+/// value bytes, written at its exact size.
+pub fn value_doc(kind: u8, value: &[u8]) -> Vec<u8> {
+    let len = 4 + 3 + value.len() + 1;
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&(len as i32).to_le_bytes());
+    b.extend_from_slice(&[kind, b'v', 0]);
+    b.extend_from_slice(value);
+    b.push(0);
+    b
+}
+
 /// [`walk_to`] with the wire's depth limit.
 pub fn walk(b: &[u8]) -> Result<(), Malformed> {
     walk_to(b, super::MAX_DEPTH)
@@ -432,6 +444,18 @@ fn decode<'a>(doc: &'a RawDocument, key: &str, kind: u8, v: &'a [u8]) -> Option<
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn value_doc_is_what_rawdoc_writes() {
+        let id = bson::oid::ObjectId::new();
+        assert_eq!(
+            value_doc(0x07, &id.bytes()),
+            rawdoc! { "v": id }.into_bytes()
+        );
+        let v = rawdoc! { "v": "xy" };
+        let (kind, _, value) = elements(v.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(value_doc(kind, value), v.into_bytes());
+    }
 
     #[test]
     fn walk_finding_finds_a_top_level_key_and_checks_everything() {
