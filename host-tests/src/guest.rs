@@ -272,6 +272,31 @@ impl Guest {
         Ok(r.map(|res| res.inserted_ids.iter().map(|id| unvalue(id)).collect()))
     }
 
+    /// `insert-many-packed`: the documents back to back in one buffer; the
+    /// ids come back the same way and are read here.
+    pub fn insert_many_packed(
+        &mut self,
+        coll: Collection,
+        packed: &[u8],
+        opts: &OpOptions,
+    ) -> Result<std::result::Result<Vec<bson::Bson>, BulkWriteError>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_insert_many_packed(&mut self.store, coll.0, packed, opts)?;
+        Ok(r.map(|ids| {
+            let mut out = Vec::new();
+            let mut rest = &ids[..];
+            while !rest.is_empty() {
+                let len = i32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+                out.push(unvalue(&rest[..len]));
+                rest = &rest[len..];
+            }
+            out
+        }))
+    }
+
     pub fn insert_one(
         &mut self,
         coll: Collection,

@@ -1,6 +1,7 @@
 //! The WIT 0.2.0 surface through the component against nx-27017: typed
 //! options reach the commands (and `extra` stays the escape hatch), one
-//! `value` shape, insert-many's ids as a list and what a failed one wrote,
+//! `value` shape, insert-many's ids as a list and what a failed one wrote
+//! (and the same through insert-many-packed),
 //! the duplicate-key kind, cursor `next`/`collect`, and the client's
 //! lifecycle (closed stays closed; a dropped client ends its sessions).
 
@@ -361,6 +362,90 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
             .unwrap(),
         4
     );
+}
+
+#[test]
+fn insert_many_packed_is_insert_many_in_one_buffer() {
+    let (mut g, client, _db, coll) = setup("insert_many_packed");
+    let packed = |docs: &[RawDocumentBuf]| -> Vec<u8> {
+        docs.iter().flat_map(|d| d.as_bytes().to_vec()).collect()
+    };
+    let docs = [
+        rawdoc! { "_id": 1, "s": "x" },
+        rawdoc! { "x": 2 },
+        rawdoc! { "y": { "z": [1, 2] } },
+    ];
+    let ids = g
+        .insert_many_packed(coll, &packed(&docs), &no_options())
+        .unwrap()
+        .expect("insert-many-packed");
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], Bson::Int32(1));
+    assert!(matches!(ids[1], Bson::ObjectId(_)), "{ids:?}");
+    assert!(matches!(ids[2], Bson::ObjectId(_)) && ids[1] != ids[2]);
+    let insert = &started(&mut g, client, "insert")[0];
+    assert_eq!(
+        insert.get_array("documents").unwrap().len(),
+        3,
+        "one command"
+    );
+    for (id, want) in ids.iter().zip([
+        rawdoc! { "s": "x" },
+        rawdoc! { "x": 2 },
+        rawdoc! { "y": { "z": [1, 2] } },
+    ]) {
+        let cursor = g
+            .find(
+                coll,
+                &RawDocumentBuf::try_from(&doc! { "_id": id.clone() }).unwrap(),
+                &find_options(),
+            )
+            .unwrap()
+            .unwrap();
+        let found = g.next(cursor).unwrap().unwrap().expect("inserted");
+        let (k, v) = want.iter().next().unwrap().unwrap();
+        assert_eq!(found.get(k).unwrap(), Some(v), "{found:?}");
+    }
+
+    // Bytes that do not split into documents, or none, or a malformed
+    // document: invalid-argument, and nothing is sent.
+    let mut cut = packed(&docs);
+    cut.pop();
+    let mut bad_inner = rawdoc! { "_id": 9, "y": { "s": "xy" } }.into_bytes();
+    let at = bad_inner.len() - 9;
+    bad_inner[at] = 0x7f;
+    for bad in [cut, Vec::new(), bad_inner, vec![4, 0, 0, 0]] {
+        let err = g
+            .insert_many_packed(coll, &bad, &no_options())
+            .unwrap()
+            .expect_err("refused");
+        assert_eq!(err.error.kind, ErrorKind::InvalidArgument, "{err:?}");
+    }
+    assert!(started(&mut g, client, "insert").is_empty(), "nothing sent");
+
+    // A write error reports what was written, as insert-many does.
+    let unordered = OpOptions {
+        ordered: Some(false),
+        ..no_options()
+    };
+    let dup = packed(&[
+        rawdoc! { "_id": 3 },
+        rawdoc! { "_id": 1 },
+        rawdoc! { "_id": 4 },
+    ]);
+    let err = g
+        .insert_many_packed(coll, &dup, &unordered)
+        .unwrap()
+        .expect_err("a duplicate _id");
+    assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
+    assert_eq!(err.write_errors[0].index, 1);
+    let partial = err.partial_result.as_ref().expect("what was written");
+    let written: Vec<(u32, Bson)> = partial
+        .inserted_ids
+        .iter()
+        .map(|i| (i.index, unvalue(&i.id)))
+        .collect();
+    assert_eq!(written, [(0, Bson::Int32(3)), (2, Bson::Int32(4))]);
 }
 
 #[test]

@@ -14,8 +14,9 @@ use super::{
     doc, docs, opt_doc, read_concern, read_preference, to_value, value, wrap, write_concern,
     Component, WitResult,
 };
+use crate::error::Error;
 use crate::object_id::ObjectIds;
-use crate::operation::write::checked_with_id;
+use crate::operation::write::{checked_with_id, checked_with_id_copied};
 use crate::{Collection, Cursor};
 use std::cell::RefCell;
 
@@ -223,6 +224,38 @@ impl GuestCollection for CollectionRes {
         Ok(InsertManyResult {
             inserted_ids: ids.into_iter().map(to_value).collect(),
         })
+    }
+
+    fn insert_many_packed(
+        &self,
+        documents: Vec<u8>,
+        options: OpOptions<'_>,
+    ) -> Result<Vec<u8>, BulkWriteError> {
+        let oids = ObjectIds::now();
+        let docs = crate::wire::raw::packed(&documents).map(|d| {
+            let d = d.map_err(|e| {
+                Error::invalid_argument(format!("insert-many-packed's documents: {e}"))
+            })?;
+            checked_with_id_copied(d, &oids)
+        });
+        let docs = docs
+            .collect::<crate::error::Result<Vec<_>>>()
+            .map_err(super::to_wit_bulk)?;
+        drop(documents);
+        let ids = self
+            .0
+            .insert_many_with_ids(docs, &op_options(&options)?)
+            .map_err(super::to_wit_bulk)?;
+        let mut out = Vec::with_capacity(ids.len() * 20);
+        for id in ids {
+            match id {
+                bson::RawBson::ObjectId(id) => {
+                    crate::wire::raw::push_value_doc(&mut out, 0x07, &id.bytes())
+                }
+                id => out.extend_from_slice(&to_value(id)),
+            }
+        }
+        Ok(out)
     }
 
     fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {

@@ -266,16 +266,43 @@ pub fn checked_with_id(
     bytes: Vec<u8>,
     ids: &crate::object_id::ObjectIds,
 ) -> Result<(RawDocumentBuf, RawBson)> {
-    let malformed =
-        |what: &str| Error::invalid_argument(format!("malformed BSON document: {what}"));
-    match crate::wire::raw::walk_finding(&bytes, b"_id").map_err(malformed)? {
-        Some(_) => {
-            let doc = RawDocumentBuf::from_bytes(bytes).map_err(|e| malformed(&e.to_string()))?;
-            let id = doc.get("_id")?.map(RawBson::from);
-            Ok((doc, id.ok_or_else(|| malformed("unreadable _id"))?))
-        }
-        None => prepend_id(&bytes, ids),
+    match has_id(&bytes)? {
+        true => kept_with_id(bytes),
+        false => prepend_id(&bytes, ids),
     }
+}
+
+/// [`checked_with_id`] for a document inside a larger buffer (a packed
+/// insert-many): copied once, with or without a new `_id`.
+#[cfg_attr(
+    not(all(feature = "component", target_arch = "wasm32")),
+    allow(dead_code)
+)]
+pub fn checked_with_id_copied(
+    bytes: &[u8],
+    ids: &crate::object_id::ObjectIds,
+) -> Result<(RawDocumentBuf, RawBson)> {
+    match has_id(bytes)? {
+        true => kept_with_id(bytes.to_vec()),
+        false => prepend_id(bytes, ids),
+    }
+}
+
+fn malformed(what: &str) -> Error {
+    Error::invalid_argument(format!("malformed BSON document: {what}"))
+}
+
+/// Checks the whole document; whether it has a top-level `_id`.
+fn has_id(bytes: &[u8]) -> Result<bool> {
+    let found = crate::wire::raw::walk_finding(bytes, b"_id").map_err(malformed)?;
+    Ok(found.is_some())
+}
+
+/// A checked document that has an `_id`, and that `_id`.
+fn kept_with_id(bytes: Vec<u8>) -> Result<(RawDocumentBuf, RawBson)> {
+    let doc = RawDocumentBuf::from_bytes(bytes).map_err(|e| malformed(&e.to_string()))?;
+    let id = doc.get("_id")?.map(RawBson::from);
+    Ok((doc, id.ok_or_else(|| malformed("unreadable _id"))?))
 }
 
 /// `doc` (whole, its bytes) with a new ObjectId `_id` as its first field.
@@ -472,9 +499,18 @@ mod tests {
         let mut bad = rawdoc! { "_id": 1, "y": { "s": "xy" } }.into_bytes();
         let at = bad.len() - 9;
         bad[at] = 0x7f;
-        let e = checked_with_id(bad, &ids).unwrap_err();
+        let e = checked_with_id(bad.clone(), &ids).unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
         assert!(e.message.contains("malformed BSON"), "{}", e.message);
+        let e = checked_with_id_copied(&bad, &ids).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
+        // The copying form agrees.
+        let src = rawdoc! { "x": 1, "_id": 7 };
+        let (doc, id) = checked_with_id_copied(src.as_bytes(), &ids).unwrap();
+        assert_eq!((doc, id), (src.clone(), RawBson::Int32(7)));
+        let (doc, id) = checked_with_id_copied(rawdoc! { "x": 1 }.as_bytes(), &ids).unwrap();
+        assert_eq!(doc.get("_id").unwrap(), Some(id.as_raw_bson_ref()));
+        assert_eq!(doc.iter().count(), 2);
     }
 
     #[test]

@@ -306,13 +306,53 @@ fn walk_finding_to(
 /// The document `{v: <value>}` (a WIT `value`) from an element's type and
 /// value bytes, written at its exact size.
 pub fn value_doc(kind: u8, value: &[u8]) -> Vec<u8> {
-    let len = 4 + 3 + value.len() + 1;
-    let mut b = Vec::with_capacity(len);
-    b.extend_from_slice(&(len as i32).to_le_bytes());
-    b.extend_from_slice(&[kind, b'v', 0]);
-    b.extend_from_slice(value);
-    b.push(0);
+    let mut b = Vec::with_capacity(4 + 3 + value.len() + 1);
+    push_value_doc(&mut b, kind, value);
     b
+}
+
+/// [`value_doc`] appended to `out` (values back to back, one buffer).
+pub fn push_value_doc(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
+    let len = 4 + 3 + value.len() + 1;
+    out.extend_from_slice(&(len as i32).to_le_bytes());
+    out.extend_from_slice(&[kind, b'v', 0]);
+    out.extend_from_slice(value);
+    out.push(0);
+}
+
+/// The documents of `b`, back to back as a packed batch holds them, each
+/// framed by its length (its elements are not checked). Bytes that do not
+/// split so are the last item, as its error.
+pub fn packed(b: &[u8]) -> Packed<'_> {
+    Packed { b, failed: false }
+}
+
+/// See [`packed`].
+pub struct Packed<'a> {
+    b: &'a [u8],
+    failed: bool,
+}
+
+impl<'a> Iterator for Packed<'a> {
+    type Item = Result<&'a [u8], Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.b.is_empty() || self.failed {
+            return None;
+        }
+        let len = i32_at(self.b, 0).unwrap_or(0);
+        match usize::try_from(len) {
+            Ok(n) if n >= 5 && n <= self.b.len() => {
+                let (doc, rest) = self.b.split_at(n);
+                self.b = rest;
+                Some(Ok(doc))
+            }
+            _ => {
+                self.failed = true;
+                Some(Err("a packed document's length is wrong"))
+            }
+        }
+    }
 }
 
 /// [`walk_to`] with the wire's depth limit.
@@ -455,6 +495,28 @@ mod tests {
         let v = rawdoc! { "v": "xy" };
         let (kind, _, value) = elements(v.as_bytes()).next().unwrap().unwrap();
         assert_eq!(value_doc(kind, value), v.into_bytes());
+    }
+
+    #[test]
+    fn packed_splits_documents_by_their_lengths() {
+        let (a, b) = (rawdoc! { "a": 1 }, rawdoc! { "b": "xy" });
+        let mut both = a.as_bytes().to_vec();
+        both.extend_from_slice(b.as_bytes());
+        let docs: Vec<_> = packed(&both).collect::<Result<_, _>>().unwrap();
+        assert_eq!(docs, [a.as_bytes(), b.as_bytes()]);
+        assert_eq!(packed(&[]).count(), 0);
+        // A length past the end, below 5, negative, or a short tail: one
+        // error, last.
+        for bad in [
+            &both[..both.len() - 1],
+            &[4, 0, 0, 0, 0],
+            &[0xff; 5],
+            &both[..3],
+        ] {
+            let items: Vec<_> = packed(bad).collect();
+            assert!(items.last().unwrap().is_err(), "{bad:?}");
+            assert_eq!(items.iter().filter(|r| r.is_err()).count(), 1);
+        }
     }
 
     #[test]
