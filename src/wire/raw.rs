@@ -22,6 +22,7 @@ pub fn error(what: Malformed) -> crate::error::Error {
     crate::error::Error::protocol(format!("malformed BSON: {what}"))
 }
 
+#[inline(always)]
 fn i32_at(b: &[u8], at: usize) -> Result<i32, Malformed> {
     match b.get(at..at.saturating_add(4)) {
         Some(s) => Ok(i32::from_le_bytes([s[0], s[1], s[2], s[3]])),
@@ -263,12 +264,36 @@ fn walk_finding_to(
     key: Option<&[u8]>,
 ) -> Result<Option<usize>, Malformed> {
     framed(b)?;
+    // The top level apart, without the stack: most documents are flat,
+    // and this loop is the hot one of every insert and reply check.
+    let end = b.len() - 1;
     let mut found = None;
-    // The terminators of the enclosing documents, innermost last, and the
-    // current one's.
-    let mut ends = Vec::new();
-    let mut end = b.len() - 1;
     let mut at = 4;
+    while at != end {
+        let kind = b[at];
+        let v = cstring(b, at + 1, end)? + 1;
+        if found.is_none() && key.is_some_and(|k| k == &b[at + 1..v - 1]) {
+            found = Some(at);
+        }
+        let (size, inner) = size_of(b, kind, v, end)?;
+        if let Inner::Document { at, end } = inner {
+            if max_depth <= 1 {
+                return Err("documents nest too deep");
+            }
+            walk_inside(b, at, end, max_depth - 1)?;
+        }
+        at = v + size;
+    }
+    Ok(found)
+}
+
+/// The elements from `at` of a nested document ending at `end`, and
+/// everything they hold: one loop with a stack of open documents' ends,
+/// never the call stack.
+#[inline(never)]
+fn walk_inside(b: &[u8], mut at: usize, mut end: usize, max_depth: usize) -> Result<(), Malformed> {
+    // The terminators of the enclosing documents, innermost last.
+    let mut ends = Vec::new();
     loop {
         if at == end {
             match ends.pop() {
@@ -277,14 +302,11 @@ fn walk_finding_to(
                     end = outer;
                     continue;
                 }
-                None => return Ok(found),
+                None => return Ok(()),
             }
         }
         let kind = b[at];
         let v = cstring(b, at + 1, end)? + 1;
-        if ends.is_empty() && found.is_none() && key.is_some_and(|k| k == &b[at + 1..v - 1]) {
-            found = Some(at);
-        }
         let (size, inner) = size_of(b, kind, v, end)?;
         match inner {
             Inner::Leaf => at = v + size,
@@ -495,6 +517,18 @@ mod tests {
         let v = rawdoc! { "v": "xy" };
         let (kind, _, value) = elements(v.as_bytes()).next().unwrap().unwrap();
         assert_eq!(value_doc(kind, value), v.into_bytes());
+    }
+
+    #[test]
+    fn walk_counts_depth_from_the_top_level() {
+        let flat = rawdoc! { "a": 1 };
+        let one = rawdoc! { "a": {}, "b": [1] };
+        let two = rawdoc! { "a": { "b": [] } };
+        assert!(walk_to(flat.as_bytes(), 1).is_ok());
+        assert!(walk_to(one.as_bytes(), 1).is_err());
+        assert!(walk_to(one.as_bytes(), 2).is_ok());
+        assert!(walk_to(two.as_bytes(), 2).is_err());
+        assert!(walk_to(two.as_bytes(), 3).is_ok());
     }
 
     #[test]
