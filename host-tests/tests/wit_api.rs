@@ -13,8 +13,8 @@ use host_tests::bindings::exports::mongo_wasi::driver::collection::{
     FindOptions, Hint, OpOptions, ReturnDocument, UpdateSpec,
 };
 use host_tests::bindings::exports::mongo_wasi::driver::types::{
-    Acknowledgement, CommandEvent, CommandEventKind, ErrorKind, ReadMode, ReadPreference,
-    WriteConcern,
+    Acknowledgement, BulkWriteError, CommandEvent, CommandEventKind, ErrorKind, ReadMode,
+    ReadPreference, WriteConcern,
 };
 use host_tests::guest::{
     find_options, no_options, unvalue, value, Client, Collection, Database, Guest,
@@ -326,15 +326,7 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
     );
 
     g.take_events(client).unwrap();
-    let unordered = OpOptions {
-        ordered: Some(false),
-        ..no_options()
-    };
-    let docs = [
-        rawdoc! { "_id": 3 },
-        rawdoc! { "_id": 1 },
-        rawdoc! { "_id": 4 },
-    ];
+    let (docs, unordered) = a_duplicate_between_two();
     let err = g
         .insert_many(coll, &docs, &unordered)
         .unwrap()
@@ -346,14 +338,7 @@ fn insert_many_returns_ids_and_a_failed_one_reports_what_it_wrote() {
         (err.write_errors[0].index, err.write_errors[0].code),
         (1, 11000)
     );
-    let partial = err.partial_result.as_ref().expect("what was written");
-    assert_eq!(partial.inserted_count, 2);
-    let written: Vec<(u32, Bson)> = partial
-        .inserted_ids
-        .iter()
-        .map(|i| (i.index, unvalue(&i.id)))
-        .collect();
-    assert_eq!(written, [(0, Bson::Int32(3)), (2, Bson::Int32(4))]);
+    assert_eq!(written(&err), [(0, Bson::Int32(3)), (2, Bson::Int32(4))]);
     let insert = &started(&mut g, client, "insert")[0];
     assert!(!insert.get_bool("ordered").unwrap(), "{insert}");
     assert_eq!(
@@ -424,28 +409,40 @@ fn insert_many_packed_is_insert_many_in_one_buffer() {
     assert!(started(&mut g, client, "insert").is_empty(), "nothing sent");
 
     // A write error reports what was written, as insert-many does.
-    let unordered = OpOptions {
-        ordered: Some(false),
-        ..no_options()
-    };
-    let dup = packed(&[
-        rawdoc! { "_id": 3 },
-        rawdoc! { "_id": 1 },
-        rawdoc! { "_id": 4 },
-    ]);
+    let (docs, unordered) = a_duplicate_between_two();
     let err = g
-        .insert_many_packed(coll, &dup, &unordered)
+        .insert_many_packed(coll, &packed(&docs), &unordered)
         .unwrap()
         .expect_err("a duplicate _id");
     assert_eq!(err.error.kind, ErrorKind::DuplicateKey, "{err:?}");
     assert_eq!(err.write_errors[0].index, 1);
+    assert_eq!(written(&err), [(0, Bson::Int32(3)), (2, Bson::Int32(4))]);
+}
+
+/// Three documents for a collection that holds `_id` 1, the second a
+/// duplicate, and `ordered: false` to write the third anyway.
+fn a_duplicate_between_two() -> ([RawDocumentBuf; 3], OpOptions) {
+    let docs = [
+        rawdoc! { "_id": 3 },
+        rawdoc! { "_id": 1 },
+        rawdoc! { "_id": 4 },
+    ];
+    let unordered = OpOptions {
+        ordered: Some(false),
+        ..no_options()
+    };
+    (docs, unordered)
+}
+
+/// What a failed insert-many wrote: (index, `_id`), from its partial result.
+fn written(err: &BulkWriteError) -> Vec<(u32, Bson)> {
     let partial = err.partial_result.as_ref().expect("what was written");
-    let written: Vec<(u32, Bson)> = partial
+    assert_eq!(partial.inserted_count as usize, partial.inserted_ids.len());
+    partial
         .inserted_ids
         .iter()
         .map(|i| (i.index, unvalue(&i.id)))
-        .collect();
-    assert_eq!(written, [(0, Bson::Int32(3)), (2, Bson::Int32(4))]);
+        .collect()
 }
 
 #[test]
