@@ -15,6 +15,7 @@ use crate::object_id::ObjectIds;
 use crate::operation::{int_field, Command, CursorReply, Operation};
 use crate::retryable::Retryability;
 use crate::session::Session;
+use crate::wire::Documents;
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawBsonRef, RawDocument, RawDocumentBuf};
 use std::rc::Rc;
@@ -275,8 +276,8 @@ fn first_key_is_operator(d: &RawDocument) -> Option<bool> {
 pub struct Batch {
     pub start: usize,
     pub end: usize,
-    pub ops: Rc<[RawDocumentBuf]>,
-    pub ns_info: Rc<[RawDocumentBuf]>,
+    pub ops: Rc<Documents>,
+    pub ns_info: Rc<Documents>,
     /// No multi-document model: the command is a retryable write.
     pub retryable: bool,
 }
@@ -346,8 +347,8 @@ pub fn next_batch(
     Ok(Batch {
         start,
         end,
-        ops: ops.into(),
-        ns_info: ns_info.into(),
+        ops: Rc::new(ops.into()),
+        ns_info: Rc::new(ns_info.into()),
         retryable,
     })
 }
@@ -946,6 +947,10 @@ pub fn check_unacknowledged(ordered: bool, verbose: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn owned(docs: &Documents) -> Vec<RawDocumentBuf> {
+        docs.iter().map(|d| d.to_owned()).collect()
+    }
     use crate::collection::{DeleteModel, UpdateModel, UpdateSpec};
     use bson::rawdoc;
 
@@ -1006,10 +1011,11 @@ mod tests {
         assert_eq!((b.start, b.end), (0, 3));
         assert!(!b.retryable, "a delete-many is multi");
         assert_eq!(
-            &b.ns_info[..],
-            &[rawdoc! { "ns": "d.a" }, rawdoc! { "ns": "d.b" }]
+            owned(&b.ns_info),
+            [rawdoc! { "ns": "d.a" }, rawdoc! { "ns": "d.b" }]
         );
-        let first = &b.ops[0];
+        let ops = owned(&b.ops);
+        let first = &ops[0];
         assert_eq!(first.get_i32("insert").unwrap(), 0);
         assert!(first
             .get_document("document")
@@ -1017,13 +1023,10 @@ mod tests {
             .get_object_id("_id")
             .is_ok());
         assert_eq!(
-            b.ops[1],
+            ops[1],
             rawdoc! { "update": 1, "filter": { "_id": 1 }, "updateMods": { "$set": { "x": 1 } }, "multi": false, "upsert": true }
         );
-        assert_eq!(
-            b.ops[2],
-            rawdoc! { "delete": 0, "filter": {}, "multi": true }
-        );
+        assert_eq!(ops[2], rawdoc! { "delete": 0, "filter": {}, "multi": true });
         for (i, op) in b.ops.iter().enumerate() {
             assert_eq!(op.as_bytes().len(), p[i].entry_len(), "entry_len is exact");
         }
@@ -1138,7 +1141,7 @@ mod tests {
         let b = next_batch(&p, b.end, &h, 40, false).unwrap();
         assert_eq!((b.start, b.end, b.ns_info.len()), (2, 3, 1));
         assert_eq!(
-            b.ops[0].get_i32("insert").unwrap(),
+            owned(&b.ops)[0].get_i32("insert").unwrap(),
             0,
             "indexes its own nsInfo"
         );

@@ -360,7 +360,7 @@ impl Connection {
         &mut self,
         request_id: i32,
         body: &RawDocument,
-        sequences: &[(&str, &[RawDocumentBuf])],
+        sequences: &[(&str, &wire::Documents)],
         deadline: Deadline,
     ) -> Result<()> {
         let max = self.max_message_size();

@@ -365,10 +365,10 @@ fn attempt<O: Operation>(
             return Err(e);
         }
     }
-    let sequences: Vec<(&str, &[RawDocumentBuf])> = cmd
+    let sequences: Vec<(&str, &crate::wire::Documents)> = cmd
         .sequences
         .iter()
-        .map(|(id, docs)| (id.as_str(), &docs[..]))
+        .map(|(id, docs)| (id.as_str(), &**docs))
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
@@ -692,13 +692,16 @@ impl<'a> Head<'a> {
 /// as the command monitoring spec requires.
 fn with_sequences(
     body: &RawDocumentBuf,
-    sequences: &[(&'static bson::raw::CStr, std::rc::Rc<[RawDocumentBuf]>)],
+    sequences: &[(
+        &'static bson::raw::CStr,
+        std::rc::Rc<crate::wire::Documents>,
+    )],
 ) -> RawDocumentBuf {
     let mut out = body.clone();
     for (id, docs) in sequences {
         let mut arr = bson::RawArrayBuf::new();
         for d in docs.iter() {
-            arr.push(d.clone());
+            arr.push(d);
         }
         out.append(*id, arr);
     }

@@ -114,7 +114,7 @@ pub fn hello(bytes: &[u8]) {
     let seeds = ["a:27017".to_string(), "b:27017".to_string()];
     let mut topology = crate::sdam::TopologyDescription::new(&seeds, None, None);
     topology.update("a:27017", Ok((reply.clone(), None)));
-    let docs = (0..4).map(|i| rawdoc! { "_id": i }).collect();
+    let docs: Vec<_> = (0..4).map(|i| rawdoc! { "_id": i }).collect();
     let mut op = WriteCommand::new("db", "c", WriteKind::Insert, docs, 0);
     while op.remaining() > 0 {
         if note(op.build(&reply)).is_err() {

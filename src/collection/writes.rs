@@ -155,23 +155,30 @@ impl Collection {
         docs: Vec<(RawDocumentBuf, RawBson)>,
         options: &OpOptions,
     ) -> Result<Vec<RawBson>> {
+        let (docs, ids): (Vec<_>, Vec<_>) = docs.into_iter().unzip();
+        self.insert_documents(docs.into(), ids, options)
+    }
+
+    /// [`Collection::insert_many_with_ids`] with the documents already laid
+    /// out back to back (`ids[i]` is the `_id` of document `i`).
+    pub(crate) fn insert_documents(
+        &self,
+        docs: crate::wire::Documents,
+        ids: Vec<RawBson>,
+        options: &OpOptions,
+    ) -> Result<Vec<RawBson>> {
         let options = &options.flattened()?;
         if docs.is_empty() {
             return Err(Error::invalid_argument(
                 "insert-many needs at least one document",
             ));
         }
-        let mut ids = Vec::with_capacity(docs.len());
-        let mut prepared = Vec::with_capacity(docs.len());
-        for (i, (doc, id)) in docs.into_iter().enumerate() {
-            ids.push((i, id));
-            prepared.push(doc);
-        }
-        let op = self.write_op(WriteKind::Insert, prepared, 0);
+        let op = self.write_op(WriteKind::Insert, docs, 0);
         let r = self.write(op, options)?;
         if r.write_errors.is_empty() && r.write_concern_errors.is_empty() {
-            return Ok(ids.into_iter().map(|(_, id)| id).collect());
+            return Ok(ids);
         }
+        let ids: Vec<(usize, RawBson)> = ids.into_iter().enumerate().collect();
         let mut total = Totals::default();
         total.add(WriteKind::Insert, r);
         total.finish(&ids, ordered(options)).map(|_| Vec::new())
@@ -365,7 +372,7 @@ impl Collection {
     fn write_op(
         &self,
         kind: WriteKind,
-        statements: Vec<RawDocumentBuf>,
+        statements: impl Into<crate::wire::Documents>,
         first_index: usize,
     ) -> WriteCommand {
         WriteCommand::new(&self.db.name, &self.name, kind, statements, first_index)

@@ -16,7 +16,8 @@ use super::{
 };
 use crate::error::Error;
 use crate::object_id::ObjectIds;
-use crate::operation::write::{checked_with_id, checked_with_id_copied};
+use crate::operation::write::{checked_with_id, push_checked_with_id};
+use crate::wire::Documents;
 use crate::{Collection, Cursor};
 use std::cell::RefCell;
 
@@ -232,19 +233,23 @@ impl GuestCollection for CollectionRes {
         options: OpOptions<'_>,
     ) -> Result<Vec<u8>, BulkWriteError> {
         let oids = ObjectIds::now();
-        let docs = crate::wire::raw::packed(&documents).map(|d| {
+        // Laid out once, back to back, as the insert command carries them:
+        // no buffer per document, and room for a new 17-byte `_id` element
+        // in front of each.
+        let count = crate::wire::raw::packed(&documents).count();
+        let mut docs = Documents::with_capacity(documents.len() + 17 * count, count);
+        let mut ids = Vec::with_capacity(count);
+        for d in crate::wire::raw::packed(&documents) {
             let d = d.map_err(|e| {
                 Error::invalid_argument(format!("insert-many-packed's documents: {e}"))
-            })?;
-            checked_with_id_copied(d, &oids)
-        });
-        let docs = docs
-            .collect::<crate::error::Result<Vec<_>>>()
-            .map_err(super::to_wit_bulk)?;
+            });
+            let id = d.and_then(|d| push_checked_with_id(&mut docs, d, &oids));
+            ids.push(id.map_err(super::to_wit_bulk)?);
+        }
         drop(documents);
         let ids = self
             .0
-            .insert_many_with_ids(docs, &op_options(&options)?)
+            .insert_documents(docs, ids, &op_options(&options)?)
             .map_err(super::to_wit_bulk)?;
         let mut out = Vec::with_capacity(ids.len() * 20);
         for id in ids {

@@ -19,7 +19,7 @@ impl Operation for FindAndModify {
 
     fn build(&mut self, hello: &HelloReply) -> Result<Command> {
         let cmd = self.0.build(hello)?;
-        super::check_unacknowledged_hint(&cmd.body, &[], hello.max_wire_version)?;
+        super::check_unacknowledged_hint(&cmd.body, &Default::default(), hello.max_wire_version)?;
         Ok(cmd)
     }
 

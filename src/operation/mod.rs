@@ -29,7 +29,7 @@ pub struct Command {
     pub body: RawDocumentBuf,
     /// OP_MSG kind-1 sections, e.g. ("documents", [...]). Shared with the
     /// operation (a retry resends the same batch), never copied.
-    pub sequences: Vec<(&'static bson::raw::CStr, Rc<[RawDocumentBuf]>)>,
+    pub sequences: Vec<(&'static bson::raw::CStr, Rc<crate::wire::Documents>)>,
 }
 
 pub trait Operation {
@@ -215,7 +215,7 @@ pub fn strip_raw_data(body: RawDocumentBuf, max_wire_version: i32) -> Result<Raw
 /// `updates`/`deletes`; findAndModify carries its hint in the body.
 pub fn check_unacknowledged_hint(
     body: &RawDocument,
-    statements: &[RawDocumentBuf],
+    statements: &crate::wire::Documents,
     max_wire_version: i32,
 ) -> Result<()> {
     let (command, since, version) = match body.iter().next() {
@@ -230,7 +230,7 @@ pub fn check_unacknowledged_hint(
     let hinted = |d: &RawDocument| d.get("hint").ok().flatten().is_some();
     if max_wire_version >= since
         || !crate::concern::sends_unacknowledged(body)
-        || !(hinted(body) || statements.iter().any(|s| hinted(s)))
+        || !(hinted(body) || statements.iter().any(hinted))
     {
         return Ok(());
     }
@@ -253,8 +253,8 @@ mod tests {
     fn unacknowledged_hints_need_a_server_that_checks_them() {
         let w0 = rawdoc! { "w": 0 };
         let del = rawdoc! { "delete": "c", "writeConcern": w0.clone() };
-        let hinted = [rawdoc! { "q": {}, "limit": 1, "hint": "_id_" }];
-        let plain = [rawdoc! { "q": {}, "limit": 1 }];
+        let hinted = vec![rawdoc! { "q": {}, "limit": 1, "hint": "_id_" }].into();
+        let plain = vec![rawdoc! { "q": {}, "limit": 1 }].into();
         // 4.2 (wire 8) ignores a delete's hint under w:0: refused here.
         let e = check_unacknowledged_hint(&del, &hinted, 8).unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
@@ -266,15 +266,15 @@ mod tests {
         // findAndModify: the hint is in the body, 4.4 too.
         let fam =
             rawdoc! { "findAndModify": "c", "hint": { "_id": 1 }, "writeConcern": { "w": 0i64 } };
-        assert!(check_unacknowledged_hint(&fam, &[], 8).is_err());
-        assert!(check_unacknowledged_hint(&fam, &[], 9).is_ok());
+        assert!(check_unacknowledged_hint(&fam, &Default::default(), 8).is_err());
+        assert!(check_unacknowledged_hint(&fam, &Default::default(), 9).is_ok());
         // update: from 4.2, the driver's oldest server.
         let upd = rawdoc! { "update": "c", "writeConcern": w0 };
-        let stmt = [rawdoc! { "q": {}, "u": { "$set": { "x": 1 } }, "hint": "_id_" }];
+        let stmt = vec![rawdoc! { "q": {}, "u": { "$set": { "x": 1 } }, "hint": "_id_" }].into();
         assert!(check_unacknowledged_hint(&upd, &stmt, 7).is_err());
         assert!(check_unacknowledged_hint(&upd, &stmt, 8).is_ok());
         let insert = rawdoc! { "insert": "c", "hint": "x", "writeConcern": { "w": 0 } };
-        assert!(check_unacknowledged_hint(&insert, &[], 0).is_ok());
+        assert!(check_unacknowledged_hint(&insert, &Default::default(), 0).is_ok());
     }
 
     #[test]

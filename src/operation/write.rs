@@ -8,9 +8,9 @@ use crate::conn::server_error;
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
+use crate::wire::Documents;
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawDocument, RawDocumentBuf};
-use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// Room left in a message for the command body and framing.
@@ -57,13 +57,15 @@ pub struct WriteCommand {
     pub db: String,
     pub coll: String,
     pub kind: WriteKind,
-    pending: VecDeque<RawDocumentBuf>,
+    /// Every statement, back to back; `pending[sent..]` are still to send.
+    pending: Documents,
+    sent: usize,
     pub ordered: bool,
     pub extra: Option<RawDocumentBuf>,
     /// Multi-document statements make the whole command non-retryable.
     pub retryable: bool,
     /// The batch being sent: a retry sends exactly these again.
-    in_flight: Rc<[RawDocumentBuf]>,
+    in_flight: Rc<Documents>,
     /// Index of `in_flight[0]` among all statements (`index_base` first).
     batch_start: usize,
     next_index: usize,
@@ -77,7 +79,7 @@ impl WriteCommand {
         db: &str,
         coll: &str,
         kind: WriteKind,
-        statements: Vec<RawDocumentBuf>,
+        statements: impl Into<Documents>,
         index_base: usize,
     ) -> WriteCommand {
         WriteCommand {
@@ -85,10 +87,11 @@ impl WriteCommand {
             coll: coll.to_string(),
             kind,
             pending: statements.into(),
+            sent: 0,
             ordered: true,
             extra: None,
             retryable: true,
-            in_flight: Rc::new([]),
+            in_flight: Rc::default(),
             batch_start: index_base,
             next_index: index_base,
             result: WriteResult::default(),
@@ -97,40 +100,42 @@ impl WriteCommand {
 
     /// Statements not yet sent or still in flight.
     pub fn remaining(&self) -> usize {
-        self.pending.len() + self.in_flight.len()
+        self.pending.len() - self.sent + self.in_flight.len()
     }
 
     /// Done with the current batch (it succeeded, or its error was final).
     /// An ordered write stops at its first write error.
     pub fn finish_batch(&mut self) {
-        self.in_flight = Rc::new([]);
+        self.in_flight = Rc::default();
         if self.ordered && !self.result.write_errors.is_empty() {
-            self.pending.clear();
+            self.pending = Documents::default();
+            self.sent = 0;
         }
     }
 
-    fn next_batch(&mut self, hello: &HelloReply, body_len: usize) -> Result<Vec<RawDocumentBuf>> {
+    fn next_batch(&mut self, hello: &HelloReply, body_len: usize) -> Result<Documents> {
         let budget = hello
             .max_message_size_bytes
             .saturating_sub(MESSAGE_OVERHEAD + body_len);
-        let mut batch = Vec::new();
+        let (first, mut end) = (self.sent, self.sent);
         let mut bytes = 0;
-        while let Some(doc) = self.pending.front() {
-            let len = doc.as_bytes().len();
+        while let Some(doc) = self.pending.get(end) {
+            let len = doc.len();
             if len > hello.max_bson_object_size {
                 return Err(Error::invalid_argument(format!(
                     "document of {len} bytes exceeds maxBsonObjectSize {}",
                     hello.max_bson_object_size
                 )));
             }
-            if !batch.is_empty()
-                && (bytes + len > budget || batch.len() >= hello.max_write_batch_size)
-            {
+            if end > first && (bytes + len > budget || end - first >= hello.max_write_batch_size) {
                 break;
             }
             bytes += len;
-            batch.extend(self.pending.pop_front());
+            end += 1;
         }
+        // Every statement in one batch (the usual case): taken without a copy.
+        let batch = self.pending.take(first..end);
+        self.sent = if self.pending.is_empty() { 0 } else { end };
         self.batch_start = self.next_index;
         self.next_index += batch.len();
         Ok(batch)
@@ -185,7 +190,7 @@ impl Operation for WriteCommand {
         body.append(cstr!("ordered"), self.ordered);
         super::merge_extra(&mut body, self.extra.as_deref())?;
         if self.in_flight.is_empty() {
-            self.in_flight = self.next_batch(hello, body.as_bytes().len())?.into();
+            self.in_flight = Rc::new(self.next_batch(hello, body.as_bytes().len())?);
         }
         super::check_unacknowledged_hint(&body, &self.in_flight, hello.max_wire_version)?;
         Ok(Command {
@@ -273,19 +278,32 @@ pub fn checked_with_id(
 }
 
 /// [`checked_with_id`] for a document inside a larger buffer (a packed
-/// insert-many): copied once, with or without a new `_id`.
+/// insert-many): checked in full, then laid out once at the end of `into`,
+/// with a new ObjectId `_id` in front when it has none. Returns its `_id`.
 #[cfg_attr(
     not(all(feature = "component", target_arch = "wasm32")),
     allow(dead_code)
 )]
-pub fn checked_with_id_copied(
+pub fn push_checked_with_id(
+    into: &mut Documents,
     bytes: &[u8],
     ids: &crate::object_id::ObjectIds,
-) -> Result<(RawDocumentBuf, RawBson)> {
-    match has_id(bytes)? {
-        true => kept_with_id(bytes.to_vec()),
-        false => prepend_id(bytes, ids),
+) -> Result<RawBson> {
+    if has_id(bytes)? {
+        let doc = RawDocument::from_bytes(bytes).map_err(|e| malformed(&e.to_string()))?;
+        let id = doc.get("_id")?.map(RawBson::from);
+        into.push(doc);
+        return id.ok_or_else(|| malformed("unreadable _id"));
     }
+    let id = ids.next();
+    // Type 0x07 (ObjectId), "_id\0", its 12 bytes.
+    let mut element = [0u8; 17];
+    element[..5].copy_from_slice(b"\x07_id\0");
+    element[5..].copy_from_slice(&id.bytes());
+    into.push_prefixed(&element, bytes).ok_or_else(|| {
+        Error::invalid_argument(format!("document of {} bytes is too large", bytes.len()))
+    })?;
+    Ok(RawBson::ObjectId(id))
 }
 
 fn malformed(what: &str) -> Error {
@@ -502,15 +520,21 @@ mod tests {
         let e = checked_with_id(bad.clone(), &ids).unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
         assert!(e.message.contains("malformed BSON"), "{}", e.message);
-        let e = checked_with_id_copied(&bad, &ids).unwrap_err();
+        let mut list = Documents::default();
+        let e = push_checked_with_id(&mut list, &bad, &ids).unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
-        // The copying form agrees.
+        assert!(list.is_empty(), "nothing laid out");
+        // Laid out in a list, the same documents and ids.
         let src = rawdoc! { "x": 1, "_id": 7 };
-        let (doc, id) = checked_with_id_copied(src.as_bytes(), &ids).unwrap();
-        assert_eq!((doc, id), (src.clone(), RawBson::Int32(7)));
-        let (doc, id) = checked_with_id_copied(rawdoc! { "x": 1 }.as_bytes(), &ids).unwrap();
-        assert_eq!(doc.get("_id").unwrap(), Some(id.as_raw_bson_ref()));
-        assert_eq!(doc.iter().count(), 2);
+        let id = push_checked_with_id(&mut list, src.as_bytes(), &ids).unwrap();
+        assert_eq!(id, RawBson::Int32(7));
+        let src = rawdoc! { "x": 1, "y": { "_id": 2 } };
+        let id = push_checked_with_id(&mut list, src.as_bytes(), &ids).unwrap();
+        let docs: Vec<_> = list.iter().collect();
+        assert_eq!(docs[0], &*rawdoc! { "x": 1, "_id": 7 }, "kept as it was");
+        assert_eq!(docs[1].get("_id").unwrap(), Some(id.as_raw_bson_ref()));
+        assert_eq!(docs[1].iter().count(), 3, "_id first, then x and y");
+        assert_eq!(docs[1].iter().next().unwrap().unwrap().0.as_str(), "_id");
     }
 
     #[test]

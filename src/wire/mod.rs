@@ -4,11 +4,13 @@
 //! messages borrow the frame: nothing is copied until a caller asks.
 
 mod crc32c;
+mod documents;
 mod legacy;
 mod op_msg;
 pub mod raw;
 mod reply;
 
+pub use documents::Documents;
 pub use legacy::{encode_op_query, OpReply};
 pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg};
 pub use reply::{check_reply, take_document, validate_document, MAX_DEPTH};

@@ -4,7 +4,7 @@ use super::{
     crc32c, read_document, read_i32, read_u32, validate_document, Header, HEADER_LEN, OP_MSG,
 };
 use crate::error::{Error, Result};
-use bson::{RawDocument, RawDocumentBuf};
+use bson::RawDocument;
 
 pub const CHECKSUM_PRESENT: u32 = 1 << 0;
 pub const MORE_TO_COME: u32 = 1 << 1;
@@ -189,7 +189,7 @@ pub fn encode_op_msg(
     request_id: i32,
     flags: u32,
     body: &RawDocument,
-    sequences: &[(&str, &[RawDocumentBuf])],
+    sequences: &[(&str, &super::Documents)],
     max_message_size: usize,
 ) -> Result<usize> {
     // The whole message's size first: one allocation, and a message over
@@ -200,9 +200,7 @@ pub fn encode_op_msg(
         + body.as_bytes().len()
         + sequences
             .iter()
-            .map(|(id, docs)| {
-                1 + 4 + id.len() + 1 + docs.iter().map(|d| d.as_bytes().len()).sum::<usize>()
-            })
+            .map(|(id, docs)| 1 + 4 + id.len() + 1 + docs.bytes().len())
             .sum::<usize>();
     if len > max_message_size {
         return Err(Error::invalid_argument(format!(
@@ -221,9 +219,7 @@ pub fn encode_op_msg(
         out.extend_from_slice(&[0u8; 4]);
         out.extend_from_slice(identifier.as_bytes());
         out.push(0);
-        for doc in docs.iter() {
-            out.extend_from_slice(doc.as_bytes());
-        }
+        out.extend_from_slice(docs.bytes());
         let size = i32::try_from(out.len() - size_at)
             .map_err(|_| Error::invalid_argument("document sequence too large"))?;
         out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
@@ -244,12 +240,17 @@ pub fn encode_op_msg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{decode, Message};
-    use bson::rawdoc;
+    use crate::wire::{decode, Documents, Message};
+    use bson::{rawdoc, RawDocumentBuf};
 
     fn encode(body: &RawDocument, seqs: &[(&str, &[RawDocumentBuf])]) -> Vec<u8> {
+        let lists: Vec<(&str, Documents)> = seqs
+            .iter()
+            .map(|(id, docs)| (*id, Documents::from(docs.to_vec())))
+            .collect();
+        let seqs: Vec<(&str, &Documents)> = lists.iter().map(|(id, d)| (*id, d)).collect();
         let mut out = Vec::new();
-        encode_op_msg(&mut out, 7, 0, body, seqs, 1 << 20).unwrap();
+        encode_op_msg(&mut out, 7, 0, body, &seqs, 1 << 20).unwrap();
         out
     }
 
@@ -398,7 +399,7 @@ mod tests {
     #[test]
     fn many_tiny_documents_are_not_copied() {
         // 200,000 empty documents: decoding allocates nothing per document.
-        let docs = vec![RawDocumentBuf::new(); 200_000];
+        let docs = Documents::from(vec![RawDocumentBuf::new(); 200_000]);
         let mut out = Vec::new();
         encode_op_msg(
             &mut out,

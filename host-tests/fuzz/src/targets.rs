@@ -290,8 +290,13 @@ fn bytes(d: RawDocumentBuf) -> Vec<u8> {
 }
 
 fn op_msg(body: &RawDocumentBuf, seqs: &[(&str, &[RawDocumentBuf])], flags: u32) -> Vec<u8> {
+    let lists: Vec<(&str, wire::Documents)> = seqs
+        .iter()
+        .map(|(id, docs)| (*id, wire::Documents::from(docs.to_vec())))
+        .collect();
+    let seqs: Vec<(&str, &wire::Documents)> = lists.iter().map(|(id, d)| (*id, d)).collect();
     let mut out = Vec::new();
-    wire::encode_op_msg(&mut out, 7, flags, body, seqs, 1 << 20).expect("a small message");
+    wire::encode_op_msg(&mut out, 7, flags, body, &seqs, 1 << 20).expect("a small message");
     // A reply answers request 7.
     out[8..12].copy_from_slice(&7i32.to_le_bytes());
     out

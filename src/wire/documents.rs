@@ -1,0 +1,138 @@
+//! The documents of an OP_MSG document sequence, back to back in one
+//! buffer: a write's statements are laid out once, one allocation for all
+//! of them, and go into the message in one copy. A retry resends the same
+//! buffer.
+
+use bson::{RawDocument, RawDocumentBuf};
+use std::ops::Range;
+
+/// Documents back to back (each a whole BSON document, checked by whoever
+/// adds it), and where each starts.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Documents {
+    bytes: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+impl Documents {
+    /// Room for `docs` documents of `bytes` in all.
+    pub fn with_capacity(bytes: usize, docs: usize) -> Documents {
+        Documents {
+            bytes: Vec::with_capacity(bytes),
+            starts: Vec::with_capacity(docs),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// All the documents' bytes, as the sequence carries them.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The bytes of document `i`.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        let start = *self.starts.get(i)?;
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.bytes.len());
+        self.bytes.get(start..end)
+    }
+
+    /// The documents in order.
+    pub fn iter(&self) -> impl Iterator<Item = &RawDocument> + '_ {
+        // Every push adds a framed document, so each slice is one.
+        (0..self.len()).filter_map(|i| RawDocument::from_bytes(self.get(i)?).ok())
+    }
+
+    pub fn push(&mut self, doc: &RawDocument) {
+        self.starts.push(self.bytes.len());
+        self.bytes.extend_from_slice(doc.as_bytes());
+    }
+
+    /// `doc` (a checked document's bytes) with `element` (a whole element:
+    /// type, key, value) put first, its length grown to match. `None` when
+    /// the result would be larger than a document can be.
+    pub fn push_prefixed(&mut self, element: &[u8], doc: &[u8]) -> Option<()> {
+        let fields = doc.get(4..)?;
+        let len = i32::try_from(4 + element.len() + fields.len()).ok()?;
+        self.starts.push(self.bytes.len());
+        self.bytes.extend_from_slice(&len.to_le_bytes());
+        self.bytes.extend_from_slice(element);
+        self.bytes.extend_from_slice(fields);
+        Some(())
+    }
+
+    /// Documents `range` as their own list (one copy); all of them are
+    /// taken whole, without a copy.
+    pub fn take(&mut self, range: Range<usize>) -> Documents {
+        if range.start == 0 && range.end == self.len() {
+            return std::mem::take(self);
+        }
+        let (Some(first), Some(last)) = (self.starts.get(range.start), self.get(range.end - 1))
+        else {
+            return Documents::default();
+        };
+        let end = last.len() + self.starts[range.end - 1];
+        Documents {
+            bytes: self.bytes[*first..end].to_vec(),
+            starts: self.starts[range].iter().map(|s| s - first).collect(),
+        }
+    }
+}
+
+impl From<Vec<RawDocumentBuf>> for Documents {
+    fn from(docs: Vec<RawDocumentBuf>) -> Documents {
+        let bytes = docs.iter().map(|d| d.as_bytes().len()).sum();
+        let mut out = Documents::with_capacity(bytes, docs.len());
+        for d in &docs {
+            out.push(d);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn documents_lie_back_to_back_and_read_back() {
+        let docs = vec![rawdoc! { "a": 1 }, rawdoc! { "b": "xy" }, rawdoc! {}];
+        let mut list = Documents::from(docs.clone());
+        assert_eq!(list.len(), 3);
+        let all: Vec<u8> = docs.iter().flat_map(|d| d.as_bytes().to_vec()).collect();
+        assert_eq!(list.bytes(), &all[..]);
+        let back: Vec<RawDocumentBuf> = list.iter().map(|d| d.to_owned()).collect();
+        assert_eq!(back, docs);
+        assert_eq!(list.get(3), None);
+
+        // A middle range is copied out; what is left stays readable.
+        let mid = list.take(1..3);
+        assert_eq!(
+            mid.iter().map(|d| d.to_owned()).collect::<Vec<_>>(),
+            docs[1..]
+        );
+        assert_eq!(list.len(), 3);
+        // All of them: moved, not copied.
+        let whole = list.take(0..3);
+        assert_eq!(whole.len(), 3);
+        assert!(list.is_empty());
+    }
+
+    #[test]
+    fn a_prefixed_document_is_the_element_then_the_fields() {
+        let mut list = Documents::default();
+        let id = rawdoc! { "_id": 7 };
+        let element = &id.as_bytes()[4..id.as_bytes().len() - 1];
+        list.push_prefixed(element, rawdoc! { "x": 1 }.as_bytes())
+            .unwrap();
+        let got = list.iter().next().unwrap().to_owned();
+        assert_eq!(got, rawdoc! { "_id": 7, "x": 1 });
+    }
+}
