@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::operation::write::{WriteCommand, WriteKind};
 use crate::session::Session;
 use bson::oid::ObjectId;
+use crate::wire::Documents;
 use bson::{rawdoc, RawBson, RawDocumentBuf};
 
 pub struct UploadStream {
@@ -107,18 +108,29 @@ impl UploadStream {
 
     /// Inserts one chunk per piece, in order (one command).
     fn insert_chunks(&mut self, pieces: &[&[u8]]) -> Result<()> {
-        let mut chunks = Vec::with_capacity(pieces.len());
+        // Written straight into the insert's one buffer, sized exactly:
+        // every chunk's bytes besides its data are those of an empty one.
+        let mut empty = Vec::new();
+        write_chunk(&mut empty, ObjectId::from_bytes([0; 12]), &self.id, 0, &[])?;
+        let bytes = pieces.iter().map(|p| p.len() + empty.len()).sum();
+        let mut chunks = Documents::with_capacity(bytes, pieces.len());
         // One clock read for this flush's chunk ids.
         let oids = crate::object_id::ObjectIds::now();
         for piece in pieces {
-            chunks.push(chunk_document(oids.next(), &self.id, self.next_n, piece)?);
+            let (id, n) = (oids.next(), self.next_n);
+            let mut written = Ok(());
+            let framed = chunks.push_written(|out| {
+                written = write_chunk(out, id, &self.id, n, piece);
+            });
+            written?;
+            framed.ok_or_else(|| Error::invalid_argument("a chunk document is malformed"))?;
             self.next_n += 1;
         }
         let chunks_coll = self.bucket.chunks();
         self.insert(&chunks_coll, chunks)
     }
 
-    fn insert(&self, coll: &str, docs: Vec<RawDocumentBuf>) -> Result<()> {
+    fn insert(&self, coll: &str, docs: impl Into<Documents>) -> Result<()> {
         let mut op = WriteCommand::new(&self.bucket.db, coll, WriteKind::Insert, docs, 0);
         let call = self.call();
         while op.remaining() > 0 {
@@ -172,31 +184,35 @@ impl UploadStream {
 /// `{_id, files_id, n, data}`, the piece written once into a buffer of
 /// exactly the document's size (a `rawdoc!` with a `Binary` copied it
 /// twice and grew its buffer by doubling).
-fn chunk_document(
+/// The chunk document `{_id, files_id, n, data}` appended to `out`, written
+/// once at its exact size.
+fn write_chunk(
+    out: &mut Vec<u8>,
     id: ObjectId,
     files_id: &RawBson,
     n: i32,
     piece: &[u8],
-) -> Result<RawDocumentBuf> {
-    let mut bytes = rawdoc! { "_id": id, "files_id": files_id.clone(), "n": n }.into_bytes();
+) -> Result<()> {
+    let head = rawdoc! { "_id": id, "files_id": files_id.clone(), "n": n };
     // Without its terminator: then type 0x05, "data\0", length, subtype 0, the bytes, terminator.
-    bytes.pop();
-    let len = bytes.len() + 1 + 5 + 4 + 1 + piece.len() + 1;
+    let head = &head.as_bytes()[..head.as_bytes().len() - 1];
+    let len = head.len() + 1 + 5 + 4 + 1 + piece.len() + 1;
     let (Ok(len32), Ok(piece_len)) = (i32::try_from(len), i32::try_from(piece.len())) else {
         return Err(Error::invalid_argument(format!(
             "a chunk of {} bytes is too large",
             piece.len()
         )));
     };
-    bytes.reserve_exact(len - bytes.len());
-    bytes.push(0x05);
-    bytes.extend_from_slice(b"data\0");
-    bytes.extend_from_slice(&piece_len.to_le_bytes());
-    bytes.push(0x00);
-    bytes.extend_from_slice(piece);
-    bytes.push(0x00);
-    bytes[..4].copy_from_slice(&len32.to_le_bytes());
-    Ok(RawDocumentBuf::from_bytes(bytes)?)
+    out.reserve(len);
+    out.extend_from_slice(&len32.to_le_bytes());
+    out.extend_from_slice(&head[4..]);
+    out.push(0x05);
+    out.extend_from_slice(b"data\0");
+    out.extend_from_slice(&piece_len.to_le_bytes());
+    out.push(0x00);
+    out.extend_from_slice(piece);
+    out.push(0x00);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -205,7 +221,7 @@ mod tests {
     use bson::{spec::BinarySubtype, Binary};
 
     #[test]
-    fn a_chunk_document_is_what_rawdoc_builds() {
+    fn a_written_chunk_is_what_rawdoc_builds() {
         let id = ObjectId::new();
         for files_id in [
             RawBson::ObjectId(ObjectId::new()),
@@ -218,7 +234,11 @@ mod tests {
                 };
                 let want =
                     rawdoc! { "_id": id, "files_id": files_id.clone(), "n": 3, "data": data };
-                assert_eq!(chunk_document(id, &files_id, 3, piece).unwrap(), want);
+                // Appended after what the buffer holds.
+                let mut out = vec![1, 2, 3];
+                write_chunk(&mut out, id, &files_id, 3, piece).unwrap();
+                assert_eq!(&out[..3], [1, 2, 3]);
+                assert_eq!(&out[3..], want.as_bytes());
             }
         }
     }

@@ -67,6 +67,20 @@ impl Documents {
         Some(())
     }
 
+    /// A document that `write` appends to the buffer itself (no buffer of
+    /// its own); `None`, and nothing added, when what it wrote is not one
+    /// framed document.
+    pub fn push_written(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Option<()> {
+        let start = self.bytes.len();
+        write(&mut self.bytes);
+        if RawDocument::from_bytes(&self.bytes[start..]).is_err() {
+            self.bytes.truncate(start);
+            return None;
+        }
+        self.starts.push(start);
+        Some(())
+    }
+
     /// Documents `range` as their own list (one copy); all of them are
     /// taken whole, without a copy.
     pub fn take(&mut self, range: Range<usize>) -> Documents {
@@ -86,7 +100,16 @@ impl Documents {
 }
 
 impl From<Vec<RawDocumentBuf>> for Documents {
-    fn from(docs: Vec<RawDocumentBuf>) -> Documents {
+    fn from(mut docs: Vec<RawDocumentBuf>) -> Documents {
+        if docs.len() == 1 {
+            // One document (insert-one, a large one too): its own buffer,
+            // not a copy.
+            let bytes = docs.pop().map(RawDocumentBuf::into_bytes).unwrap_or_default();
+            return Documents {
+                bytes,
+                starts: vec![0],
+            };
+        }
         let bytes = docs.iter().map(|d| d.as_bytes().len()).sum();
         let mut out = Documents::with_capacity(bytes, docs.len());
         for d in &docs {
@@ -123,6 +146,21 @@ mod tests {
         let whole = list.take(0..3);
         assert_eq!(whole.len(), 3);
         assert!(list.is_empty());
+
+        // One document keeps its own buffer.
+        let one = rawdoc! { "x": 1 };
+        let list = Documents::from(vec![one.clone()]);
+        assert_eq!(list.iter().collect::<Vec<_>>(), [&*one]);
+    }
+
+    #[test]
+    fn a_written_document_is_framed_or_not_added() {
+        let mut list = Documents::default();
+        list.push_written(|b| b.extend_from_slice(rawdoc! { "a": 1 }.as_bytes()))
+            .unwrap();
+        assert!(list.push_written(|b| b.extend_from_slice(&[9, 0, 0, 0, 0])).is_none());
+        assert_eq!(list.len(), 1);
+        assert_eq!(list.bytes(), rawdoc! { "a": 1 }.as_bytes(), "nothing left over");
     }
 
     #[test]
