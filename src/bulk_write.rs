@@ -15,10 +15,9 @@ use crate::object_id::ObjectIds;
 use crate::operation::{int_field, Command, CursorReply, Operation};
 use crate::retryable::Retryability;
 use crate::session::Session;
-use crate::wire::Documents;
+use crate::wire::{Documents, Slice};
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawBsonRef, RawDocument, RawDocumentBuf};
-use std::rc::Rc;
 
 /// Room the spec leaves in a message for its header and the fields the
 /// executor adds (`lsid`, `txnNumber`, `$clusterTime`...).
@@ -276,8 +275,8 @@ fn first_key_is_operator(d: &RawDocument) -> Option<bool> {
 pub struct Batch {
     pub start: usize,
     pub end: usize,
-    pub ops: Rc<Documents>,
-    pub ns_info: Rc<Documents>,
+    pub ops: Slice,
+    pub ns_info: Slice,
     /// No multi-document model: the command is a retryable write.
     pub retryable: bool,
 }
@@ -347,8 +346,8 @@ pub fn next_batch(
     Ok(Batch {
         start,
         end,
-        ops: Rc::new(ops.into()),
-        ns_info: Rc::new(ns_info.into()),
+        ops: Documents::from(ops).into(),
+        ns_info: Documents::from(ns_info).into(),
         retryable,
     })
 }
@@ -948,7 +947,7 @@ pub fn check_unacknowledged(ordered: bool, verbose: bool) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn owned(docs: &Documents) -> Vec<RawDocumentBuf> {
+    fn owned(docs: &Slice) -> Vec<RawDocumentBuf> {
         docs.iter().map(|d| d.to_owned()).collect()
     }
     use crate::collection::{DeleteModel, UpdateModel, UpdateSpec};

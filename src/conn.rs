@@ -360,7 +360,7 @@ impl Connection {
         &mut self,
         request_id: i32,
         body: &RawDocument,
-        sequences: &[(&str, &wire::Documents)],
+        sequences: &[(&str, &[u8])],
         deadline: Deadline,
     ) -> Result<()> {
         let max = self.max_message_size();

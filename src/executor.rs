@@ -365,10 +365,10 @@ fn attempt<O: Operation>(
             return Err(e);
         }
     }
-    let sequences: Vec<(&str, &crate::wire::Documents)> = cmd
+    let sequences: Vec<(&str, &[u8])> = cmd
         .sequences
         .iter()
-        .map(|(id, docs)| (id.as_str(), &**docs))
+        .map(|(id, docs)| (id.as_str(), docs.bytes()))
         .collect();
 
     let sensitive = is_sensitive(&cmd.name, &body);
@@ -692,10 +692,7 @@ impl<'a> Head<'a> {
 /// as the command monitoring spec requires.
 fn with_sequences(
     body: &RawDocumentBuf,
-    sequences: &[(
-        &'static bson::raw::CStr,
-        std::rc::Rc<crate::wire::Documents>,
-    )],
+    sequences: &[(&'static bson::raw::CStr, crate::wire::Slice)],
 ) -> RawDocumentBuf {
     let mut out = body.clone();
     for (id, docs) in sequences {

@@ -6,8 +6,8 @@ use crate::csot::OpTimeout;
 use crate::error::{Error, Result};
 use crate::operation::write::{WriteCommand, WriteKind};
 use crate::session::Session;
-use bson::oid::ObjectId;
 use crate::wire::Documents;
+use bson::oid::ObjectId;
 use bson::{rawdoc, RawBson, RawDocumentBuf};
 
 pub struct UploadStream {

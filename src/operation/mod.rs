@@ -19,7 +19,6 @@ use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
 use bson::{RawArray, RawDocument, RawDocumentBuf};
-use std::rc::Rc;
 
 #[derive(Debug)]
 /// A command ready to send (without `$db`, `lsid`, `maxTimeMS`: the executor adds those).
@@ -29,7 +28,7 @@ pub struct Command {
     pub body: RawDocumentBuf,
     /// OP_MSG kind-1 sections, e.g. ("documents", [...]). Shared with the
     /// operation (a retry resends the same batch), never copied.
-    pub sequences: Vec<(&'static bson::raw::CStr, Rc<crate::wire::Documents>)>,
+    pub sequences: Vec<(&'static bson::raw::CStr, crate::wire::Slice)>,
 }
 
 pub trait Operation {
@@ -215,7 +214,7 @@ pub fn strip_raw_data(body: RawDocumentBuf, max_wire_version: i32) -> Result<Raw
 /// `updates`/`deletes`; findAndModify carries its hint in the body.
 pub fn check_unacknowledged_hint(
     body: &RawDocument,
-    statements: &crate::wire::Documents,
+    statements: &crate::wire::Slice,
     max_wire_version: i32,
 ) -> Result<()> {
     let (command, since, version) = match body.iter().next() {

@@ -8,7 +8,7 @@ use crate::conn::server_error;
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
-use crate::wire::Documents;
+use crate::wire::{Documents, Slice};
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawDocument, RawDocumentBuf};
 use std::rc::Rc;
@@ -57,15 +57,15 @@ pub struct WriteCommand {
     pub db: String,
     pub coll: String,
     pub kind: WriteKind,
-    /// Every statement, back to back; `pending[sent..]` are still to send.
-    pending: Documents,
+    /// Every statement, back to back; from `sent` on still to send.
+    pending: Rc<Documents>,
     sent: usize,
     pub ordered: bool,
     pub extra: Option<RawDocumentBuf>,
     /// Multi-document statements make the whole command non-retryable.
     pub retryable: bool,
     /// The batch being sent: a retry sends exactly these again.
-    in_flight: Rc<Documents>,
+    in_flight: Slice,
     /// Index of `in_flight[0]` among all statements (`index_base` first).
     batch_start: usize,
     next_index: usize,
@@ -86,12 +86,12 @@ impl WriteCommand {
             db: db.to_string(),
             coll: coll.to_string(),
             kind,
-            pending: statements.into(),
+            pending: Rc::new(statements.into()),
             sent: 0,
             ordered: true,
             extra: None,
             retryable: true,
-            in_flight: Rc::default(),
+            in_flight: Slice::default(),
             batch_start: index_base,
             next_index: index_base,
             result: WriteResult::default(),
@@ -106,14 +106,13 @@ impl WriteCommand {
     /// Done with the current batch (it succeeded, or its error was final).
     /// An ordered write stops at its first write error.
     pub fn finish_batch(&mut self) {
-        self.in_flight = Rc::default();
+        self.in_flight = Slice::default();
         if self.ordered && !self.result.write_errors.is_empty() {
-            self.pending = Documents::default();
-            self.sent = 0;
+            self.sent = self.pending.len();
         }
     }
 
-    fn next_batch(&mut self, hello: &HelloReply, body_len: usize) -> Result<Documents> {
+    fn next_batch(&mut self, hello: &HelloReply, body_len: usize) -> Result<Slice> {
         let budget = hello
             .max_message_size_bytes
             .saturating_sub(MESSAGE_OVERHEAD + body_len);
@@ -133,9 +132,9 @@ impl WriteCommand {
             bytes += len;
             end += 1;
         }
-        // Every statement in one batch (the usual case): taken without a copy.
-        let batch = self.pending.take(first..end);
-        self.sent = if self.pending.is_empty() { 0 } else { end };
+        // A window on the statements: no batch is ever copied.
+        let batch = Slice::new(Rc::clone(&self.pending), first..end);
+        self.sent = end;
         self.batch_start = self.next_index;
         self.next_index += batch.len();
         Ok(batch)
@@ -190,14 +189,14 @@ impl Operation for WriteCommand {
         body.append(cstr!("ordered"), self.ordered);
         super::merge_extra(&mut body, self.extra.as_deref())?;
         if self.in_flight.is_empty() {
-            self.in_flight = Rc::new(self.next_batch(hello, body.as_bytes().len())?);
+            self.in_flight = self.next_batch(hello, body.as_bytes().len())?;
         }
         super::check_unacknowledged_hint(&body, &self.in_flight, hello.max_wire_version)?;
         Ok(Command {
             name: self.kind.command().as_str().to_string(),
             db: self.db.clone(),
             body,
-            sequences: vec![(self.kind.sequence(), Rc::clone(&self.in_flight))],
+            sequences: vec![(self.kind.sequence(), self.in_flight.clone())],
         })
     }
 

@@ -5,6 +5,7 @@
 
 use bson::{RawDocument, RawDocumentBuf};
 use std::ops::Range;
+use std::rc::Rc;
 
 /// Documents back to back (each a whole BSON document, checked by whoever
 /// adds it), and where each starts.
@@ -80,21 +81,65 @@ impl Documents {
         self.starts.push(start);
         Some(())
     }
+}
 
-    /// Documents `range` as their own list (one copy); all of them are
-    /// taken whole, without a copy.
-    pub fn take(&mut self, range: Range<usize>) -> Documents {
-        if range.start == 0 && range.end == self.len() {
-            return std::mem::take(self);
-        }
-        let (Some(first), Some(last)) = (self.starts.get(range.start), self.get(range.end - 1))
-        else {
-            return Documents::default();
+/// Documents `docs` of a shared list: a batch of a write, sent, shown by
+/// monitoring and resent by a retry in place, however the write is split.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Slice {
+    all: Rc<Documents>,
+    docs: Range<usize>,
+}
+
+impl Slice {
+    /// Documents `docs` of `all` (clamped to what it holds).
+    pub fn new(all: Rc<Documents>, docs: Range<usize>) -> Slice {
+        let end = docs.end.min(all.len());
+        let docs = docs.start.min(end)..end;
+        Slice { all, docs }
+    }
+
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// The documents' bytes, back to back, as the sequence carries them.
+    pub fn bytes(&self) -> &[u8] {
+        let at = |i: usize| {
+            self.all
+                .starts
+                .get(i)
+                .copied()
+                .unwrap_or(self.all.bytes.len())
         };
-        let end = last.len() + self.starts[range.end - 1];
-        Documents {
-            bytes: self.bytes[*first..end].to_vec(),
-            starts: self.starts[range].iter().map(|s| s - first).collect(),
+        &self.all.bytes[at(self.docs.start)..at(self.docs.end)]
+    }
+
+    /// The documents in order.
+    pub fn iter(&self) -> impl Iterator<Item = &RawDocument> + '_ {
+        // Every push adds a framed document, so each slice is one.
+        self.docs
+            .clone()
+            .filter_map(|i| RawDocument::from_bytes(self.all.get(i)?).ok())
+    }
+}
+
+impl From<Vec<RawDocumentBuf>> for Slice {
+    fn from(docs: Vec<RawDocumentBuf>) -> Slice {
+        Documents::from(docs).into()
+    }
+}
+
+impl From<Documents> for Slice {
+    fn from(all: Documents) -> Slice {
+        let docs = 0..all.len();
+        Slice {
+            all: Rc::new(all),
+            docs,
         }
     }
 }
@@ -104,7 +149,10 @@ impl From<Vec<RawDocumentBuf>> for Documents {
         if docs.len() == 1 {
             // One document (insert-one, a large one too): its own buffer,
             // not a copy.
-            let bytes = docs.pop().map(RawDocumentBuf::into_bytes).unwrap_or_default();
+            let bytes = docs
+                .pop()
+                .map(RawDocumentBuf::into_bytes)
+                .unwrap_or_default();
             return Documents {
                 bytes,
                 starts: vec![0],
@@ -127,7 +175,7 @@ mod tests {
     #[test]
     fn documents_lie_back_to_back_and_read_back() {
         let docs = vec![rawdoc! { "a": 1 }, rawdoc! { "b": "xy" }, rawdoc! {}];
-        let mut list = Documents::from(docs.clone());
+        let list = Documents::from(docs.clone());
         assert_eq!(list.len(), 3);
         let all: Vec<u8> = docs.iter().flat_map(|d| d.as_bytes().to_vec()).collect();
         assert_eq!(list.bytes(), &all[..]);
@@ -135,17 +183,23 @@ mod tests {
         assert_eq!(back, docs);
         assert_eq!(list.get(3), None);
 
-        // A middle range is copied out; what is left stays readable.
-        let mid = list.take(1..3);
+        // A batch is a window on the shared list, read in place.
+        let all = Rc::new(list);
+        let mid = Slice::new(Rc::clone(&all), 1..3);
+        assert_eq!(mid.len(), 2);
         assert_eq!(
             mid.iter().map(|d| d.to_owned()).collect::<Vec<_>>(),
             docs[1..]
         );
-        assert_eq!(list.len(), 3);
-        // All of them: moved, not copied.
-        let whole = list.take(0..3);
-        assert_eq!(whole.len(), 3);
-        assert!(list.is_empty());
+        assert_eq!(mid.bytes(), &all.bytes()[docs[0].as_bytes().len()..]);
+        assert!(std::ptr::eq(
+            mid.bytes().as_ptr(),
+            all.bytes()[docs[0].as_bytes().len()..].as_ptr()
+        ));
+        // Out of range: clamped, never a panic.
+        assert!(Slice::new(Rc::clone(&all), 2..9).len() == 1);
+        assert!(Slice::new(all, 7..9).is_empty());
+        assert_eq!(Slice::default().bytes(), b"");
 
         // One document keeps its own buffer.
         let one = rawdoc! { "x": 1 };
@@ -158,9 +212,15 @@ mod tests {
         let mut list = Documents::default();
         list.push_written(|b| b.extend_from_slice(rawdoc! { "a": 1 }.as_bytes()))
             .unwrap();
-        assert!(list.push_written(|b| b.extend_from_slice(&[9, 0, 0, 0, 0])).is_none());
+        assert!(list
+            .push_written(|b| b.extend_from_slice(&[9, 0, 0, 0, 0]))
+            .is_none());
         assert_eq!(list.len(), 1);
-        assert_eq!(list.bytes(), rawdoc! { "a": 1 }.as_bytes(), "nothing left over");
+        assert_eq!(
+            list.bytes(),
+            rawdoc! { "a": 1 }.as_bytes(),
+            "nothing left over"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod op_msg;
 pub mod raw;
 mod reply;
 
-pub use documents::Documents;
+pub use documents::{Documents, Slice};
 pub use legacy::{encode_op_query, OpReply};
 pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg};
 pub use reply::{check_reply, take_document, validate_document, MAX_DEPTH};

@@ -189,7 +189,7 @@ pub fn encode_op_msg(
     request_id: i32,
     flags: u32,
     body: &RawDocument,
-    sequences: &[(&str, &super::Documents)],
+    sequences: &[(&str, &[u8])],
     max_message_size: usize,
 ) -> Result<usize> {
     // The whole message's size first: one allocation, and a message over
@@ -200,7 +200,7 @@ pub fn encode_op_msg(
         + body.as_bytes().len()
         + sequences
             .iter()
-            .map(|(id, docs)| 1 + 4 + id.len() + 1 + docs.bytes().len())
+            .map(|(id, docs)| 1 + 4 + id.len() + 1 + docs.len())
             .sum::<usize>();
     if len > max_message_size {
         return Err(Error::invalid_argument(format!(
@@ -219,7 +219,7 @@ pub fn encode_op_msg(
         out.extend_from_slice(&[0u8; 4]);
         out.extend_from_slice(identifier.as_bytes());
         out.push(0);
-        out.extend_from_slice(docs.bytes());
+        out.extend_from_slice(docs);
         let size = i32::try_from(out.len() - size_at)
             .map_err(|_| Error::invalid_argument("document sequence too large"))?;
         out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
@@ -248,7 +248,7 @@ mod tests {
             .iter()
             .map(|(id, docs)| (*id, Documents::from(docs.to_vec())))
             .collect();
-        let seqs: Vec<(&str, &Documents)> = lists.iter().map(|(id, d)| (*id, d)).collect();
+        let seqs: Vec<(&str, &[u8])> = lists.iter().map(|(id, d)| (*id, d.bytes())).collect();
         let mut out = Vec::new();
         encode_op_msg(&mut out, 7, 0, body, &seqs, 1 << 20).unwrap();
         out
@@ -406,7 +406,7 @@ mod tests {
             1,
             0,
             &rawdoc! { "ok": 1 },
-            &[("d", &docs)],
+            &[("d", docs.bytes())],
             1 << 24,
         )
         .unwrap();

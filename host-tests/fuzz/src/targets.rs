@@ -294,7 +294,7 @@ fn op_msg(body: &RawDocumentBuf, seqs: &[(&str, &[RawDocumentBuf])], flags: u32)
         .iter()
         .map(|(id, docs)| (*id, wire::Documents::from(docs.to_vec())))
         .collect();
-    let seqs: Vec<(&str, &wire::Documents)> = lists.iter().map(|(id, d)| (*id, d)).collect();
+    let seqs: Vec<(&str, &[u8])> = lists.iter().map(|(id, d)| (*id, d.bytes())).collect();
     let mut out = Vec::new();
     wire::encode_op_msg(&mut out, 7, flags, body, &seqs, 1 << 20).expect("a small message");
     // A reply answers request 7.
