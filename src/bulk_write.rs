@@ -15,7 +15,7 @@ use crate::object_id::ObjectIds;
 use crate::operation::{int_field, Command, CursorReply, Operation};
 use crate::retryable::Retryability;
 use crate::session::Session;
-use crate::wire::{Documents, Slice};
+use crate::wire::Slice;
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawBsonRef, RawDocument, RawDocumentBuf};
 
@@ -346,8 +346,8 @@ pub fn next_batch(
     Ok(Batch {
         start,
         end,
-        ops: Documents::from(ops).into(),
-        ns_info: Documents::from(ns_info).into(),
+        ops: ops.into(),
+        ns_info: ns_info.into(),
         retryable,
     })
 }

@@ -118,12 +118,7 @@ impl UploadStream {
         let oids = crate::object_id::ObjectIds::now();
         for piece in pieces {
             let (id, n) = (oids.next(), self.next_n);
-            let mut written = Ok(());
-            let framed = chunks.push_written(|out| {
-                written = write_chunk(out, id, &self.id, n, piece);
-            });
-            written?;
-            framed.ok_or_else(|| Error::invalid_argument("a chunk document is malformed"))?;
+            chunks.push_written(|out| write_chunk(out, id, &self.id, n, piece))?;
             self.next_n += 1;
         }
         let chunks_coll = self.bucket.chunks();

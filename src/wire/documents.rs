@@ -69,17 +69,22 @@ impl Documents {
     }
 
     /// A document that `write` appends to the buffer itself (no buffer of
-    /// its own); `None`, and nothing added, when what it wrote is not one
-    /// framed document.
-    pub fn push_written(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Option<()> {
+    /// its own). Its error, or what it wrote not being one framed document
+    /// (a protocol error: the driver wrote it), adds nothing.
+    pub fn push_written(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> crate::error::Result<()>,
+    ) -> crate::error::Result<()> {
         let start = self.bytes.len();
-        write(&mut self.bytes);
-        if RawDocument::from_bytes(&self.bytes[start..]).is_err() {
-            self.bytes.truncate(start);
-            return None;
+        let written = write(&mut self.bytes).and_then(|()| {
+            RawDocument::from_bytes(&self.bytes[start..])?;
+            Ok(())
+        });
+        match written {
+            Ok(()) => self.starts.push(start),
+            Err(_) => self.bytes.truncate(start),
         }
-        self.starts.push(start);
-        Some(())
+        written
     }
 }
 
@@ -210,11 +215,21 @@ mod tests {
     #[test]
     fn a_written_document_is_framed_or_not_added() {
         let mut list = Documents::default();
-        list.push_written(|b| b.extend_from_slice(rawdoc! { "a": 1 }.as_bytes()))
+        let write = |bytes: Vec<u8>| {
+            move |b: &mut Vec<u8>| {
+                b.extend_from_slice(&bytes);
+                Ok(())
+            }
+        };
+        list.push_written(write(rawdoc! { "a": 1 }.into_bytes()))
             .unwrap();
-        assert!(list
-            .push_written(|b| b.extend_from_slice(&[9, 0, 0, 0, 0]))
-            .is_none());
+        assert!(list.push_written(write(vec![9, 0, 0, 0, 0])).is_err());
+        // The writer's own error: what it wrote before failing is dropped.
+        let failing = |b: &mut Vec<u8>| {
+            b.push(1);
+            Err(crate::error::Error::invalid_argument("no"))
+        };
+        assert!(list.push_written(failing).is_err());
         assert_eq!(list.len(), 1);
         assert_eq!(
             list.bytes(),

@@ -244,11 +244,17 @@ mod tests {
     use bson::{rawdoc, RawDocumentBuf};
 
     fn encode(body: &RawDocument, seqs: &[(&str, &[RawDocumentBuf])]) -> Vec<u8> {
-        let lists: Vec<(&str, Documents)> = seqs
+        // A sequence goes in as its documents' bytes, back to back.
+        let bytes: Vec<(&str, Vec<u8>)> = seqs
             .iter()
-            .map(|(id, docs)| (*id, Documents::from(docs.to_vec())))
+            .map(|(id, docs)| {
+                (
+                    *id,
+                    docs.iter().flat_map(|d| d.as_bytes().to_vec()).collect(),
+                )
+            })
             .collect();
-        let seqs: Vec<(&str, &[u8])> = lists.iter().map(|(id, d)| (*id, d.bytes())).collect();
+        let seqs: Vec<(&str, &[u8])> = bytes.iter().map(|(id, b)| (*id, &b[..])).collect();
         let mut out = Vec::new();
         encode_op_msg(&mut out, 7, 0, body, &seqs, 1 << 20).unwrap();
         out

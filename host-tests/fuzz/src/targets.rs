@@ -290,11 +290,17 @@ fn bytes(d: RawDocumentBuf) -> Vec<u8> {
 }
 
 fn op_msg(body: &RawDocumentBuf, seqs: &[(&str, &[RawDocumentBuf])], flags: u32) -> Vec<u8> {
-    let lists: Vec<(&str, wire::Documents)> = seqs
+    // A sequence goes in as its documents' bytes, back to back.
+    let bytes: Vec<(&str, Vec<u8>)> = seqs
         .iter()
-        .map(|(id, docs)| (*id, wire::Documents::from(docs.to_vec())))
+        .map(|(id, docs)| {
+            (
+                *id,
+                docs.iter().flat_map(|d| d.as_bytes().to_vec()).collect(),
+            )
+        })
         .collect();
-    let seqs: Vec<(&str, &[u8])> = lists.iter().map(|(id, d)| (*id, d.bytes())).collect();
+    let seqs: Vec<(&str, &[u8])> = bytes.iter().map(|(id, b)| (*id, &b[..])).collect();
     let mut out = Vec::new();
     wire::encode_op_msg(&mut out, 7, flags, body, &seqs, 1 << 20).expect("a small message");
     // A reply answers request 7.
