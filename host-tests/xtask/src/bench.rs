@@ -76,6 +76,18 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
     run.step("bench: build the component (mongo_wasi.wasm)", || {
         crate::component::build(ctx)
     })?;
+    // The floor under wasmtime: a minimal component making the floor's round
+    // trip, so the driver's own cost shows apart from the platform's.
+    run.step("bench: build the wasm floor (wasm_floor.wasm)", || {
+        exec(&mut ctx.cargo(&[
+            "build",
+            "--target",
+            "wasm32-wasip2",
+            "--release",
+            "-p",
+            "wasm-floor",
+        ]))
+    })?;
     let profile = if a.quick { "debug" } else { "release" };
     run.step(&format!("bench: build the harness ({profile})"), || {
         let mut args = vec!["build", "-p", "host-tests", "--bin", "bench"];
@@ -140,7 +152,11 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
             .arg(ctx.venv_bin("python"))
             .arg("--pyscript")
             .arg(ctx.root.join("host-tests/bench/pymongo_bench.py"))
-            .env("MONGO_WASI_COMPONENT", crate::component::path(ctx)?);
+            .env("MONGO_WASI_COMPONENT", crate::component::path(ctx)?)
+            .env(
+                "MONGO_WASI_FLOOR_COMPONENT",
+                target.join("wasm32-wasip2/release/wasm_floor.wasm"),
+            );
         if pinned {
             cmd.args(["--pinned", "taskset -c 0 (harness, server, all contenders)"]);
         }

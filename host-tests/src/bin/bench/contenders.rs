@@ -837,6 +837,146 @@ impl Contender for Floor<'_> {
     }
 }
 
+// ---------------------------------------------------------------- the floor under wasmtime
+
+mod floor_bindings {
+    wasmtime::component::bindgen!({ path: "wasm-floor/wit", world: "floor" });
+}
+
+mod floor_async_bindings {
+    wasmtime::component::bindgen!({
+        path: "wasm-floor/wit",
+        world: "floor",
+        exports: { default: async },
+    });
+}
+
+/// `MONGO_WASI_FLOOR_COMPONENT`, else host-tests/wasm-floor's release build.
+pub fn wasm_floor_path() -> std::path::PathBuf {
+    std::env::var_os("MONGO_WASI_FLOOR_COMPONENT")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            host_tests::repo_root().join("target/wasm32-wasip2/release/wasm_floor.wasm")
+        })
+}
+
+/// The floor's round trip made by a minimal component (host-tests/wasm-floor)
+/// through the same engine, WASI host and sandbox as mongo-wasi, under the
+/// sync host or the async one as mongo-wasi's two contenders: what any guest
+/// pays for the export call and WASI's calls, before a driver's work.
+pub struct WasmFloor {
+    store: wasmtime::Store<host_tests::HostState>,
+    host: FloorHost,
+    next_id: i32,
+    buf: Vec<u8>,
+}
+
+enum FloorHost {
+    Sync(floor_bindings::Floor),
+    Async(tokio::runtime::Runtime, floor_async_bindings::Floor),
+}
+
+impl WasmFloor {
+    pub fn new(addr: SocketAddr, async_host: bool) -> anyhow::Result<WasmFloor> {
+        let component = host_tests::load(&wasm_floor_path())?;
+        let mut store = host_tests::new_store(host_tests::wasi_state(&[addr], &[], true));
+        let host = if async_host {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let mut linker = wasmtime::component::Linker::new(host_tests::engine());
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+            let floor = rt.block_on(floor_async_bindings::Floor::instantiate_async(
+                &mut store, &component, &linker,
+            ))?;
+            FloorHost::Async(rt, floor)
+        } else {
+            let linker = host_tests::linker()?;
+            FloorHost::Sync(floor_bindings::Floor::instantiate(
+                &mut store, &component, &linker,
+            )?)
+        };
+        let connected = match &host {
+            FloorHost::Sync(f) => f.call_connect(&mut store, addr.port())?,
+            FloorHost::Async(rt, f) => rt.block_on(f.call_connect(&mut store, addr.port()))?,
+        };
+        connected.map_err(|e| anyhow::anyhow!("wasm floor connect: {e}"))?;
+        Ok(WasmFloor {
+            store,
+            host,
+            next_id: 1,
+            buf: Vec::new(),
+        })
+    }
+
+    /// One round trip through the guest; the reply body stays in `self.buf[21..]`.
+    fn round_trip(&mut self, body: &[u8]) -> anyhow::Result<&RawDocument> {
+        op_msg(&mut self.buf, self.next_id, body, None);
+        self.next_id += 1;
+        let reply = match &self.host {
+            FloorHost::Sync(f) => f.call_round_trip(&mut self.store, &self.buf)?,
+            FloorHost::Async(rt, f) => {
+                rt.block_on(f.call_round_trip(&mut self.store, &self.buf))?
+            }
+        };
+        self.buf = reply.map_err(|e| anyhow::anyhow!("wasm floor: {e}"))?;
+        Ok(RawDocument::from_bytes(
+            self.buf.get(21..).unwrap_or_default(),
+        )?)
+    }
+}
+
+impl Contender for WasmFloor {
+    fn name(&self) -> &'static str {
+        match self.host {
+            FloorHost::Sync(_) => "wasm-floor",
+            FloorHost::Async(..) => "wasm-floor-async",
+        }
+    }
+
+    fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
+        use Workload::*;
+        let s = match cmd {
+            Cmd::Work(RunCommand, ops) => {
+                let hello = rawdoc! { "hello": true, "$db": "admin" };
+                timed(ops, |_| {
+                    self.round_trip(hello.as_bytes())?;
+                    Ok(())
+                })?
+            }
+            Cmd::Work(FindOne, ops) => timed(ops, |i| {
+                let q = rawdoc! {
+                    "find": "corpus", "filter": { "_id": (i % 10_000 + 1) as i32 },
+                    "limit": 1, "singleBatch": true, "$db": "perftest",
+                };
+                let r = self.round_trip(q.as_bytes())?;
+                let batch = r.get_document("cursor")?.get_array("firstBatch")?;
+                anyhow::ensure!(batch.into_iter().count() == 1, "wasm floor findOne");
+                Ok(())
+            })?,
+            Cmd::Work(FindMany, ops) => whole(|| {
+                let q = rawdoc! { "find": "corpus", "filter": {}, "$db": "perftest" };
+                let mut n = 0;
+                let mut id = {
+                    let c = self.round_trip(q.as_bytes())?.get_document("cursor")?;
+                    n += c.get_array("firstBatch")?.into_iter().count();
+                    c.get_i64("id")?
+                };
+                while id != 0 {
+                    let gm = rawdoc! { "getMore": id, "collection": "corpus", "$db": "perftest" };
+                    let c = self.round_trip(gm.as_bytes())?.get_document("cursor")?;
+                    n += c.get_array("nextBatch")?.into_iter().count();
+                    id = c.get_i64("id")?;
+                }
+                anyhow::ensure!(n == ops, "wasm floor find many: {n} documents");
+                Ok(())
+            })?,
+            _ => return Ok(None),
+        };
+        Ok(Some(s))
+    }
+}
+
 // ---------------------------------------------------------------- child processes
 
 /// A contender in another process (the `mongodb` crate, PyMongo).

@@ -11,7 +11,7 @@ mod contenders;
 mod report;
 mod workload;
 
-use contenders::{Cmd, Contender, External, Floor, Wasi, WasiAsync};
+use contenders::{Cmd, Contender, External, Floor, Wasi, WasiAsync, WasmFloor};
 use host_tests::bench_server::{self, BenchServer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -229,6 +229,15 @@ fn main() -> anyhow::Result<()> {
             Box::new(WasiAsync::new(server.addr, &data)?),
             Box::new(Floor::new(server.addr, &data)?),
         ];
+        for async_host in [false, true] {
+            match WasmFloor::new(server.addr, async_host) {
+                Ok(f) => cs.push(Box::new(f)),
+                Err(e) => r.errors.push(format!(
+                    "no wasm-floor contender ({e:#}); build it with \
+                     `cargo build --target wasm32-wasip2 --release -p wasm-floor`"
+                )),
+            }
+        }
         cs.extend(externals(&a, &uri));
         if let Some(names) = &a.contenders {
             cs.retain(|c| names.iter().any(|n| n == c.name()));

@@ -9,7 +9,11 @@ use std::fmt::Write;
 pub const WASI: &str = "mongo-wasi";
 /// The same component under an async host (contenders.rs, `WasiAsync`).
 pub const WASI_ASYNC: &str = "mongo-wasi-async";
-const OTHERS: [&str; 3] = ["mongodb-rust", "pymongo", "floor"];
+/// `wasm-floor`: the floor's round trip from a minimal component under the
+/// same host, so mongo-wasi over it is the driver's own cost.
+const OTHERS: [&str; 4] = ["mongodb-rust", "pymongo", "floor", "wasm-floor"];
+/// The same under the async host, the measure for `mongo-wasi-async`.
+const WASM_FLOOR_ASYNC: &str = "wasm-floor-async";
 
 /// The q-quantile (0..=1) of `v`, by nearest rank.
 pub fn quantile(v: &[f64], q: f64) -> f64 {
@@ -146,7 +150,7 @@ pub fn json(r: &Results) -> Value {
         })
         .unwrap_or_default();
     // The headline ratios, for a contender.
-    let headline = |who: &str| {
+    let headline = |who: &str, wasm_floor: &str| {
         let mut ratios = Map::new();
         let mut put = |k: &str, w: &str, other: &str| {
             let v = ratio_of(&st, who, w, other);
@@ -154,11 +158,12 @@ pub fn json(r: &Results) -> Value {
         };
         put("find_one_vs_native", "find_one", "mongodb-rust");
         put("find_one_vs_floor", "find_one", "floor");
+        put("find_one_vs_wasm_floor", "find_one", wasm_floor);
         put("insert_one_vs_native", "insert_one_small", "mongodb-rust");
         put("find_many_mbps_vs_native", "find_many", "mongodb-rust");
         ratios
     };
-    let mut ratios = headline(WASI);
+    let mut ratios = headline(WASI, "wasm-floor");
     ratios.insert("cold_start_vs_native".into(), cold_ratio);
     // Every workload against every other contender, for the chart.
     let mut all = Map::new();
@@ -217,7 +222,7 @@ pub fn json(r: &Results) -> Value {
     json!({
         "ratios": ratios,
         // The same workloads with the component under an async host.
-        "ratios_async_host": headline(WASI_ASYNC),
+        "ratios_async_host": headline(WASI_ASYNC, WASM_FLOOR_ASYNC),
         "overshoot_ms": {
             "p50": round(quantile(&wasi_over, 0.5), 2),
             "p99": round(quantile(&wasi_over, 0.99), 2),
@@ -250,7 +255,11 @@ pub fn json(r: &Results) -> Value {
 
 pub fn print(r: &Results) {
     let st = stats(&r.work, r, false);
-    let cols: Vec<&str> = [WASI, WASI_ASYNC].into_iter().chain(OTHERS).collect();
+    let cols: Vec<&str> = [WASI, WASI_ASYNC]
+        .into_iter()
+        .chain(OTHERS)
+        .chain([WASM_FLOOR_ASYNC])
+        .collect();
     let mut out = String::new();
     let _ =
         writeln!(
@@ -264,7 +273,7 @@ pub fn print(r: &Results) {
     );
     let _ = write!(out, "{:<22}", "workload");
     for c in &cols {
-        let _ = write!(out, " {c:>28}");
+        let _ = write!(out, " {c:>24}");
     }
     out.push('\n');
     let cell = |s: Option<&Stat>| match s {
@@ -281,7 +290,7 @@ pub fn print(r: &Results) {
     for (w, by) in &st {
         let _ = write!(out, "{w:<22}");
         for c in &cols {
-            let _ = write!(out, " {:>28}", cell(by.get(*c)));
+            let _ = write!(out, " {:>24}", cell(by.get(*c)));
         }
         out.push('\n');
     }
@@ -291,7 +300,7 @@ pub fn print(r: &Results) {
         for (w, by) in &nx {
             let _ = write!(out, "{w:<22}");
             for c in &cols {
-                let _ = write!(out, " {:>28}", cell(by.get(*c)));
+                let _ = write!(out, " {:>24}", cell(by.get(*c)));
             }
             out.push('\n');
         }
@@ -350,6 +359,7 @@ pub fn svg(j: &Value) -> String {
         ("mongodb-rust", "#4e79a7"),
         ("pymongo", "#f28e2b"),
         ("floor", "#9c9c9c"),
+        ("wasm-floor", "#59a14f"),
     ];
     let mut rows: Vec<(String, &str, f64)> = Vec::new();
     if let Some(m) = j["ratios_by_workload"].as_object() {

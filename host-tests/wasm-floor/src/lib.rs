@@ -1,0 +1,96 @@
+//! The floor under wasmtime: one OP_MSG round trip over `wasi:sockets` with
+//! the fewest WASI calls a guest can make (one blocking write-and-flush, then
+//! blocking reads until the frame is whole). The bench runs it through the
+//! same host and engine as the driver, so the driver's time over this one is
+//! what the driver itself costs, and this one's over the native floor is the
+//! platform's (the export call, WASI's calls, wasmtime-wasi's runtime).
+//!
+//! No deadline: it is a measuring stick, not a driver.
+
+wit_bindgen::generate!({ path: "wit", world: "floor" });
+
+use std::cell::RefCell;
+use wasi::io::streams::{InputStream, OutputStream};
+use wasi::sockets::instance_network::instance_network;
+use wasi::sockets::network::{ErrorCode, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+use wasi::sockets::tcp::TcpSocket;
+use wasi::sockets::tcp_create_socket::create_tcp_socket;
+
+struct Conn {
+    // Dropped after the streams (fields drop in order).
+    input: InputStream,
+    output: OutputStream,
+    _socket: TcpSocket,
+}
+
+thread_local! {
+    static CONN: RefCell<Option<Conn>> = const { RefCell::new(None) };
+}
+
+/// `blocking-write-and-flush` takes at most this much a call.
+const WRITE_MAX: usize = 4096;
+
+struct Floor;
+
+impl Guest for Floor {
+    fn connect(port: u16) -> Result<(), String> {
+        let socket = create_tcp_socket(IpAddressFamily::Ipv4).map_err(|e| e.to_string())?;
+        let to = IpSocketAddress::Ipv4(Ipv4SocketAddress {
+            port,
+            address: (127, 0, 0, 1),
+        });
+        socket
+            .start_connect(&instance_network(), to)
+            .map_err(|e| e.to_string())?;
+        let ready = socket.subscribe();
+        let (input, output) = loop {
+            match socket.finish_connect() {
+                Ok(streams) => break streams,
+                Err(ErrorCode::WouldBlock) => ready.block(),
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        drop(ready);
+        CONN.set(Some(Conn {
+            input,
+            output,
+            _socket: socket,
+        }));
+        Ok(())
+    }
+
+    fn round_trip(message: Vec<u8>) -> Result<Vec<u8>, String> {
+        CONN.with_borrow(|conn| {
+            let c = conn.as_ref().ok_or("not connected")?;
+            for part in message.chunks(WRITE_MAX) {
+                c.output
+                    .blocking_write_and_flush(part)
+                    .map_err(|e| format!("write: {e:?}"))?;
+            }
+            let mut reply = c
+                .input
+                .blocking_read(64 * 1024)
+                .map_err(|e| format!("read: {e:?}"))?;
+            while reply.len() < 4 || reply.len() < frame_len(&reply)? {
+                let want = frame_len(&reply).unwrap_or(4).max(4) - reply.len();
+                let more = c
+                    .input
+                    .blocking_read(want as u64)
+                    .map_err(|e| format!("read: {e:?}"))?;
+                reply.extend_from_slice(&more);
+            }
+            Ok(reply)
+        })
+    }
+}
+
+/// The frame's length from its first four bytes (there must be four).
+fn frame_len(b: &[u8]) -> Result<usize, String> {
+    let head: [u8; 4] = b
+        .get(..4)
+        .and_then(|h| h.try_into().ok())
+        .ok_or("short frame")?;
+    usize::try_from(i32::from_le_bytes(head)).map_err(|_| "negative frame length".into())
+}
+
+export!(Floor);
