@@ -5,6 +5,9 @@
 //! what the driver itself costs, and this one's over the native floor is the
 //! platform's (the export call, WASI's calls, wasmtime-wasi's runtime).
 //!
+//! `calls` times single WASI calls from inside one export call (the harness's
+//! `--call-cost`).
+//!
 //! No deadline: it is a measuring stick, not a driver.
 
 wit_bindgen::generate!({ path: "wit", world: "floor" });
@@ -81,6 +84,27 @@ impl Guest for Floor {
             }
             Ok(reply)
         })
+    }
+
+    fn calls(which: String, n: u32) -> Result<u64, String> {
+        let mut sum = 0u64;
+        match which.as_str() {
+            "clock" => {
+                for _ in 0..n {
+                    sum = sum.wrapping_add(wasi::clocks::monotonic_clock::now());
+                }
+            }
+            "read" => CONN.with_borrow(|conn| {
+                let c = conn.as_ref().ok_or("not connected")?;
+                for _ in 0..n {
+                    let got = c.input.read(4096).map_err(|e| format!("read: {e:?}"))?;
+                    sum += got.len() as u64;
+                }
+                Ok::<_, String>(())
+            })?,
+            other => return Err(format!("no such call: {other}")),
+        }
+        Ok(sum)
     }
 }
 

@@ -909,6 +909,15 @@ impl WasmFloor {
         })
     }
 
+    /// `n` calls of one WASI function (`clock` or `read`) in one export call.
+    pub fn calls(&mut self, which: &str, n: u32) -> anyhow::Result<u64> {
+        let r = match &self.host {
+            FloorHost::Sync(f) => f.call_calls(&mut self.store, which, n)?,
+            FloorHost::Async(rt, f) => rt.block_on(f.call_calls(&mut self.store, which, n))?,
+        };
+        r.map_err(|e| anyhow::anyhow!("wasm floor: {e}"))
+    }
+
     /// One round trip through the guest; the reply body stays in `self.buf[21..]`.
     fn round_trip(&mut self, body: &[u8]) -> anyhow::Result<&RawDocument> {
         op_msg(&mut self.buf, self.next_id, body, None);

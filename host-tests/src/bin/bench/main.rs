@@ -23,7 +23,7 @@ use workload::{Data, Sample, Workload};
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
 [--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
 [--only SECTION,..] (sections: work, cold, deadline, churn, nx, footprint) [--workloads W,...] \
-[--rounds N] [--contenders NAME,...] [--count-calls]";
+[--rounds N] [--contenders NAME,...] [--count-calls] [--call-cost]";
 
 #[derive(Default)]
 struct Args {
@@ -45,6 +45,9 @@ struct Args {
     contenders: Option<Vec<String>>,
     /// Count mongo-wasi's WASI calls per operation instead of timing (calls.rs).
     count_calls: bool,
+    /// Time one export call and one WASI call of each kind (the wasm floor's
+    /// `calls` export), under the sync and the async host.
+    call_cost: bool,
     /// Only these sections (all when empty).
     only: Vec<String>,
 }
@@ -67,6 +70,7 @@ fn args() -> anyhow::Result<Args> {
         };
         match arg.as_str() {
             "--quick" => a.quick = true,
+            "--call-cost" => a.call_cost = true,
             "--serve" => a.serve = true,
             "--data" => a.data = val()?.into(),
             "--json" => a.json = Some(val()?.into()),
@@ -220,6 +224,9 @@ fn main() -> anyhow::Result<()> {
     };
     if a.count_calls {
         return count_calls(server.addr, &data, &wanted);
+    }
+    if a.call_cost {
+        return call_cost(server.addr);
     }
 
     // ---- the workloads, interleaved
@@ -453,6 +460,39 @@ fn count_calls(
         for (name, n) in &counts {
             println!("    {:>8.2}  {name}", *n as f64 / per);
         }
+    }
+    Ok(())
+}
+
+/// `--call-cost`: what an export call costs, and a WASI call of each kind
+/// made from inside one, in ns (medians of 11 timings of 20,000).
+fn call_cost(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    const N: u32 = 20_000;
+    for async_host in [false, true] {
+        let mut f = WasmFloor::new(addr, async_host)?;
+        let mut time = |which: &str, n: u32, calls: u32| -> anyhow::Result<f64> {
+            let mut v = Vec::new();
+            for _ in 0..11 {
+                let t = Instant::now();
+                for _ in 0..calls {
+                    f.calls(which, n)?;
+                }
+                v.push(t.elapsed().as_secs_f64() * 1e9);
+            }
+            Ok(report::quantile(&v, 0.5))
+        };
+        let export = time("clock", 0, N)? / N as f64;
+        let clock = time("clock", N, 1)? / N as f64;
+        let read = time("read", N, 1)? / N as f64;
+        println!(
+            "{:<16} export call {export:.0} ns; inside one: monotonic-clock.now {clock:.0} ns, \
+             an empty input-stream.read {read:.0} ns",
+            if async_host {
+                "async host"
+            } else {
+                "sync host"
+            }
+        );
     }
     Ok(())
 }
