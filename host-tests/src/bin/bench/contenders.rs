@@ -771,21 +771,9 @@ impl Contender for Floor<'_> {
         use Workload::*;
         let data = self.data;
         let s = match cmd {
-            Cmd::Work(RunCommand, ops) => {
-                let hello = rawdoc! { "hello": true, "$db": "admin" };
-                timed(ops, |_| {
-                    self.round_trip(hello.as_bytes(), None)?;
-                    Ok(())
-                })?
+            Cmd::Work(w @ (RunCommand | FindOne | FindMany), ops) => {
+                return floor_work(self, w, ops)
             }
-            Cmd::Work(FindOne, ops) => timed(ops, |i| {
-                let q = rawdoc! {
-                    "find": "corpus", "filter": { "_id": (i % 10_000 + 1) as i32 },
-                    "limit": 1, "singleBatch": true, "$db": "perftest",
-                };
-                self.round_trip(q.as_bytes(), None)?;
-                Ok(())
-            })?,
             Cmd::Work(w @ (InsertOneSmall | InsertOneLarge), ops) => {
                 let doc = if w == InsertOneSmall {
                     &data.small
@@ -808,25 +796,6 @@ impl Contender for Floor<'_> {
                     Ok(())
                 })?
             }
-            Cmd::Work(FindMany, ops) => whole(|| {
-                let q = rawdoc! { "find": "corpus", "filter": {}, "$db": "perftest" };
-                let mut n = 0;
-                let mut id = {
-                    let r = self.round_trip(q.as_bytes(), None)?;
-                    let c = r.get_document("cursor")?;
-                    n += c.get_array("firstBatch")?.into_iter().count();
-                    c.get_i64("id")?
-                };
-                while id != 0 {
-                    let gm = rawdoc! { "getMore": id, "collection": "corpus", "$db": "perftest" };
-                    let r = self.round_trip(gm.as_bytes(), None)?;
-                    let c = r.get_document("cursor")?;
-                    n += c.get_array("nextBatch")?.into_iter().count();
-                    id = c.get_i64("id")?;
-                }
-                anyhow::ensure!(n == ops, "floor find many: {n} documents");
-                Ok(())
-            })?,
             Cmd::Cold => Sample {
                 total_s: floor_cold(self.addr)?,
                 per_op_us: Vec::new(),
@@ -944,46 +913,72 @@ impl Contender for WasmFloor {
     }
 
     fn run(&mut self, cmd: Cmd) -> anyhow::Result<Option<Sample>> {
-        use Workload::*;
-        let s = match cmd {
-            Cmd::Work(RunCommand, ops) => {
-                let hello = rawdoc! { "hello": true, "$db": "admin" };
-                timed(ops, |_| {
-                    self.round_trip(hello.as_bytes())?;
-                    Ok(())
-                })?
-            }
-            Cmd::Work(FindOne, ops) => timed(ops, |i| {
-                let q = rawdoc! {
-                    "find": "corpus", "filter": { "_id": (i % 10_000 + 1) as i32 },
-                    "limit": 1, "singleBatch": true, "$db": "perftest",
-                };
-                let r = self.round_trip(q.as_bytes())?;
-                let batch = r.get_document("cursor")?.get_array("firstBatch")?;
-                anyhow::ensure!(batch.into_iter().count() == 1, "wasm floor findOne");
-                Ok(())
-            })?,
-            Cmd::Work(FindMany, ops) => whole(|| {
-                let q = rawdoc! { "find": "corpus", "filter": {}, "$db": "perftest" };
-                let mut n = 0;
-                let mut id = {
-                    let c = self.round_trip(q.as_bytes())?.get_document("cursor")?;
-                    n += c.get_array("firstBatch")?.into_iter().count();
-                    c.get_i64("id")?
-                };
-                while id != 0 {
-                    let gm = rawdoc! { "getMore": id, "collection": "corpus", "$db": "perftest" };
-                    let c = self.round_trip(gm.as_bytes())?.get_document("cursor")?;
-                    n += c.get_array("nextBatch")?.into_iter().count();
-                    id = c.get_i64("id")?;
-                }
-                anyhow::ensure!(n == ops, "wasm floor find many: {n} documents");
-                Ok(())
-            })?,
-            _ => return Ok(None),
-        };
-        Ok(Some(s))
+        match cmd {
+            Cmd::Work(w, ops) => floor_work(self, w, ops),
+            _ => Ok(None),
+        }
     }
+}
+
+/// One OP_MSG round trip of a body with no document sequence; the reply's
+/// body is borrowed until the next.
+trait Exchange {
+    fn exchange(&mut self, body: &[u8]) -> anyhow::Result<&RawDocument>;
+}
+
+impl Exchange for Floor<'_> {
+    fn exchange(&mut self, body: &[u8]) -> anyhow::Result<&RawDocument> {
+        self.round_trip(body, None)
+    }
+}
+
+impl Exchange for WasmFloor {
+    fn exchange(&mut self, body: &[u8]) -> anyhow::Result<&RawDocument> {
+        self.round_trip(body)
+    }
+}
+
+/// The floors' workloads (runCommand, findOne, find many; `None` for the
+/// others): the same commands whichever way `exchange` carries them, a
+/// native socket or a minimal component.
+fn floor_work(f: &mut impl Exchange, w: Workload, ops: usize) -> anyhow::Result<Option<Sample>> {
+    use Workload::*;
+    let s = match w {
+        RunCommand => {
+            let hello = rawdoc! { "hello": true, "$db": "admin" };
+            timed(ops, |_| {
+                f.exchange(hello.as_bytes())?;
+                Ok(())
+            })?
+        }
+        FindOne => timed(ops, |i| {
+            let q = rawdoc! {
+                "find": "corpus", "filter": { "_id": (i % 10_000 + 1) as i32 },
+                "limit": 1, "singleBatch": true, "$db": "perftest",
+            };
+            f.exchange(q.as_bytes())?;
+            Ok(())
+        })?,
+        FindMany => whole(|| {
+            let q = rawdoc! { "find": "corpus", "filter": {}, "$db": "perftest" };
+            let mut n = 0;
+            let mut id = {
+                let c = f.exchange(q.as_bytes())?.get_document("cursor")?;
+                n += c.get_array("firstBatch")?.into_iter().count();
+                c.get_i64("id")?
+            };
+            while id != 0 {
+                let gm = rawdoc! { "getMore": id, "collection": "corpus", "$db": "perftest" };
+                let c = f.exchange(gm.as_bytes())?.get_document("cursor")?;
+                n += c.get_array("nextBatch")?.into_iter().count();
+                id = c.get_i64("id")?;
+            }
+            anyhow::ensure!(n == ops, "floor find many: {n} documents");
+            Ok(())
+        })?,
+        _ => return Ok(None),
+    };
+    Ok(Some(s))
 }
 
 // ---------------------------------------------------------------- child processes
