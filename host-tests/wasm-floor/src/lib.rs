@@ -32,6 +32,11 @@ thread_local! {
 
 /// `blocking-write-and-flush` takes at most this much a call.
 const WRITE_MAX: usize = 4096;
+/// The first read asks for this much: a small reply comes in one call.
+const FIRST_READ: u64 = 64 * 1024;
+/// The largest frame a server may send (mongod's 48,000,000 bytes, as the driver's
+/// `wire::MAX_MESSAGE_SIZE`): a larger length is refused, not read.
+const MAX_FRAME: usize = 48_000_000;
 
 struct Floor;
 
@@ -70,19 +75,18 @@ impl Guest for Floor {
                     .blocking_write_and_flush(part)
                     .map_err(|e| format!("write: {e:?}"))?;
             }
-            let mut reply = c
-                .input
-                .blocking_read(64 * 1024)
-                .map_err(|e| format!("read: {e:?}"))?;
-            while reply.len() < 4 || reply.len() < frame_len(&reply)? {
-                let want = frame_len(&reply).unwrap_or(4).max(4) - reply.len();
-                let more = c
-                    .input
-                    .blocking_read(want as u64)
-                    .map_err(|e| format!("read: {e:?}"))?;
-                reply.extend_from_slice(&more);
+            let read = |n: u64| c.input.blocking_read(n).map_err(|e| format!("read: {e:?}"));
+            let mut reply = read(FIRST_READ)?;
+            loop {
+                let want = match reply.get(..4) {
+                    Some(head) => frame_len(head)?,
+                    None => 4,
+                };
+                if reply.len() >= want {
+                    return Ok(reply);
+                }
+                reply.extend_from_slice(&read((want - reply.len()) as u64)?);
             }
-            Ok(reply)
         })
     }
 
@@ -108,13 +112,14 @@ impl Guest for Floor {
     }
 }
 
-/// The frame's length from its first four bytes (there must be four).
-fn frame_len(b: &[u8]) -> Result<usize, String> {
-    let head: [u8; 4] = b
-        .get(..4)
-        .and_then(|h| h.try_into().ok())
-        .ok_or("short frame")?;
-    usize::try_from(i32::from_le_bytes(head)).map_err(|_| "negative frame length".into())
+/// The frame's length from its four-byte head; negative or over
+/// [`MAX_FRAME`] is an error.
+fn frame_len(head: &[u8]) -> Result<usize, String> {
+    let head: [u8; 4] = head.try_into().map_err(|_| "short frame head")?;
+    usize::try_from(i32::from_le_bytes(head))
+        .ok()
+        .filter(|&n| n <= MAX_FRAME)
+        .ok_or_else(|| format!("frame length {} refused", i32::from_le_bytes(head)))
 }
 
 export!(Floor);
