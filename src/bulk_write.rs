@@ -7,15 +7,18 @@
 //! drives it (bulkWrite, then getMore until the cursor is exhausted) under
 //! one deadline.
 
-use crate::collection::{UpdateResult, WriteConcern, WriteModel};
-use crate::conn::server_error;
+use crate::collection::WriteModel;
+use crate::concern::WriteConcern;
+use crate::error::server_error;
 use crate::error::{Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
 use crate::handshake::HelloReply;
 use crate::object_id::ObjectIds;
-use crate::operation::{int_field, Command, CursorReply, Operation};
+use crate::operation::{Command, CursorReply, Operation};
 use crate::retryable::Retryability;
 use crate::session::Session;
+use crate::wire::raw::int_field;
 use crate::wire::Slice;
+use crate::write_result::{ClientBulkWriteResult, UpdateResult, VerboseResults};
 use bson::raw::CStr;
 use bson::{cstr, RawBson, RawBsonRef, RawDocument, RawDocumentBuf};
 
@@ -53,30 +56,6 @@ pub struct ClientBulkWriteOptions<'a> {
     pub verbose_results: Option<bool>,
     /// Further `bulkWrite` fields by their server names.
     pub extra: Option<RawDocumentBuf>,
-}
-
-/// The per-model results of a verbose client bulk write, by model index.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct VerboseResults {
-    /// (index, `_id`) of each insert the server confirmed.
-    pub insert_results: Vec<(u32, RawBson)>,
-    pub update_results: Vec<(u32, UpdateResult)>,
-    /// (index, documents deleted).
-    pub delete_results: Vec<(u32, i64)>,
-}
-
-/// The spec's BulkWriteResult for a client bulk write.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ClientBulkWriteResult {
-    /// False for an unacknowledged (w:0) write: nothing else is known.
-    pub acknowledged: bool,
-    pub inserted_count: i64,
-    pub upserted_count: i64,
-    pub matched_count: i64,
-    pub modified_count: i64,
-    pub deleted_count: i64,
-    /// Set when `verbose_results` was asked for.
-    pub verbose: Option<VerboseResults>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +113,7 @@ pub fn prepare(models: &[ClientWriteModel]) -> Result<Vec<Prepared>> {
             "client bulk-write needs at least one model",
         ));
     }
-    let oids = ObjectIds::now();
+    let oids = crate::runtime::object_ids();
     models
         .iter()
         .enumerate()
@@ -629,8 +608,7 @@ impl Merged {
             })?;
         let index = batch.start + idx;
         let index32 = u32::try_from(index).unwrap_or(u32::MAX);
-        let ok = matches!(int_field(doc, "ok"), Some(1))
-            || matches!(doc.get("ok"), Ok(Some(RawBsonRef::Double(v))) if v == 1.0);
+        let ok = crate::error::is_ok(crate::wire::raw::get(doc, "ok"));
         if !ok {
             self.write_errors.push(WriteError {
                 index: index32,
@@ -730,7 +708,7 @@ impl Merged {
     }
 }
 
-impl crate::Client {
+impl crate::client::Client {
     /// Runs `models` (any namespaces) as `bulkWrite` commands on admin
     /// (MongoDB 8.0+), split to the server's limits, every command and
     /// getMore of the results cursors under one deadline. Batches without

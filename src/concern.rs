@@ -4,13 +4,55 @@
 //! the caller set one already.
 
 use crate::error::Result;
-use crate::uri::UriOptions;
+use crate::uri::{UriOptions, W};
 use bson::raw::CStr;
 use bson::{cstr, RawDocument, RawDocumentBuf};
 
+/// A read concern (Read and Write Concern spec).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadConcern {
+    pub level: String,
+}
+
+/// A write concern (Read and Write Concern spec).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WriteConcern {
+    pub w: Option<W>,
+    pub journal: Option<bool>,
+    pub wtimeout_ms: Option<u64>,
+}
+
+impl ReadConcern {
+    pub fn to_document(&self) -> RawDocumentBuf {
+        let mut d = RawDocumentBuf::new();
+        d.append(cstr!("level"), self.level.as_str());
+        d
+    }
+}
+
+impl WriteConcern {
+    /// `{w?, j?, wtimeout?}`, as the server reads it.
+    pub fn to_document(&self) -> RawDocumentBuf {
+        let mut wc = RawDocumentBuf::new();
+        match &self.w {
+            Some(W::Nodes(n)) => wc.append(cstr!("w"), *n as i32),
+            Some(W::Majority) => wc.append(cstr!("w"), "majority"),
+            Some(W::Tag(t)) => wc.append(cstr!("w"), t.as_str()),
+            None => {}
+        }
+        if let Some(j) = self.journal {
+            wc.append(cstr!("j"), j);
+        }
+        if let Some(ms) = self.wtimeout_ms {
+            wc.append(cstr!("wtimeout"), ms.min(i64::MAX as u64) as i64);
+        }
+        wc
+    }
+}
+
 /// The URI's `w`, `journal` and `wtimeoutMS` as a write concern document.
 pub fn write_concern_from_uri(o: &UriOptions) -> Option<RawDocumentBuf> {
-    let wc = crate::collection::WriteConcern {
+    let wc = WriteConcern {
         w: o.w.clone(),
         journal: o.journal,
         wtimeout_ms: o.w_timeout_ms,

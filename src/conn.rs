@@ -9,7 +9,7 @@
 use crate::auth::{self, Authenticator, HelloAuth, Step};
 use crate::cmap::{PendingResponse, ALIVENESS_PROBE};
 use crate::deadline::Deadline;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{check_ok, Error, ErrorKind, Result};
 use crate::handshake::{self, HelloReply};
 use crate::runtime::{self, Stream};
 use crate::versioned_api::ServerApi;
@@ -460,88 +460,5 @@ fn in_section(e: Error, section: &str) -> Error {
         Error::timeout(section).with_cause(cause)
     } else {
         e
-    }
-}
-
-/// Turns an ok:0 reply into a server error carrying code, codeName, labels.
-pub fn check_ok(reply: &RawDocument) -> Result<()> {
-    check_ok_field(reply, crate::wire::raw::get(reply, "ok"))
-}
-
-/// [`check_ok`] with the reply's `ok` field already read.
-pub fn check_ok_field(reply: &RawDocument, ok: Option<bson::RawBsonRef>) -> Result<()> {
-    let ok = match ok {
-        Some(bson::RawBsonRef::Double(v)) => v == 1.0,
-        Some(bson::RawBsonRef::Int32(v)) => v == 1,
-        Some(bson::RawBsonRef::Int64(v)) => v == 1,
-        Some(bson::RawBsonRef::Boolean(v)) => v,
-        _ => false,
-    };
-    if ok {
-        return Ok(());
-    }
-    Err(server_error(
-        reply,
-        reply.get_str("errmsg").unwrap_or("command failed"),
-        Some(reply.to_owned()),
-    ))
-}
-
-/// A server error from an error document (a reply, a writeError, a writeConcernError).
-pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentBuf>) -> Error {
-    let mut e = Error::new(ErrorKind::Server, message);
-    e.code = doc.get_i32("code").ok();
-    e.code_name = doc.get_str("codeName").ok().map(str::to_string);
-    if let Ok(labels) = doc.get_array("errorLabels") {
-        e.labels = labels
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect();
-    }
-    // Code 50 (MaxTimeMSExpired) becomes a timeout only under CSOT:
-    // `OpTimeout::transform` decides.
-    e.reply = reply.map(Box::new);
-    e
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bson::rawdoc;
-
-    #[test]
-    fn ok_variants() {
-        assert!(check_ok(&rawdoc! { "ok": 1.0 }).is_ok());
-        assert!(check_ok(&rawdoc! { "ok": 1 }).is_ok());
-        assert!(check_ok(&rawdoc! { "ok": 0 }).is_err());
-        assert!(
-            check_ok(&rawdoc! {}).is_err(),
-            "a reply without ok is a failure"
-        );
-    }
-
-    #[test]
-    fn server_error_carries_code_name_and_labels() {
-        let e = check_ok(&rawdoc! {
-            "ok": 0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary",
-            "errorLabels": ["RetryableWriteError"],
-        })
-        .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Server);
-        assert_eq!(e.code, Some(10107));
-        assert_eq!(e.code_name.as_deref(), Some("NotWritablePrimary"));
-        assert!(e.has_label("RetryableWriteError"));
-        assert_eq!(e.message, "not primary");
-        assert!(e.reply.is_some());
-    }
-
-    #[test]
-    fn max_time_expired_keeps_its_server_kind_here() {
-        let e =
-            check_ok(&rawdoc! { "ok": 0, "errmsg": "operation exceeded time limit", "code": 50 })
-                .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Server, "the operation's mode decides");
-        assert_eq!(e.code, Some(50));
     }
 }

@@ -164,7 +164,7 @@ pub fn without_caller_max_time(
     timeout_ms: Option<u64>,
 ) -> Result<Option<bson::RawDocumentBuf>> {
     match timeout_ms {
-        Some(_) => Ok(crate::operation::take_field(extra, "maxTimeMS")?.1),
+        Some(_) => Ok(crate::wire::raw::take_field(extra, "maxTimeMS")?.1),
         None => Ok(extra.cloned()),
     }
 }

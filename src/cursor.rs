@@ -246,7 +246,7 @@ impl Cursor {
                 .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
                 .inspect_err(|e| {
                     // A network error loses the cursor with its connection.
-                    if e.kind == crate::ErrorKind::Network {
+                    if e.kind == crate::error::ErrorKind::Network {
                         self.id = 0;
                     }
                 })?;
@@ -310,7 +310,7 @@ impl Cursor {
     fn get_more_changes(
         &mut self,
         budget: &OpTimeout,
-    ) -> std::result::Result<(), (crate::Error, Option<i32>)> {
+    ) -> std::result::Result<(), (crate::error::Error, Option<i32>)> {
         let max_await_ms = self.stream.as_ref().and_then(|s| s.options.max_await_ms);
         let mut op = GetMore {
             db: self.db.clone(),

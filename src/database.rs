@@ -19,7 +19,7 @@ pub struct Database {
     /// The default for its collections' reads (the client's, unless set).
     pub(crate) read_preference: Option<ReadPreference>,
     /// Set when the handle's options were invalid: every operation returns it.
-    pub(crate) config_error: Option<crate::Error>,
+    pub(crate) config_error: Option<crate::error::Error>,
 }
 
 /// Options for a command the caller writes by hand.
@@ -53,7 +53,7 @@ impl Database {
         not(all(feature = "component", target_arch = "wasm32")),
         allow(dead_code)
     )]
-    pub(crate) fn poisoned(mut self, error: Option<crate::Error>) -> Database {
+    pub(crate) fn poisoned(mut self, error: Option<crate::error::Error>) -> Database {
         self.config_error = self.config_error.or(error);
         self
     }
@@ -142,7 +142,7 @@ impl Database {
         let shape = crate::csot::CursorShape::of_command(&command, extra);
         let get_more_max_time = match extra.and_then(|e| e.get("maxTimeMS").ok().flatten()) {
             None => None,
-            Some(_) => match extra.and_then(|e| crate::operation::int_field(e, "maxTimeMS")) {
+            Some(_) => match extra.and_then(|e| crate::wire::raw::int_field(e, "maxTimeMS")) {
                 Some(ms) if ms >= 0 => Some(ms as u64),
                 _ => {
                     return Err(Error::invalid_argument(

@@ -1,6 +1,6 @@
 //! The one error type. Mirrors the WIT `error` record so the export glue is a plain copy.
 
-use bson::RawDocumentBuf;
+use bson::{RawDocument, RawDocumentBuf};
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,10 +60,10 @@ pub struct WriteFailure {
     pub write_errors: Vec<WriteError>,
     pub write_concern_errors: Vec<WriteConcernError>,
     /// Insert-many and a collection's bulk write: what they wrote.
-    pub partial_result: Option<crate::collection::BulkWriteResult>,
+    pub partial_result: Option<crate::write_result::BulkWriteResult>,
     /// A client bulk write: what it wrote, when some write is known to have
     /// succeeded.
-    pub client_partial_result: Option<crate::bulk_write::ClientBulkWriteResult>,
+    pub client_partial_result: Option<crate::write_result::ClientBulkWriteResult>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -129,7 +129,7 @@ impl Error {
         } else if self.reply.as_ref().is_some_and(|r| {
             r.get_document("writeConcernError").is_ok_and(|w| {
                 self.code.is_some()
-                    && crate::operation::int_field(w, "code").map(|c| c as i32) == self.code
+                    && crate::wire::raw::int_field(w, "code").map(|c| c as i32) == self.code
             })
         }) {
             self.kind = ErrorKind::WriteConcern;
@@ -260,9 +260,100 @@ impl From<crate::uri::UriError> for Error {
     }
 }
 
+// Server replies: whether one is ok, the error an ok:0 reply or an error
+// document is, and which codes are state changes. Auth, SDAM, the
+// connection and the executor all judge replies here.
+
+/// When a reply (or a bulk write's per-operation result) is ok: its `ok`
+/// field is 1 (int32, int64 or double) or true. The one rule for it.
+pub fn is_ok(ok: Option<bson::RawBsonRef>) -> bool {
+    match ok {
+        Some(bson::RawBsonRef::Double(v)) => v == 1.0,
+        Some(bson::RawBsonRef::Int32(v)) => v == 1,
+        Some(bson::RawBsonRef::Int64(v)) => v == 1,
+        Some(bson::RawBsonRef::Boolean(v)) => v,
+        _ => false,
+    }
+}
+
+/// Turns an ok:0 reply into a server error carrying code, codeName, labels.
+pub fn check_ok(reply: &RawDocument) -> Result<()> {
+    check_ok_field(reply, crate::wire::raw::get(reply, "ok"))
+}
+
+/// [`check_ok`] with the reply's `ok` field already read.
+pub fn check_ok_field(reply: &RawDocument, ok: Option<bson::RawBsonRef>) -> Result<()> {
+    if is_ok(ok) {
+        return Ok(());
+    }
+    Err(server_error(
+        reply,
+        reply.get_str("errmsg").unwrap_or("command failed"),
+        Some(reply.to_owned()),
+    ))
+}
+
+/// A server error from an error document (a reply, a writeError, a writeConcernError).
+pub fn server_error(doc: &RawDocument, message: &str, reply: Option<RawDocumentBuf>) -> Error {
+    let mut e = Error::new(ErrorKind::Server, message);
+    e.code = doc.get_i32("code").ok();
+    e.code_name = doc.get_str("codeName").ok().map(str::to_string);
+    if let Ok(labels) = doc.get_array("errorLabels") {
+        e.labels = labels
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+    }
+    // Code 50 (MaxTimeMSExpired) becomes a timeout only under CSOT:
+    // `OpTimeout::transform` decides.
+    e.reply = reply.map(Box::new);
+    e
+}
+
+/// The kinds of state change error (SDAM: "not writable primary" and "node
+/// is recovering"); shutdown errors are recovering ones that also clear the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateChange {
+    NotWritablePrimary,
+    Recovering { shutdown: bool },
+}
+
+impl StateChange {
+    /// By the code when there is one, else by the message, as the spec asks.
+    pub fn of(code: Option<i32>, message: &str) -> Option<StateChange> {
+        const NOT_PRIMARY: &[i32] = &[10107, 13435, 10058];
+        const RECOVERING: &[i32] = &[11602, 13436, 189];
+        const SHUTDOWN: &[i32] = &[11600, 91];
+        match code {
+            Some(c) if SHUTDOWN.contains(&c) => Some(StateChange::Recovering { shutdown: true }),
+            Some(c) if RECOVERING.contains(&c) => Some(StateChange::Recovering { shutdown: false }),
+            Some(c) if NOT_PRIMARY.contains(&c) => Some(StateChange::NotWritablePrimary),
+            Some(_) => None,
+            None if message.contains("node is recovering")
+                || message.contains("not master or secondary") =>
+            {
+                Some(StateChange::Recovering { shutdown: false })
+            }
+            None if message.contains("not master") => Some(StateChange::NotWritablePrimary),
+            None => None,
+        }
+    }
+}
+
+/// SDAM error handling: whether `code` is a state change error, and then
+/// whether the pool must be cleared too (shutdown errors).
+pub fn state_change_error(code: i32) -> Option<bool> {
+    match StateChange::of(Some(code), "")? {
+        StateChange::Recovering { shutdown } => Some(shutdown),
+        StateChange::NotWritablePrimary => Some(false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bson::rawdoc;
 
     #[test]
     fn a_typed_cause_keeps_kind_code_and_labels_and_shows_in_the_text() {
@@ -323,5 +414,47 @@ mod tests {
         let mut code50 = Error::timeout("server");
         code50.code = Some(50);
         assert!(!code50.is_network());
+    }
+
+    #[test]
+    fn ok_variants() {
+        assert!(check_ok(&rawdoc! { "ok": 1.0 }).is_ok());
+        assert!(check_ok(&rawdoc! { "ok": 1 }).is_ok());
+        assert!(check_ok(&rawdoc! { "ok": 0 }).is_err());
+        assert!(
+            check_ok(&rawdoc! {}).is_err(),
+            "a reply without ok is a failure"
+        );
+    }
+
+    #[test]
+    fn server_error_carries_code_name_and_labels() {
+        let e = check_ok(&rawdoc! {
+            "ok": 0, "errmsg": "not primary", "code": 10107, "codeName": "NotWritablePrimary",
+            "errorLabels": ["RetryableWriteError"],
+        })
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Server);
+        assert_eq!(e.code, Some(10107));
+        assert_eq!(e.code_name.as_deref(), Some("NotWritablePrimary"));
+        assert!(e.has_label("RetryableWriteError"));
+        assert_eq!(e.message, "not primary");
+        assert!(e.reply.is_some());
+    }
+
+    #[test]
+    fn max_time_expired_keeps_its_server_kind_here() {
+        let e =
+            check_ok(&rawdoc! { "ok": 0, "errmsg": "operation exceeded time limit", "code": 50 })
+                .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Server, "the operation's mode decides");
+        assert_eq!(e.code, Some(50));
+    }
+
+    #[test]
+    fn state_change_errors() {
+        assert_eq!(state_change_error(10107), Some(false));
+        assert_eq!(state_change_error(91), Some(true));
+        assert_eq!(state_change_error(11000), None);
     }
 }

@@ -5,10 +5,11 @@
 //! retries per the Retryable Reads/Writes and Client Backpressure specs.
 
 use crate::backpressure;
-use crate::client::ClientInner;
-use crate::conn::{check_ok_field, next_request_id, Connection};
+use crate::client::inner::ClientInner;
+use crate::conn::{next_request_id, Connection};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
+use crate::error::check_ok_field;
 use crate::error::{Error, ErrorKind, Result};
 use crate::monitoring::{is_sensitive, redact_failure, CommandEvent, EventKind};
 use crate::operation::Operation;

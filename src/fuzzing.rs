@@ -7,8 +7,8 @@
 
 use crate::auth::scram::{Hash, KeyCache, Scram};
 use crate::collection::writes::{find_and_modify_value, update_result, Totals};
-use crate::conn::check_ok;
 use crate::dns::{self, Record, RecordType};
+use crate::error::check_ok;
 use crate::handshake::HelloReply;
 use crate::operation::write::{WriteCommand, WriteKind};
 use crate::operation::{CursorReply, EndTransaction, Operation};
@@ -216,7 +216,7 @@ pub fn error_reply(bytes: &[u8]) {
         let _ = crate::retryable::is_retryable_read_error(&e);
         let _ = crate::change_stream::is_resumable(&e, Some(8));
         if let Some(code) = e.code {
-            let _ = crate::sdam::state_change_error(code);
+            let _ = crate::error::state_change_error(code);
         }
     }
     let _ = note(crate::operation::check_write_errors(doc));

@@ -205,7 +205,7 @@ pub fn append_auth(
 /// `hello` over OP_MSG, and a server without it stays Unknown.
 pub fn wants_legacy_fallback(err: &Error, server_api_declared: bool) -> bool {
     !server_api_declared
-        && err.kind == crate::ErrorKind::Server
+        && err.kind == crate::error::ErrorKind::Server
         && (matches!(err.code, Some(59)) || err.message.contains("no such command"))
 }
 
@@ -246,7 +246,7 @@ pub struct HelloReply {
 
 impl HelloReply {
     pub fn parse(doc: &RawDocument) -> Result<HelloReply> {
-        let int = |k: &str| crate::operation::int_field(doc, k);
+        let int = |k: &str| crate::wire::raw::int_field(doc, k);
         let flag = |k: &str| doc.get_bool(k).unwrap_or(false);
         let string = |k: &str| doc.get_str(k).ok().map(str::to_string);
         let strings = |k: &str| -> Vec<String> {
@@ -302,7 +302,7 @@ impl HelloReply {
             last_write_date: doc.get_document("lastWrite").ok().and_then(|w| {
                 match w.get("lastWriteDate").ok().flatten()? {
                     bson::RawBsonRef::DateTime(d) => Some(d.timestamp_millis()),
-                    _ => crate::operation::int_field(w, "lastWriteDate"),
+                    _ => crate::wire::raw::int_field(w, "lastWriteDate"),
                 }
             }),
             topology_version: crate::sdam::TopologyVersion::from_reply(doc),
@@ -314,7 +314,7 @@ impl HelloReply {
     pub fn check_wire_version(&self, address: &str) -> Result<()> {
         if self.min_wire_version > MAX_WIRE_VERSION {
             return Err(Error::new(
-                crate::ErrorKind::ServerSelection,
+                crate::error::ErrorKind::ServerSelection,
                 format!(
                     "server at {address} requires wire version {}, but this driver supports up to {MAX_WIRE_VERSION}",
                     self.min_wire_version
@@ -323,7 +323,7 @@ impl HelloReply {
         }
         if self.max_wire_version < MIN_WIRE_VERSION {
             return Err(Error::new(
-                crate::ErrorKind::ServerSelection,
+                crate::error::ErrorKind::ServerSelection,
                 format!(
                     "server at {address} reports max wire version {}, but this driver requires at least {MIN_WIRE_VERSION} (MongoDB 4.2)",
                     self.max_wire_version
@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn legacy_fallback_only_for_unknown_command() {
-        let mut e = Error::new(crate::ErrorKind::Server, "no such command: 'hello'");
+        let mut e = Error::new(crate::error::ErrorKind::Server, "no such command: 'hello'");
         assert!(wants_legacy_fallback(&e, false));
         assert!(
             !wants_legacy_fallback(&e, true),
@@ -552,7 +552,7 @@ mod tests {
             ..Default::default()
         };
         let e = bad.checked().unwrap_err();
-        assert_eq!(e.kind, crate::ErrorKind::InvalidArgument, "{e}");
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument, "{e}");
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! mongo-wasi: a MongoDB driver for wasm32-wasip2 with one deadline per operation (CSOT).
 //!
-//! Layering: a sans-I/O core (`wire`, `uri`, `handshake`, `auth`, `sdam`, `csot`, `cmap`, `deadline`,
-//! `monitoring`) that unit-tests natively; one transport layer over WASI 0.2 (`runtime`);
-//! the `executor` that applies selection, checkout and the deadline to every `operation`;
-//! the public Rust API (`Client`, `Database`, `Collection`, `Cursor`, `Session`); and,
-//! behind the `component` feature, the WIT export glue.
+//! Layering, imports reading top to bottom (`cargo xtask layers` checks it):
+//! `component` (the WIT export glue, behind the `component` feature) -> the
+//! API objects (`Client`, `Database`, `Collection`, `Cursor`, change streams,
+//! GridFS, client bulk write) -> the engine (`client::inner`, `executor`,
+//! `topology`, `conn`, `cmap`, `session`, `operation`, `discovery`) ->
+//! `runtime` (the only I/O, over WASI 0.2) -> the sans-I/O core (`wire`,
+//! `uri`, `auth`, `dns`, `tls`, `handshake`, `sdam`, `csot`, `retryable`,
+//! `concern`, `error`, ...), which unit-tests natively.
 
 pub mod auth;
 pub mod backpressure;
@@ -24,6 +27,7 @@ pub mod sdam;
 pub mod tls;
 pub mod uri;
 pub mod wire;
+pub mod write_result;
 
 pub mod change_stream;
 mod client;
@@ -51,15 +55,13 @@ pub mod versioned_api;
 #[cfg(all(feature = "component", target_arch = "wasm32"))]
 mod component;
 
-pub use bulk_write::{
-    ClientBulkWriteOptions, ClientBulkWriteResult, ClientWriteModel, VerboseResults,
-};
+pub use bulk_write::{ClientBulkWriteOptions, ClientWriteModel};
 pub use client::{Client, ClientOptions};
 pub use collection::{
-    BulkWriteResult, Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadConcern, ReadMode,
-    ReturnDocument, SearchIndexModel, UpdateModel, UpdateResult, UpdateSpec, WriteConcern,
-    WriteModel,
+    Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadMode, ReturnDocument,
+    SearchIndexModel, UpdateModel, UpdateSpec, WriteModel,
 };
+pub use concern::{ReadConcern, WriteConcern};
 pub use cursor::{Batch, Cursor, PackedBatch, TimeoutMode};
 pub use database::{Database, RunCommandOptions};
 pub use deadline::Deadline;
@@ -73,3 +75,4 @@ pub use session::{
     WithTransactionOptions,
 };
 pub use versioned_api::{ServerApi, ServerApiVersion};
+pub use write_result::{BulkWriteResult, ClientBulkWriteResult, UpdateResult, VerboseResults};

@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_sensitive_failure_keeps_the_code_not_the_server_text() {
-        let server = crate::conn::check_ok(
+        let server = crate::error::check_ok(
             &rawdoc! { "ok": 0, "errmsg": "user alice", "code": 18, "codeName": "AuthenticationFailed" },
         )
         .unwrap_err();

@@ -2,6 +2,8 @@
 //! ObjectId: 4-byte seconds since the epoch, 5 random bytes per process,
 //! 3-byte counter from a random start). `bson::oid::ObjectId::new` reads the
 //! wall clock for every id, a WASI call each; a batch here reads it once.
+//! Sans I/O: the caller hands in the seconds and the process's random bytes
+//! (`runtime::object_ids`).
 
 use bson::oid::ObjectId;
 use std::cell::Cell;
@@ -18,13 +20,17 @@ pub struct ObjectIds {
 }
 
 impl ObjectIds {
-    /// Reads the wall clock once.
-    pub fn now() -> ObjectIds {
-        ObjectIds::at(crate::runtime::unix_seconds())
-    }
-
     /// Ids stamped with `seconds` (past 2106 it wraps, as the spec allows).
-    pub fn at(seconds: u64) -> ObjectIds {
+    /// `process_random` is asked once per process, for the first batch.
+    pub fn at(seconds: u64, process_random: impl FnOnce() -> [u8; 8]) -> ObjectIds {
+        PROCESS.with(|p| {
+            if p.get().is_none() {
+                let r = process_random();
+                let mut random = [0u8; 5];
+                random.copy_from_slice(&r[..5]);
+                p.set(Some((random, u32::from_le_bytes([r[5], r[6], r[7], 0]))));
+            }
+        });
         ObjectIds {
             seconds: seconds as u32,
         }
@@ -34,12 +40,8 @@ impl ObjectIds {
     /// the process's counter (24 bits, wrapping).
     pub fn next(&self) -> ObjectId {
         let (random, counter) = PROCESS.with(|p| {
-            let (random, counter) = p.get().unwrap_or_else(|| {
-                let r = crate::runtime::random_bytes(8);
-                let mut random = [0u8; 5];
-                random.copy_from_slice(&r[..5]);
-                (random, u32::from_le_bytes([r[5], r[6], r[7], 0]))
-            });
+            // Set by `at`.
+            let (random, counter) = p.get().unwrap_or_default();
             p.set(Some((random, counter.wrapping_add(1) & 0xFF_FFFF)));
             (random, counter)
         });
@@ -57,7 +59,7 @@ mod tests {
 
     #[test]
     fn a_batch_shares_its_seconds_and_counts_up() {
-        let ids = ObjectIds::at(0x6543_2100);
+        let ids = ObjectIds::at(0x6543_2100, || [7; 8]);
         let a = ids.next().bytes();
         let b = ids.next().bytes();
         assert_eq!(&a[..4], &[0x65, 0x43, 0x21, 0x00]);
@@ -65,7 +67,7 @@ mod tests {
         let count = |x: [u8; 12]| u32::from_be_bytes([0, x[9], x[10], x[11]]);
         assert_eq!(count(b), (count(a) + 1) & 0xFF_FFFF);
         // Another batch continues the same counter.
-        let c = ObjectIds::at(0x6543_2101).next().bytes();
+        let c = ObjectIds::at(0x6543_2101, || [8; 8]).next().bytes();
         assert_eq!(&c[..4], &[0x65, 0x43, 0x21, 0x01]);
         assert_eq!(count(c), (count(a) + 2) & 0xFF_FFFF);
         assert_eq!(a[4..9], c[4..9]);
@@ -74,7 +76,7 @@ mod tests {
     #[test]
     fn the_counter_wraps_at_24_bits() {
         PROCESS.with(|p| p.set(Some(([1; 5], 0xFF_FFFF))));
-        let ids = ObjectIds::at(1);
+        let ids = ObjectIds::at(1, || [9; 8]);
         assert_eq!(&ids.next().bytes()[9..], &[0xFF, 0xFF, 0xFF]);
         assert_eq!(&ids.next().bytes()[9..], &[0, 0, 0]);
     }

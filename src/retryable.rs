@@ -82,12 +82,12 @@ pub fn label_legacy_reply(
     let retryable = |code: Option<i64>| {
         code.is_some_and(|c| RETRYABLE_CODES.iter().any(|r| i64::from(*r) == c))
     };
-    let failed = !matches!(crate::operation::int_field(&reply, "ok"), Some(1));
-    let by_code = failed && retryable(crate::operation::int_field(&reply, "code"));
+    let failed = !crate::error::is_ok(crate::wire::raw::get(&reply, "ok"));
+    let by_code = failed && retryable(crate::wire::raw::int_field(&reply, "code"));
     let by_wce = !is_mongos
         && reply
             .get_document("writeConcernError")
-            .is_ok_and(|w| retryable(crate::operation::int_field(w, "code")));
+            .is_ok_and(|w| retryable(crate::wire::raw::int_field(w, "code")));
     let mut labels = RawArrayBuf::new();
     if let Ok(existing) = reply.get_array("errorLabels") {
         for l in existing.into_iter().flatten() {
@@ -235,7 +235,7 @@ mod tests {
     fn replies_of_servers_before_4_4_are_labelled_by_the_driver() {
         use bson::rawdoc;
         let labelled = |r: &RawDocumentBuf| {
-            crate::conn::check_ok(r).map_or_else(
+            crate::error::check_ok(r).map_or_else(
                 |e| e.has_label("RetryableWriteError"),
                 |_| {
                     r.get_array("errorLabels").is_ok_and(|a| {

@@ -16,7 +16,10 @@ use crate::runtime;
 use crate::sdam::monitoring::{Heartbeat, SdamEvent};
 use crate::sdam::rtt::RttStats;
 use crate::sdam::selection::{self, Criteria};
-use crate::sdam::{AppError, CommandError, ServerDescription, ServerType, TopologyDescription};
+use crate::sdam::{
+    address_of, AppError, CommandError, ServerDescription, ServerType, TopologyDescription,
+};
+use crate::uri::{self, HostAddress};
 use bson::oid::ObjectId;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -228,8 +231,8 @@ impl Topology {
                 e
             }
         })?;
-        crate::client::check_supported(&found.cs)?;
-        let seeds = crate::client::seeds(&found.cs)?;
+        check_supported(&found.cs)?;
+        let seeds = seeds(&found.cs)?;
         let set_name = found.cs.options.replica_set.clone();
         // SRV seeds are never a direct connection, even when there is one.
         self.settings.direct = Some(false);
@@ -1094,6 +1097,52 @@ fn split_address(address: &str) -> Result<(String, u16)> {
             .to_string(),
         port,
     ))
+}
+
+/// What this driver refuses in a (resolved) connection string. A `mongodb+srv`
+/// URI is checked as given and again once its TXT record was applied.
+pub(crate) fn check_supported(cs: &uri::ConnectionString) -> Result<()> {
+    if let Some(first) = cs.invalid_values.first() {
+        return Err(Error::invalid_argument(format!(
+            "invalid connection string: {first}"
+        )));
+    }
+    if let Some(given) = proxy_options(&cs.options) {
+        return Err(Error::not_implemented(&format!("a SOCKS5 proxy ({given})")));
+    }
+    Ok(())
+}
+
+/// The seed addresses, deduplicated.
+pub(crate) fn seeds(cs: &uri::ConnectionString) -> Result<Vec<String>> {
+    let mut seeds = Vec::new();
+    for host in &cs.hosts {
+        if let HostAddress::Unix { path } = host {
+            return Err(Error::invalid_argument(format!(
+                "unix domain socket {path}: WASI 0.2 sockets offer TCP only"
+            )));
+        }
+        let address = address_of(host);
+        if !seeds.contains(&address) {
+            seeds.push(address);
+        }
+    }
+    Ok(seeds)
+}
+
+/// The SOCKS5 proxy options the URI gave (the URI parser has already
+/// checked that they come with proxyHost and in pairs), for the refusal.
+fn proxy_options(o: &uri::UriOptions) -> Option<String> {
+    let given: Vec<&str> = [
+        ("proxyHost", o.proxy_host.is_some()),
+        ("proxyPort", o.proxy_port.is_some()),
+        ("proxyUsername", o.proxy_username.is_some()),
+        ("proxyPassword", o.proxy_password.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    (!given.is_empty()).then(|| given.join(", "))
 }
 
 #[cfg(test)]

@@ -10,8 +10,7 @@ mod saslprep;
 pub mod scram;
 mod x509;
 
-use crate::conn::check_ok;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{check_ok, Error, ErrorKind, Result};
 use crate::uri::{AuthMechanism, Credential};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -190,7 +189,7 @@ impl Authenticator {
     /// and SDAM handles it as it does any handshake's (SDAM
     /// hello-command-error under auth).
     pub fn hello_failed(&self, e: Error) -> Error {
-        if e.code.and_then(crate::sdam::state_change_error).is_some() {
+        if e.code.and_then(crate::error::state_change_error).is_some() {
             return e;
         }
         as_auth_error(e, &self.describe(None))

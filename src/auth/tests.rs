@@ -329,7 +329,7 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
 #[test]
 fn a_failed_hello_is_an_authentication_error() {
     let a = auth("mongodb://user:pencil@h/");
-    let server = crate::conn::check_ok(
+    let server = crate::error::check_ok(
         &rawdoc! { "ok": 0, "errmsg": "no", "code": 11, "codeName": "UserNotFound" },
     )
     .unwrap_err();
@@ -338,7 +338,7 @@ fn a_failed_hello_is_an_authentication_error() {
     let net = a.hello_failed(Error::network("closed"));
     assert_eq!(net.kind, ErrorKind::Network, "a network error stays one");
     // A hello refused for shutdown is the server's state, not the credential's.
-    let shutdown = crate::conn::check_ok(
+    let shutdown = crate::error::check_ok(
         &rawdoc! { "ok": 0, "errmsg": "shutting down", "code": 91, "codeName": "ShutdownInProgress" },
     )
     .unwrap_err();

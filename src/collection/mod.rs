@@ -7,18 +7,20 @@ mod search_indexes;
 pub(crate) mod writes;
 
 pub use crate::sdam::selection::ReadMode;
-pub use options::{Hint, ReadConcern, ReturnDocument, WriteConcern};
+pub use options::{Hint, ReturnDocument};
 pub use search_indexes::SearchIndexModel;
 pub use writes::{DeleteModel, UpdateModel, WriteModel};
 
+use crate::concern::{ReadConcern, WriteConcern};
 use crate::csot::{cursor_timeout, resolve_timeout_ms, without_caller_max_time, CursorShape};
 use crate::cursor::{Cursor, CursorSettings, TimeoutMode};
 use crate::database::Database;
 use crate::error::{Error, Result};
-use crate::operation::{take_field, CursorCommand, Find, RunCommand};
+use crate::operation::{CursorCommand, Find, RunCommand};
 use crate::retryable::Retryability;
 use crate::sdam::selection::{Criteria, ReadPreference};
 use crate::session::Session;
+use crate::wire::raw::take_field;
 use bson::cstr;
 use bson::{rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
@@ -86,28 +88,6 @@ pub struct FindOptions<'a> {
     pub read_concern: Option<ReadConcern>,
     /// Where the find may run; unset: the collection's default.
     pub read_preference: Option<ReadPreference>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpdateResult {
-    pub matched: i64,
-    pub modified: i64,
-    /// The `_id` of the upserted document, when the update upserted.
-    pub upserted_id: Option<RawBson>,
-}
-
-/// The result of a bulk write (CRUD spec, BulkWriteResult).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct BulkWriteResult {
-    pub inserted_count: i64,
-    pub matched_count: i64,
-    pub modified_count: i64,
-    pub deleted_count: i64,
-    pub upserted_count: i64,
-    /// (model index, `_id`) of each applied insert.
-    pub inserted_ids: Vec<(u32, RawBson)>,
-    /// (model index, `_id`) of each upsert.
-    pub upserted_ids: Vec<(u32, RawBson)>,
 }
 
 /// An update document, or a pipeline.
@@ -616,7 +596,7 @@ pub(crate) fn distinct_values(reply: &RawDocument) -> Result<Vec<RawBson>> {
 }
 
 pub(crate) fn number(doc: &RawDocument, key: &str) -> Result<i64> {
-    crate::operation::int_field(doc, key)
+    crate::wire::raw::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("reply has no numeric {key}")))
 }
 

@@ -4,11 +4,11 @@
 //! the same field given in `extra`.
 
 use super::OpOptions;
+use crate::concern::{ReadConcern, WriteConcern};
 use crate::error::{Error, Result};
 use crate::sdam::selection::ReadPreference;
-use crate::uri::W;
 use bson::raw::CString;
-use bson::{cstr, RawArrayBuf, RawBson, RawDocumentBuf};
+use bson::{RawArrayBuf, RawBson, RawDocumentBuf};
 
 /// An index to use (CRUD spec `hint`): its name or its key pattern.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,48 +22,6 @@ pub enum Hint {
 pub enum ReturnDocument {
     Before,
     After,
-}
-
-/// A read concern (Read and Write Concern spec).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReadConcern {
-    pub level: String,
-}
-
-/// A write concern (Read and Write Concern spec).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct WriteConcern {
-    pub w: Option<W>,
-    pub journal: Option<bool>,
-    pub wtimeout_ms: Option<u64>,
-}
-
-impl ReadConcern {
-    pub fn to_document(&self) -> RawDocumentBuf {
-        let mut d = RawDocumentBuf::new();
-        d.append(cstr!("level"), self.level.as_str());
-        d
-    }
-}
-
-impl WriteConcern {
-    /// `{w?, j?, wtimeout?}`, as the server reads it.
-    pub fn to_document(&self) -> RawDocumentBuf {
-        let mut wc = RawDocumentBuf::new();
-        match &self.w {
-            Some(W::Nodes(n)) => wc.append(cstr!("w"), *n as i32),
-            Some(W::Majority) => wc.append(cstr!("w"), "majority"),
-            Some(W::Tag(t)) => wc.append(cstr!("w"), t.as_str()),
-            None => {}
-        }
-        if let Some(j) = self.journal {
-            wc.append(cstr!("j"), j);
-        }
-        if let Some(ms) = self.wtimeout_ms {
-            wc.append(cstr!("wtimeout"), ms.min(i64::MAX as u64) as i64);
-        }
-        wc
-    }
 }
 
 impl Hint {
@@ -220,6 +178,7 @@ impl<'a> OpOptions<'a> {
 mod tests {
     use super::*;
     use crate::sdam::selection::ReadMode;
+    use crate::uri::W;
     use bson::rawdoc;
 
     #[test]

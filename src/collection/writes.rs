@@ -2,16 +2,16 @@
 //! bulk writes share one path (`WriteCommand`, batched to the server's
 //! limits, retryable when single-document); findAndModify is its own command.
 
-use super::{array, BulkWriteResult, Collection, Hint, OpOptions, UpdateResult, UpdateSpec};
+use super::{array, Collection, Hint, OpOptions, UpdateSpec};
 use crate::csot::OpTimeout;
 use crate::error::{Error, ErrorKind, Result, WriteConcernError, WriteError, WriteFailure};
-use crate::object_id::ObjectIds;
 use crate::operation::bulk;
 use crate::operation::check_write_errors;
 use crate::operation::write::{with_id, WriteCommand, WriteKind, WriteResult};
 use crate::operation::{FindAndModify, RunCommand};
 use crate::retryable::Retryability;
 use crate::sdam::selection::Criteria;
+use crate::write_result::{BulkWriteResult, UpdateResult};
 use bson::raw::CString;
 use bson::{cstr, rawdoc, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
 
@@ -119,7 +119,7 @@ impl WriteModel {
 impl Collection {
     /// Inserts one document; returns its `_id`.
     pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawBson> {
-        self.insert_one_with_id(with_id(doc, &ObjectIds::now())?, options)
+        self.insert_one_with_id(with_id(doc, &crate::runtime::object_ids())?, options)
     }
 
     /// `insert_one` of a document `with_id` (or `checked_with_id`) prepared.
@@ -144,7 +144,7 @@ impl Collection {
         options: &OpOptions,
     ) -> Result<Vec<RawBson>> {
         // One clock read for the batch's generated ids.
-        let oids = ObjectIds::now();
+        let oids = crate::runtime::object_ids();
         let docs = docs.iter().map(|d| with_id(d, &oids));
         self.insert_many_with_ids(docs.collect::<Result<_>>()?, options)
     }

@@ -15,7 +15,6 @@ use super::{
     Component, WitResult,
 };
 use crate::error::Error;
-use crate::object_id::ObjectIds;
 use crate::operation::write::{checked_with_id, push_checked_with_id};
 use crate::wire::Documents;
 use crate::{Collection, Cursor};
@@ -201,7 +200,8 @@ impl GuestCollection for CollectionRes {
 
     fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
         // Checked, and its _id found, in one pass; not copied when it has one.
-        let doc = checked_with_id(document, &ObjectIds::now()).map_err(super::to_wit)?;
+        let doc =
+            checked_with_id(document, &crate::runtime::object_ids()).map_err(super::to_wit)?;
         let id = wrap(self.0.insert_one_with_id(doc, &op_options(&options)?))?;
         Ok(InsertOneResult {
             inserted_id: to_value(id),
@@ -213,7 +213,7 @@ impl GuestCollection for CollectionRes {
         documents: Vec<Vec<u8>>,
         options: OpOptions<'_>,
     ) -> Result<InsertManyResult, BulkWriteError> {
-        let oids = ObjectIds::now();
+        let oids = crate::runtime::object_ids();
         let docs = documents.into_iter().map(|d| checked_with_id(d, &oids));
         let docs = docs
             .collect::<crate::error::Result<_>>()
@@ -232,7 +232,7 @@ impl GuestCollection for CollectionRes {
         documents: Vec<u8>,
         options: OpOptions<'_>,
     ) -> Result<Vec<u8>, BulkWriteError> {
-        let oids = ObjectIds::now();
+        let oids = crate::runtime::object_ids();
         // Laid out once, back to back, as the insert command carries them:
         // no buffer per document, and room for a new 17-byte `_id` element
         // in front of each.

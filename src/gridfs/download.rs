@@ -201,7 +201,7 @@ impl Drop for DownloadStream {
 }
 
 fn number(doc: &RawDocumentBuf, key: &str) -> Result<u64> {
-    let v = crate::operation::int_field(doc, key)
+    let v = crate::wire::raw::int_field(doc, key)
         .ok_or_else(|| Error::protocol(format!("GridFS document has no numeric {key}")))?;
     u64::try_from(v).map_err(|_| Error::protocol(format!("GridFS document has a negative {key}")))
 }

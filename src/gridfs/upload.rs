@@ -115,7 +115,7 @@ impl UploadStream {
         let bytes = pieces.iter().map(|p| p.len() + empty.len()).sum();
         let mut chunks = Documents::with_capacity(bytes, pieces.len());
         // One clock read for this flush's chunk ids.
-        let oids = crate::object_id::ObjectIds::now();
+        let oids = crate::runtime::object_ids();
         for piece in pieces {
             let (id, n) = (oids.next(), self.next_n);
             chunks.push_written(|out| write_chunk(out, id, &self.id, n, piece))?;

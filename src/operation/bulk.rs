@@ -36,7 +36,7 @@ pub fn plan(models: &[RawDocumentBuf]) -> Result<Plan> {
     let mut runs: Vec<Run> = Vec::new();
     let mut inserted = Vec::new();
     // One clock read for the generated ids of the whole bulk write.
-    let oids = crate::object_id::ObjectIds::now();
+    let oids = crate::runtime::object_ids();
     for (index, model) in models.iter().enumerate() {
         let (name, args) = single_field(model)?;
         let (kind, statement, multi) = match name {

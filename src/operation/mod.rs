@@ -112,38 +112,6 @@ fn has(body: &RawDocument, key: &str) -> Result<bool> {
         .map_err(crate::wire::raw::error)
 }
 
-/// An integer field sent as int32, int64 or an integral double (servers
-/// and nx-27017 use all three for counts and sizes); `None` otherwise.
-pub fn int_field(doc: &RawDocument, key: &str) -> Option<i64> {
-    match crate::wire::raw::get(doc, key)? {
-        bson::RawBsonRef::Int32(v) => Some(v.into()),
-        bson::RawBsonRef::Int64(v) => Some(v),
-        bson::RawBsonRef::Double(v) if v.fract() == 0.0 => Some(v as i64),
-        _ => None,
-    }
-}
-
-/// Takes `name` out of `extra`: its value, and `extra` without it.
-pub fn take_field(
-    extra: Option<&RawDocumentBuf>,
-    name: &str,
-) -> Result<(Option<bson::RawBson>, Option<RawDocumentBuf>)> {
-    let Some(extra) = extra else {
-        return Ok((None, None));
-    };
-    let mut rest = RawDocumentBuf::new();
-    let mut value = None;
-    for item in extra {
-        let (k, v) = item?;
-        if k.as_str() == name {
-            value = Some(v.into());
-        } else {
-            rest.append(k, v);
-        }
-    }
-    Ok((value, Some(rest)))
-}
-
 /// Copies each document of a raw array (a batch) out of a reply.
 pub fn documents_of(array: &RawArray) -> Result<Vec<RawDocumentBuf>> {
     array
@@ -164,7 +132,7 @@ pub fn check_write_errors(reply: &RawDocument) -> Result<()> {
                 .as_document()
                 .ok_or_else(|| Error::protocol("bad writeErrors"))?;
             let msg = first.get_str("errmsg").unwrap_or("write error");
-            let mut e = crate::conn::server_error(first, msg, Some(reply.to_owned()));
+            let mut e = crate::error::server_error(first, msg, Some(reply.to_owned()));
             e.message = format!("write error: {}", e.message);
             return Err(e);
         }
@@ -179,7 +147,7 @@ pub fn check_write_errors(reply: &RawDocument) -> Result<()> {
 fn write_concern_error(reply: &RawDocument) -> Option<Error> {
     let wce = reply.get_document("writeConcernError").ok()?;
     let msg = wce.get_str("errmsg").unwrap_or("write concern error");
-    let mut e = crate::conn::server_error(wce, msg, Some(reply.to_owned()));
+    let mut e = crate::error::server_error(wce, msg, Some(reply.to_owned()));
     if let Ok(labels) = reply.get_array("errorLabels") {
         for l in labels.into_iter().flatten().filter_map(|v| v.as_str()) {
             e.add_label(l);
@@ -286,16 +254,6 @@ mod tests {
         );
         let plain = rawdoc! { "find": "c" };
         assert_eq!(strip_raw_data(plain.clone(), 8).unwrap(), plain);
-    }
-
-    #[test]
-    fn int_fields_of_any_integer_type() {
-        let d = rawdoc! { "a": 1, "b": 2i64, "c": 3.0, "d": 3.5, "e": "4" };
-        let got: Vec<Option<i64>> = ["a", "b", "c", "d", "e", "f"]
-            .iter()
-            .map(|k| int_field(&d, k))
-            .collect();
-        assert_eq!(got, [Some(1), Some(2), Some(3), None, None, None]);
     }
 
     #[test]

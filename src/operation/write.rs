@@ -4,7 +4,7 @@
 //! operation until `remaining()` is 0, calling `finish_batch` after each run.
 
 use super::{Command, Operation};
-use crate::conn::server_error;
+use crate::error::server_error;
 use crate::error::{Error, Result};
 use crate::handshake::HelloReply;
 use crate::retryable::Retryability;
@@ -235,7 +235,7 @@ fn statement_index(item: &RawDocument, start: usize, batch: usize) -> Result<usi
 }
 
 fn number(doc: &RawDocument, key: &str) -> i64 {
-    super::int_field(doc, key).unwrap_or(0)
+    crate::wire::raw::int_field(doc, key).unwrap_or(0)
 }
 
 /// Ensures `_id` comes first, generating an ObjectId when absent (CRUD spec).
@@ -342,7 +342,6 @@ fn prepend_id(doc: &[u8], ids: &crate::object_id::ObjectIds) -> Result<(RawDocum
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object_id::ObjectIds;
     use bson::rawdoc;
 
     fn hello(batch: usize, message: usize) -> HelloReply {
@@ -502,7 +501,7 @@ mod tests {
 
     #[test]
     fn checked_with_id_checks_finds_and_prepends_as_with_id_does() {
-        let ids = ObjectIds::now();
+        let ids = crate::runtime::object_ids();
         let (doc, id) = checked_with_id(rawdoc! { "x": 1, "_id": 7 }.into_bytes(), &ids).unwrap();
         assert_eq!(id, RawBson::Int32(7));
         assert_eq!(doc, rawdoc! { "x": 1, "_id": 7 }, "kept as it was");
@@ -538,10 +537,11 @@ mod tests {
 
     #[test]
     fn id_is_kept_or_generated_first() {
-        let (doc, id) = with_id(&rawdoc! { "_id": 7, "x": 1 }, &ObjectIds::now()).unwrap();
+        let (doc, id) =
+            with_id(&rawdoc! { "_id": 7, "x": 1 }, &crate::runtime::object_ids()).unwrap();
         assert_eq!(doc, rawdoc! { "_id": 7, "x": 1 });
         assert_eq!(id, RawBson::Int32(7));
-        let (doc, id) = with_id(&rawdoc! { "x": 1 }, &ObjectIds::now()).unwrap();
+        let (doc, id) = with_id(&rawdoc! { "x": 1 }, &crate::runtime::object_ids()).unwrap();
         assert_eq!(doc.iter().next().unwrap().unwrap().0.as_str(), "_id");
         assert_eq!(RawBson::ObjectId(doc.get_object_id("_id").unwrap()), id);
     }
@@ -552,7 +552,7 @@ mod tests {
             rawdoc! {},
             rawdoc! { "x": 1, "s": "text", "n": { "a": [1, 2, { "b": null }] } },
         ] {
-            let (doc, id) = with_id(&src, &ObjectIds::now()).unwrap();
+            let (doc, id) = with_id(&src, &crate::runtime::object_ids()).unwrap();
             let RawBson::ObjectId(oid) = id else {
                 panic!("{id:?}")
             };

@@ -62,6 +62,16 @@ pub fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// ObjectIds for one batch: the wall clock read once, and the process's
+/// random bytes from wasi:random the first time.
+pub fn object_ids() -> crate::object_id::ObjectIds {
+    crate::object_id::ObjectIds::at(unix_seconds(), || {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&random_bytes(8));
+        b
+    })
+}
+
 /// A random number in [0, 1) for a backoff's jitter (withTransaction, overload retries).
 pub fn jitter() -> f64 {
     let mut b = [0u8; 8];

@@ -8,6 +8,7 @@ pub mod monitoring;
 pub mod rtt;
 pub mod selection;
 
+use crate::error::StateChange;
 use crate::handshake::{HelloReply, MAX_WIRE_VERSION, MIN_WIRE_VERSION};
 use crate::uri::HostAddress;
 use bson::oid::ObjectId;
@@ -136,7 +137,7 @@ impl TopologyVersion {
         let tv = doc.get_document("topologyVersion").ok()?;
         Some(TopologyVersion {
             process_id: tv.get_object_id("processId").ok()?,
-            counter: crate::operation::int_field(tv, "counter")?,
+            counter: crate::wire::raw::int_field(tv, "counter")?,
         })
     }
 
@@ -340,26 +341,19 @@ impl CommandError {
     /// The error an ok:0 reply carries, else its write concern error's
     /// (never a writeErrors entry's); `None` for a reply without either.
     pub fn from_reply(reply: &RawDocument) -> Option<CommandError> {
-        let ok = match reply.get("ok").ok().flatten() {
-            Some(bson::RawBsonRef::Double(v)) => v == 1.0,
-            Some(bson::RawBsonRef::Int32(v)) => v == 1,
-            Some(bson::RawBsonRef::Int64(v)) => v == 1,
-            Some(bson::RawBsonRef::Boolean(v)) => v,
-            _ => false,
-        };
-        let doc = match ok {
+        let doc = match crate::error::is_ok(reply.get("ok").ok().flatten()) {
             false => reply,
             true => reply.get_document("writeConcernError").ok()?,
         };
         Some(CommandError {
-            code: crate::operation::int_field(doc, "code").map(|c| c as i32),
+            code: crate::wire::raw::int_field(doc, "code").map(|c| c as i32),
             message: doc.get_str("errmsg").unwrap_or_default().to_string(),
             topology_version: TopologyVersion::from_reply(reply)
                 .or_else(|| TopologyVersion::from_reply(doc)),
         })
     }
 
-    pub fn from_error(e: &crate::Error) -> CommandError {
+    pub fn from_error(e: &crate::error::Error) -> CommandError {
         CommandError {
             code: e.code,
             message: e.message.clone(),
@@ -368,45 +362,6 @@ impl CommandError {
                 .as_deref()
                 .and_then(|r| TopologyVersion::from_reply(r)),
         }
-    }
-}
-
-/// The kinds of state change error (SDAM: "not writable primary" and "node
-/// is recovering"); shutdown errors are recovering ones that also clear the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateChange {
-    NotWritablePrimary,
-    Recovering { shutdown: bool },
-}
-
-impl StateChange {
-    /// By the code when there is one, else by the message, as the spec asks.
-    pub fn of(code: Option<i32>, message: &str) -> Option<StateChange> {
-        const NOT_PRIMARY: &[i32] = &[10107, 13435, 10058];
-        const RECOVERING: &[i32] = &[11602, 13436, 189];
-        const SHUTDOWN: &[i32] = &[11600, 91];
-        match code {
-            Some(c) if SHUTDOWN.contains(&c) => Some(StateChange::Recovering { shutdown: true }),
-            Some(c) if RECOVERING.contains(&c) => Some(StateChange::Recovering { shutdown: false }),
-            Some(c) if NOT_PRIMARY.contains(&c) => Some(StateChange::NotWritablePrimary),
-            Some(_) => None,
-            None if message.contains("node is recovering")
-                || message.contains("not master or secondary") =>
-            {
-                Some(StateChange::Recovering { shutdown: false })
-            }
-            None if message.contains("not master") => Some(StateChange::NotWritablePrimary),
-            None => None,
-        }
-    }
-}
-
-/// SDAM error handling: whether `code` is a state change error, and then
-/// whether the pool must be cleared too (shutdown errors).
-pub fn state_change_error(code: i32) -> Option<bool> {
-    match StateChange::of(Some(code), "")? {
-        StateChange::Recovering { shutdown } => Some(shutdown),
-        StateChange::NotWritablePrimary => Some(false),
     }
 }
 
@@ -1072,13 +1027,6 @@ mod tests {
             )),
         );
         assert!(t.server("b:2").is_none());
-    }
-
-    #[test]
-    fn state_change_errors() {
-        assert_eq!(state_change_error(10107), Some(false));
-        assert_eq!(state_change_error(91), Some(true));
-        assert_eq!(state_change_error(11000), None);
     }
 
     #[test]

@@ -63,7 +63,7 @@ impl SelectionLog<'_> {
         });
     }
 
-    pub fn failed(&self, topology: &TopologyDescription, failure: &crate::Error) {
+    pub fn failed(&self, topology: &TopologyDescription, failure: &crate::error::Error) {
         let level = crate::logging::Level::Debug;
         self.message(level, "Server selection failed", topology, |f| {
             f.text(cstr!("failure"), &failure.to_string())
@@ -166,7 +166,7 @@ impl ReadPreference {
         let max_staleness_seconds =
             match doc.get("maxStalenessSeconds").map_err(|e| e.to_string())? {
                 None => None,
-                Some(_) => match crate::operation::int_field(doc, "maxStalenessSeconds") {
+                Some(_) => match crate::wire::raw::int_field(doc, "maxStalenessSeconds") {
                     Some(-1) => None,
                     Some(s) => Some(s),
                     None => return Err("maxStalenessSeconds must be an integer".into()),

@@ -14,7 +14,7 @@ pub use pool::SessionPool;
 pub use runner::{RunnerStep, TransactionRunner, WithTransactionOptions};
 pub use transaction::{State as TransactionState, TransactionOptions};
 
-use crate::client::Client;
+use crate::client::inner::ClientInner;
 use crate::conn::Connection;
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
@@ -95,7 +95,7 @@ pub struct Session {
     state: Rc<RefCell<State>>,
     pub default_timeout_ms: Option<u64>,
     /// Explicit sessions run commit and abort through their client.
-    client: Option<Client>,
+    client: Option<Rc<ClientInner>>,
     default_transaction: TransactionOptions,
 }
 
@@ -133,7 +133,7 @@ impl Session {
 
     /// An explicit session of `client`, which runs its commit and abort.
     pub(crate) fn explicit(
-        client: &Client,
+        client: &Rc<ClientInner>,
         pool: &Rc<SessionPool>,
         timeout_minutes: Option<i64>,
         default_timeout_ms: Option<u64>,
@@ -389,7 +389,7 @@ impl Session {
         crate::csot::resolve_timeout_ms(
             timeout_ms,
             self.default_timeout_ms,
-            &[self.client.as_ref().and_then(Client::timeout_ms)],
+            &[self.client.as_ref().and_then(|c| c.timeout_ms)],
         )
     }
 
@@ -499,7 +499,7 @@ impl Session {
             s.connection.take()
         };
         if let (Some(HeldConnection(conn)), Some(client)) = (held, &self.client) {
-            client.inner.topology.borrow_mut().checkin(conn);
+            client.topology.borrow_mut().checkin(conn);
         }
     }
 

@@ -8,7 +8,7 @@
 //! `cursor`; a command's `rawData`): `bson`'s `get` checks each key it passes
 //! twice and builds an error, its key copied, for every absent field.
 
-use bson::{RawBsonRef, RawDocument, Timestamp};
+use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
 
 /// What is wrong with the bytes, for an error message.
 pub type Malformed = &'static str;
@@ -463,6 +463,38 @@ pub fn get<'a>(doc: &'a RawDocument, key: &str) -> Option<RawBsonRef<'a>> {
     decode(doc, key, kind, v)
 }
 
+/// An integer field sent as int32, int64 or an integral double (servers
+/// and nx-27017 use all three for counts and sizes); `None` otherwise.
+pub fn int_field(doc: &RawDocument, key: &str) -> Option<i64> {
+    match get(doc, key)? {
+        RawBsonRef::Int32(v) => Some(v.into()),
+        RawBsonRef::Int64(v) => Some(v),
+        RawBsonRef::Double(v) if v.fract() == 0.0 => Some(v as i64),
+        _ => None,
+    }
+}
+
+/// Takes `name` out of `extra`: its value, and `extra` without it.
+pub fn take_field(
+    extra: Option<&RawDocumentBuf>,
+    name: &str,
+) -> crate::error::Result<(Option<bson::RawBson>, Option<RawDocumentBuf>)> {
+    let Some(extra) = extra else {
+        return Ok((None, None));
+    };
+    let mut rest = RawDocumentBuf::new();
+    let mut value = None;
+    for item in extra {
+        let (k, v) = item?;
+        if k.as_str() == name {
+            value = Some(v.into());
+        } else {
+            rest.append(k, v);
+        }
+    }
+    Ok((value, Some(rest)))
+}
+
 /// The top-level fields `keys` of `doc`, each as [`get`] reads it, found in
 /// one pass: a reply's `ok`, `$clusterTime`, `cursor`... are read together.
 pub fn get_all<'a, const N: usize>(
@@ -506,6 +538,16 @@ fn decode<'a>(doc: &'a RawDocument, key: &str, kind: u8, v: &'a [u8]) -> Option<
 mod tests {
     use super::*;
     use bson::rawdoc;
+
+    #[test]
+    fn int_fields_of_any_integer_type() {
+        let d = rawdoc! { "a": 1, "b": 2i64, "c": 3.0, "d": 3.5, "e": "4" };
+        let got: Vec<Option<i64>> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|k| int_field(&d, k))
+            .collect();
+        assert_eq!(got, [Some(1), Some(2), Some(3), None, None, None]);
+    }
 
     #[test]
     fn value_doc_is_what_rawdoc_writes() {

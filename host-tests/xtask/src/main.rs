@@ -6,6 +6,7 @@ mod bench;
 mod component;
 mod examples;
 mod imports;
+mod layers;
 mod node;
 mod run;
 mod server;
@@ -35,7 +36,10 @@ commands:
   demo                setup, build, then run examples/notes against a local nx-27017
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
-  test                setup, then the WIT check, unit/spec tests, build, host tests against nx-27017,
+  layers              check the layering rule of src/ (README, Layout): each import
+                      reads top to bottom (component, API objects, engine, runtime,
+                      sans-I/O core); fails naming each import that does not
+  test                setup, then the WIT check, the layering rule, unit/spec tests, build, host tests against nx-27017,
                       proxy tests, the JavaScript host (examples/node), the composed
                       examples, a short soak, the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass), then bench --quick
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         ["demo"] => steps::demo(&ctx),
         ["test"] => steps::test(&ctx),
         ["wit-check"] => steps::wit_check(&ctx),
+        ["layers"] => steps::layers(&ctx),
         ["node"] => node::node(&ctx),
         ["server", "start"] => server::start_detached(&ctx),
         ["server", "stop"] => server::stop_all(&ctx),

@@ -60,6 +60,14 @@ pub fn wit_check(ctx: &Ctx) -> Result<()> {
     run.finish()
 }
 
+pub fn layers(ctx: &Ctx) -> Result<()> {
+    let mut run = Run::new("layers");
+    let _ = run.step("layers: the imports of src/ read top to bottom", || {
+        crate::layers::check(ctx)
+    });
+    run.finish()
+}
+
 pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
@@ -97,6 +105,13 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step("test: WIT doc comments (wit-check)", || {
         witcheck::check(ctx)
     });
+    let _ = run.step(
+        "test: the layering rule of src/ (layers), and xtask's own unit tests",
+        || {
+            crate::layers::check(ctx)?;
+            exec(&mut ctx.cargo(&["test", "--quiet", "-p", "xtask"]))
+        },
+    );
     let _ = run.step(
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
         || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),

@@ -1,0 +1,330 @@
+//! The client, as the API shows it: databases, sessions, change streams,
+//! monitoring drains and close. Cheap to clone. Its state and the way to
+//! the executor are the engine's (`inner.rs`), which imports nothing here.
+
+pub(crate) mod inner;
+
+pub use inner::ClientOptions;
+
+use crate::csot::OpTimeout;
+use crate::database::Database;
+use crate::error::{Error, Result};
+use crate::monitoring::CommandEvent;
+use crate::operation::{Operation, RunCommand};
+use crate::sdam::selection::{Criteria, ReadPreference};
+use crate::sdam::TopologyDescription;
+use crate::session::{Session, TransactionOptions};
+use bson::{rawdoc, RawDocumentBuf};
+use inner::ClientInner;
+use std::rc::Rc;
+
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Rc<ClientInner>,
+}
+
+impl Client {
+    pub fn connect(uri: &str) -> Result<Client> {
+        Client::with_options(uri, ClientOptions::default())
+    }
+
+    /// Parses and validates the URI; no I/O happens until the first operation.
+    pub fn with_options(uri: &str, options: ClientOptions) -> Result<Client> {
+        let inner = Rc::new(ClientInner::new(uri, options)?);
+        Ok(Client { inner })
+    }
+
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.inner.timeout_ms
+    }
+
+    /// A database handle; `timeout_ms` `None` inherits the client's.
+    pub fn database(&self, name: &str, timeout_ms: Option<u64>) -> Database {
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(None, None, &[timeout_ms, self.inner.timeout_ms]);
+        Database::new(self.clone(), name, timeout_ms)
+    }
+
+    pub fn start_session(&self, default_timeout_ms: Option<u64>) -> Session {
+        self.start_session_with(default_timeout_ms, TransactionOptions::default())
+    }
+
+    /// A session whose transactions default to `default_transaction`.
+    pub fn start_session_with(
+        &self,
+        default_timeout_ms: Option<u64>,
+        default_transaction: TransactionOptions,
+    ) -> Session {
+        // A transaction's concerns and read preference default to the
+        // client's (Transactions spec).
+        let default_transaction = TransactionOptions {
+            read_concern: default_transaction
+                .read_concern
+                .or_else(|| self.inner.read_concern.clone()),
+            write_concern: default_transaction
+                .write_concern
+                .or_else(|| self.inner.write_concern.clone()),
+            read_preference: default_transaction.read_preference.or_else(|| {
+                self.inner
+                    .read_preference
+                    .as_ref()
+                    .map(ReadPreference::to_document)
+            }),
+            ..default_transaction
+        };
+        let minutes = self.inner.session_timeout();
+        Session::explicit(
+            &self.inner,
+            &self.inner.sessions,
+            minutes,
+            default_timeout_ms,
+            default_transaction,
+        )
+    }
+
+    /// Drains the recorded command events (empty unless monitoring is on).
+    pub fn take_command_events(&self) -> Vec<CommandEvent> {
+        self.inner
+            .events
+            .borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Drains the recorded log messages (Logging spec; empty unless
+    /// `ClientOptions::log` turns a component on), in the order they came.
+    pub fn take_log_messages(&self) -> Vec<crate::logging::LogMessage> {
+        self.inner.log.take()
+    }
+
+    /// Drains the recorded pool events (CMAP, and pending-response drains;
+    /// empty unless monitoring is on).
+    pub fn take_pool_events(&self) -> Vec<crate::cmap::PoolEvent> {
+        self.inner.topology.borrow_mut().take_pool_events()
+    }
+
+    /// Runs the server checks a background monitor would have run by now
+    /// (`Topology::check_due_servers`), within the client's timeoutMS, else
+    /// serverSelectionTimeoutMS.
+    pub fn check_servers(&self) -> Result<()> {
+        self.inner.check_open()?;
+        let timeout = self.start_timeout(self.inner.timeout_ms);
+        let deadline = timeout.selection_deadline(crate::runtime::now());
+        self.inner
+            .topology
+            .borrow_mut()
+            .check_due_servers(&timeout, deadline)
+    }
+
+    /// Drains the recorded SDAM events (empty unless monitoring is on).
+    pub fn take_sdam_events(&self) -> Vec<crate::sdam::monitoring::SdamEvent> {
+        self.inner.topology.borrow_mut().take_sdam_events()
+    }
+
+    pub fn topology_description(&self) -> TopologyDescription {
+        self.inner.topology.borrow().description.clone()
+    }
+
+    /// Names a library that wraps this client in the handshake of every
+    /// connection made from now on (Handshake spec, appendMetadata).
+    /// Connections already made keep theirs: none is closed or opened for
+    /// it. The same info twice is appended once; a field holding `|` is
+    /// `invalid-argument`.
+    pub fn append_metadata(&self, info: crate::handshake::DriverInfo) -> Result<()> {
+        let info = info.checked()?;
+        let mut infos = self.inner.driver_infos.borrow_mut();
+        if infos.contains(&info) {
+            return Ok(());
+        }
+        self.inner.topology.borrow_mut().append_driver_info(&info)?;
+        infos.push(info);
+        Ok(())
+    }
+
+    /// Ends the pooled server sessions (best effort, under the client's
+    /// timeoutMS, else the legacy timeouts) and closes every pooled
+    /// connection. The client stays closed: every later operation of it or
+    /// of its databases, collections, cursors and sessions fails with
+    /// `Closed`; a second close does nothing.
+    pub fn close(&self) {
+        let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
+        self.inner.close_within(timeout_ms);
+    }
+
+    /// The bound on the endSessions a dropped client sends (`close_on_drop`).
+    pub const DROP_END_SESSIONS_MS: u64 = 1000;
+
+    /// `close` for a client dropped without it: endSessions bounded by
+    /// `DROP_END_SESSIONS_MS`, or by the client's timeoutMS when smaller, so
+    /// a forgotten close neither leaks server sessions nor blocks long.
+    pub fn close_on_drop(&self) {
+        let bound = match self.inner.timeout_ms {
+            Some(ms) if ms > 0 => ms.min(Self::DROP_END_SESSIONS_MS),
+            _ => Self::DROP_END_SESSIONS_MS,
+        };
+        self.inner.close_within(Some(bound));
+    }
+
+    // The engine's entry points, for the API objects that hold a `Client`.
+
+    /// The explicit session, else a new implicit one (which a cursor keeps).
+    pub(crate) fn session_for(&self, explicit: Option<&Session>) -> Session {
+        self.inner.session_for(explicit)
+    }
+
+    /// Behind a load balancer: returns the connection pinned to cursor `id`, if any.
+    pub(crate) fn release_cursor_connection(&self, id: i64) {
+        self.inner.release_cursor_connection(id)
+    }
+
+    /// Starts the operation's clock now and runs it.
+    pub(crate) fn execute<O: Operation>(
+        &self,
+        op: &mut O,
+        timeout_ms: Option<u64>,
+        session: Option<&Session>,
+    ) -> Result<O::Output> {
+        self.inner.execute(op, timeout_ms, session)
+    }
+
+    pub(crate) fn start_timeout(&self, timeout_ms: Option<u64>) -> OpTimeout {
+        self.inner.start_timeout(timeout_ms)
+    }
+
+    /// Runs `op` under an already-started budget, optionally pinned to a server.
+    pub(crate) fn execute_within<O: Operation>(
+        &self,
+        op: &mut O,
+        timeout: &OpTimeout,
+        session: Option<&Session>,
+        pinned: Option<&str>,
+    ) -> Result<O::Output> {
+        self.inner.execute_within(op, timeout, session, pinned)
+    }
+
+    /// A change stream on the whole deployment (`allChangesForCluster` on admin).
+    pub fn watch(
+        &self,
+        pipeline: &[RawDocumentBuf],
+        batch_size: Option<u32>,
+        options: &crate::collection::OpOptions,
+    ) -> Result<crate::cursor::Cursor> {
+        let options = &options.flattened()?;
+        let mut extra = rawdoc! { "allChangesForCluster": true };
+        crate::operation::merge_extra(&mut extra, options.extra.as_deref())?;
+        let options = crate::collection::OpOptions {
+            extra: Some(extra),
+            ..options.clone()
+        };
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.inner.timeout_ms]);
+        crate::change_stream::open(
+            self,
+            "admin",
+            bson::RawBson::Int32(1),
+            pipeline,
+            &options,
+            batch_size,
+            timeout_ms,
+        )
+    }
+
+    /// `listDatabases` (a retryable read): one document per database.
+    pub fn list_databases(
+        &self,
+        filter: RawDocumentBuf,
+        name_only: bool,
+        options: &crate::collection::OpOptions,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        let options = &options.flattened()?;
+        let mut cmd = rawdoc! { "listDatabases": 1, "filter": filter };
+        if name_only {
+            cmd.append(bson::cstr!("nameOnly"), true);
+        }
+        let timeout_ms =
+            crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.inner.timeout_ms]);
+        let extra = crate::csot::without_caller_max_time(options.extra.as_ref(), timeout_ms)?;
+        crate::operation::merge_extra(&mut cmd, extra.as_deref())?;
+        let mut op = RunCommand {
+            criteria: Criteria::Read(options.read_preference_or_primary()),
+            ..RunCommand::read("admin", cmd)
+        };
+        let reply = self.execute(&mut op, timeout_ms, options.session)?;
+        let list = reply
+            .get_array("databases")
+            .map_err(|_| Error::protocol("listDatabases reply has no databases array"))?;
+        crate::operation::documents_of(list)
+    }
+
+    pub fn list_database_names(
+        &self,
+        filter: RawDocumentBuf,
+        options: &crate::collection::OpOptions,
+    ) -> Result<Vec<String>> {
+        let dbs = self.list_databases(filter, true, options)?;
+        Ok(dbs
+            .iter()
+            .filter_map(|d| d.get_str("name").ok().map(str::to_string))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::versioned_api::{ServerApi, ServerApiVersion};
+
+    fn refusal(uri: &str) -> Error {
+        match Client::connect(uri) {
+            Ok(_) => panic!("{uri} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn proxy_options_are_refused_by_name() {
+        let e = refusal("mongodb://h/?proxyHost=p");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(e.message.contains("proxyHost"), "{}", e.message);
+        let e = refusal("mongodb://h/?proxyHost=p&proxyPort=1081&proxyUsername=u&proxyPassword=s");
+        assert_eq!(e.kind, ErrorKind::NotImplemented);
+        assert!(
+            e.message
+                .contains("proxyHost, proxyPort, proxyUsername, proxyPassword"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("=s"), "the password is never echoed");
+    }
+
+    #[test]
+    fn invalid_proxy_options_stay_invalid_arguments() {
+        // The URI options spec's own checks come first.
+        for uri in [
+            "mongodb://h/?proxyPort=1080",
+            "mongodb://h/?proxyHost=p&proxyUsername=u",
+        ] {
+            assert_eq!(refusal(uri).kind, ErrorKind::InvalidArgument, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_declared_api_reaches_the_executor_and_the_handshake() {
+        let api = ServerApi {
+            strict: Some(true),
+            ..ServerApi::new(ServerApiVersion::V1)
+        };
+        let options = ClientOptions {
+            server_api: Some(api.clone()),
+            ..Default::default()
+        };
+        let client = Client::with_options("mongodb://127.0.0.1:1/", options).unwrap();
+        assert_eq!(client.inner.server_api.as_ref(), Some(&api));
+        let topology = client.inner.topology.borrow();
+        assert_eq!(topology.connect_settings().server_api.as_ref(), Some(&api));
+        let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
+        assert!(plain.inner.server_api.is_none());
+    }
+}
