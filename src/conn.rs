@@ -153,7 +153,12 @@ impl Connection {
         })?;
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
-        conn.hello.check_wire_version(address)?;
+        if authenticate {
+            // Never authenticate to a server this driver cannot use. A
+            // server check's hello goes to SDAM first (topology.rs), which
+            // records the incompatible server for selection to fail on.
+            conn.hello.check_wire_version(address)?;
+        }
         if settings.load_balanced {
             crate::load_balancer::check_hello(&conn.hello)?;
         }
@@ -192,7 +197,8 @@ impl Connection {
         reply: &RawDocument,
         deadline: Deadline,
     ) -> Result<()> {
-        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce)?;
+        let in_time = || deadline.check(runtime::now(), "SCRAM key derivation (PBKDF2)");
+        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce, &in_time)?;
         while let Step::Send(mut cmd) = step {
             cmd.append(bson::cstr!("$db"), conversation.db());
             let request_id = next_request_id();
@@ -200,7 +206,7 @@ impl Connection {
                 .send(request_id, &cmd, &[], deadline)
                 .and_then(|()| self.receive(request_id, deadline))
                 .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
-            step = conversation.reply(&reply)?;
+            step = conversation.reply(&reply, &in_time)?;
         }
         Ok(())
     }
@@ -407,7 +413,12 @@ impl Connection {
             Ok(_) if unsolicited => self.broken = true,
             Ok(_) => {}
         }
-        r
+        let reply = r?;
+        // Checking a reply costs time in its size too (47 MB of tiny
+        // documents: tens of milliseconds): one read in time but checked past
+        // the deadline is late. The connection read all of it and stays clean.
+        deadline.check(runtime::now(), "reply decoding")?;
+        Ok(reply)
     }
 
     /// Reads one frame into the buffer, resuming after what it already holds;

@@ -213,6 +213,19 @@ impl Error {
                 && !self.is_selection_failure())
     }
 
+    /// The one test for a failure to reach a server that retrying cannot
+    /// mend: the host's policy (`AccessDenied`), an address no socket takes
+    /// (`InvalidArgument`, e.g. an IPv4-mapped IPv6 address), or a peer that
+    /// breaks the protocol (`Protocol`: not TLS, a fatal TLS alert, a
+    /// rejected certificate, a hello that is not BSON). Server selection
+    /// fails with it at once when every server's last check failed so.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::AccessDenied | ErrorKind::InvalidArgument | ErrorKind::Protocol
+        )
+    }
+
     pub fn has_label(&self, label: &str) -> bool {
         self.labels.iter().any(|l| l == label)
     }

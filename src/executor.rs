@@ -484,8 +484,19 @@ fn attempt<O: Operation>(
                     None,
                 );
             }
-            op.handle_reply(reply, &address)
-                .map_err(|e| ctx.timeout.transform(e))
+            let output = op
+                .handle_reply(reply, &address)
+                .map_err(|e| ctx.timeout.transform(e))?;
+            // Taking a large reply apart costs time in its size (millions of
+            // tiny documents: a fifth of a find), so the deadline holds for it
+            // too. Not for a reply that leaves a cursor open: the cursor
+            // goes back to the caller, whose next call meets the deadline.
+            if keep.is_none() {
+                ctx.timeout
+                    .deadline()
+                    .check(runtime::now(), "reply decoding")?;
+            }
+            Ok(output)
         }
         Err(e) => {
             // SDAM: a failed socket (not a timeout) or a garbled reply.

@@ -16,6 +16,7 @@ use crate::uri::seedlist::{self, SrvTarget};
 use crate::wire;
 use bson::{rawdoc, RawDocument, RawDocumentBuf};
 use std::cell::Cell;
+use std::time::Duration;
 
 /// The name the DNS target asks about (its replies must echo it).
 pub const DNS_NAME: &str = "_mongodb._tcp.test1.test.build.10gen.cc";
@@ -98,6 +99,32 @@ pub fn wire_frame(frame: &[u8]) {
 
 /// A hello reply: parsed, checked, classified, applied to a topology, and its
 /// limits used to split a write into batches.
+/// A hello reply with a long member list (or a lying one) applied as
+/// SDAM does: by the seed it came from, then by a member it names. What it
+/// costs must be linear in its size; the fuzzer's slow-input watchdog
+/// catches anything quadratic (25,000 members: seconds, where linear takes
+/// milliseconds).
+pub fn hello_members(bytes: &[u8]) {
+    let Ok(doc) = RawDocument::from_bytes(bytes) else {
+        return;
+    };
+    let Ok(reply) = note(HelloReply::parse(doc)) else {
+        return;
+    };
+    let _ = note(reply.check_wire_version("a:27017"));
+    let seeds = ["a:27017".to_string()];
+    let mut topology = crate::sdam::TopologyDescription::new(&seeds, None, None);
+    topology.update("a:27017", Ok((reply.clone(), None)));
+    let member = reply.hosts.get(1).or(reply.passives.first());
+    if let Some(member) = member.map(|m| m.to_ascii_lowercase()) {
+        topology.update(&member, Ok((reply.clone(), None)));
+    }
+    use crate::sdam::selection::{suitable_servers, Criteria, ReadMode};
+    let nearest = Criteria::read(ReadMode::Nearest);
+    let found = suitable_servers(&topology, &nearest, Duration::from_secs(10), &[]);
+    let _ = note(found.map(|s| s.len()).map_err(|e| format!("{e:?}")));
+}
+
 pub fn hello(bytes: &[u8]) {
     let Ok(doc) = RawDocument::from_bytes(bytes) else {
         return;
@@ -271,7 +298,8 @@ pub fn scram_server_final(bytes: &[u8]) {
     let Ok(mut scram) = Scram::new(Hash::Sha256, "user", "pencil", SCRAM_NONCE.into()) else {
         return;
     };
-    let first = CACHE.with(|cache| scram.client_final(SCRAM_SERVER_FIRST.as_bytes(), cache));
+    let first =
+        CACHE.with(|cache| scram.client_final(SCRAM_SERVER_FIRST.as_bytes(), cache, &|| Ok(())));
     if note(first).is_ok() {
         let _ = note(scram.verify_server_final(bytes));
     }

@@ -70,8 +70,10 @@ struct ServerState {
     idle: Vec<Connection>,
     generation: u64,
     last_check: Option<crate::deadline::Instant>,
-    /// The host's refusal of the last check (`ErrorKind::AccessDenied`).
-    denied: Option<Error>,
+    /// The last check's failure when retrying cannot mend it
+    /// (`Error::is_permanent`: the host's refusal, a bad address, a peer
+    /// that is not TLS).
+    permanent: Option<Error>,
     /// CMAP: the pool is ready after a successful check, paused by a clear.
     ready: bool,
     /// Idle connections a server check opened that no checkout has taken
@@ -203,9 +205,10 @@ impl Topology {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
             let checked = self.scan(criteria, timeout, deadline)?;
-            if let Some(denied) = self.denied_everywhere() {
-                // The host's policy will not change while selection waits.
-                return Err(denied);
+            if let Some(failed) = self.failed_for_good_everywhere() {
+                // The host's policy, an address or a peer will not change
+                // while selection waits.
+                return Err(failed);
             }
             if !checked {
                 // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
@@ -382,15 +385,15 @@ impl Topology {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
         if self.heartbeat(address, handshake.min(deadline)) {
-            self.state(address).denied = None;
+            self.state(address).permanent = None;
             return Ok(());
         }
         let id = self.next_id();
         // The check's hello only: its connection authenticates at its first checkout.
         let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
         let result = self.establish(address, id, connect, handshake, false);
-        self.state(address).denied = match &result {
-            Err(e) if e.kind == ErrorKind::AccessDenied => Some(e.clone()),
+        self.state(address).permanent = match &result {
+            Err(e) if e.is_permanent() => Some(e.clone()),
             _ => None,
         };
         match result {
@@ -414,6 +417,10 @@ impl Topology {
                     _ => timeout.selection_error(now, self.selection_failure(criteria)),
                 });
             }
+            // An incompatible server (its wire versions): `establish`
+            // recorded its description, so selection now fails at once with
+            // the SDAM spec's compatibility error instead of waiting.
+            Err(e) if e.kind == ErrorKind::ServerSelection => {}
             Err(e) if e.kind == ErrorKind::Authentication => {
                 // The auth spec: mark the server Unknown and clear its pool,
                 // and fail with the auth error rather than wait out selection
@@ -802,6 +809,11 @@ impl Topology {
         state.rtt.add(rtt);
         let average = state.rtt.average();
         self.checked(address, conn.hello.clone(), average);
+        // A check's hello is recorded first, even from a server this driver
+        // cannot use: its description's compatibility error then fails
+        // selection at once, with the spec's message (SDAM). A pool's
+        // connection was refused before authenticating (conn.rs).
+        conn.hello.check_wire_version(address)?;
         let state = self.state(address);
         if !std::mem::replace(&mut state.ready, true) {
             self.events
@@ -1015,13 +1027,14 @@ impl Topology {
         })
     }
 
-    /// The host's refusal when it denied the last check of every server
-    /// (of each in turn: one seed denied does not fail a topology).
-    fn denied_everywhere(&self) -> Option<Error> {
+    /// The failure when the last check of every server failed for good
+    /// (`Error::is_permanent`; of each in turn: one seed denied does not
+    /// fail a topology).
+    fn failed_for_good_everywhere(&self) -> Option<Error> {
         let mut denied = self.description.servers.iter().map(|s| {
             self.servers
                 .get(&s.address)
-                .and_then(|state| state.denied.as_ref())
+                .and_then(|state| state.permanent.as_ref())
         });
         let first = denied.next()??.clone();
         let mut rest = Vec::new();

