@@ -69,6 +69,8 @@ pub struct Cursor {
     ready: VecDeque<RawDocumentBuf>,
     /// How many documents the server has sent (for the limit).
     received: u64,
+    /// The caller closed it: every later read is `Closed`.
+    closed: bool,
 }
 
 impl Cursor {
@@ -108,6 +110,7 @@ impl Cursor {
             batch_token: None,
             ready: VecDeque::new(),
             received,
+            closed: false,
         })
     }
 
@@ -132,6 +135,7 @@ impl Cursor {
     /// tailable cursor, a change stream, a server that answers nothing yet).
     /// The caller decides whether to ask again; one call never loops.
     pub fn next_batch(&mut self) -> Result<Batch> {
+        self.check_open()?;
         if !self.ready.is_empty() {
             return Ok(Batch {
                 documents: self.ready.drain(..).collect(),
@@ -147,6 +151,7 @@ impl Cursor {
     /// has nothing yet.
     #[allow(clippy::should_implement_trait)] // fallible: not an Iterator
     pub fn next(&mut self) -> Result<Option<RawDocumentBuf>> {
+        self.check_open()?;
         if self.ready.is_empty() {
             let batch = self.fetch_batch()?;
             self.ready.extend(batch.documents);
@@ -159,6 +164,7 @@ impl Cursor {
     /// `max` stay buffered. On an error the documents gathered stay
     /// buffered too, for the next call.
     pub fn collect(&mut self, max: u32) -> Result<Vec<RawDocumentBuf>> {
+        self.check_open()?;
         if max == 0 {
             return Err(Error::invalid_argument("collect needs a max above 0"));
         }
@@ -202,6 +208,7 @@ impl Cursor {
     /// As `next_batch`, the documents back to back in one buffer (one
     /// allocation per batch, not per document).
     pub fn next_batch_packed(&mut self) -> Result<PackedBatch> {
+        self.check_open()?;
         let packed = if self.stream.is_some() {
             let batch = self.next_changes()?;
             let mut bytes = Vec::new();
@@ -225,7 +232,7 @@ impl Cursor {
             let s = &self.settings;
             let Some(batch_size) = get_more_batch_size(s.batch_size, s.limit, self.received) else {
                 // The limit is reached and the server kept the cursor: close it.
-                self.close(None)?;
+                self.kill(None)?;
                 return Ok(Packed::default());
             };
             let budget = match self.settings.mode {
@@ -359,7 +366,24 @@ impl Cursor {
     /// the cursor's timeoutMS; either is refreshed for the killCursors, even
     /// when the cursor's own budget is spent (CSOT spec, "Cursors"). Without
     /// timeoutMS the legacy socket timeouts apply.
+    /// Closes the cursor for the caller: the server cursor is killed if it
+    /// is still open, and every later read is `Closed` (README, Errors).
     pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+        self.closed = true;
+        self.ready.clear();
+        self.kill(timeout_ms)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match self.closed {
+            true => Err(Error::closed("cursor")),
+            false => Ok(()),
+        }
+    }
+
+    /// Kills the server cursor if it is still open (not a caller's close:
+    /// a limit reached, or a drop).
+    fn kill(&mut self, timeout_ms: Option<u64>) -> Result<()> {
         if self.id == 0 {
             // Nothing to kill: no deadline to start (a findOne's cursor ends
             // here). A connection still pinned to it (a getMore's network
@@ -412,7 +436,7 @@ fn get_more_batch_size(
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        let _ = self.close(None);
+        let _ = self.kill(None);
     }
 }
 

@@ -3,7 +3,7 @@
 //! (`tlsCAFile`, `tlsCertificateKeyFile`) are read through the `read` function
 //! the caller passes. OCSP and certificate revocation lists are not checked.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::uri::UriOptions;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -128,9 +128,10 @@ type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
 fn certificate_key(pem: &[u8]) -> Result<Identity> {
     if is_encrypted(pem) {
         // rustls reads plain PKCS#8, PKCS#1 and SEC1 keys only.
-        return Err(Error::not_implemented(
-            "an encrypted client key (tlsCertificateKeyFilePassword); decrypt it first, e.g. \
-             `openssl pkcs8 -topk8 -nocrypt`,",
+        return Err(Error::new(
+            ErrorKind::NotImplemented,
+            "an encrypted client key (tlsCertificateKeyFilePassword) is not implemented yet; \
+             decrypt the key first, e.g. with `openssl pkcs8 -topk8 -nocrypt`",
         ));
     }
     let chain = CertificateDer::pem_slice_iter(pem)

@@ -1050,21 +1050,34 @@ impl Topology {
         })
     }
 
+    /// What selection saw: each server (the first few of a long list), or
+    /// why the topology is empty.
     fn selection_failure(&self, criteria: &Criteria) -> String {
-        let servers: Vec<String> = self
-            .description
-            .servers
+        const SHOWN: usize = 10;
+        let all = &self.description.servers;
+        let mut servers: Vec<String> = all
             .iter()
+            .take(SHOWN)
             .map(|s| match &s.error {
-                Some(e) => format!("{} ({:?}: {e})", s.address, s.kind),
-                None => format!("{} ({:?})", s.address, s.kind),
+                Some(e) => format!("{} ({}: {e})", s.address, s.kind.as_str()),
+                None => format!("{} ({})", s.address, s.kind.as_str()),
             })
             .collect();
-        format!(
-            "no server suitable for {criteria:?} in {:?} topology [{}]",
-            self.description.kind,
+        if all.len() > SHOWN {
+            servers.push(format!("and {} more", all.len() - SHOWN));
+        }
+        let mut message = format!(
+            "no server suitable for {criteria} in {} topology [{}]",
+            self.description.kind.as_str(),
             servers.join(", ")
-        )
+        );
+        if all.is_empty() && !self.description.removed.is_empty() {
+            message.push_str(&format!(
+                ": the topology is empty; {}",
+                self.description.removed.join("; ")
+            ));
+        }
+        message
     }
 }
 
@@ -1091,7 +1104,7 @@ fn scan_order(kind: ServerType) -> u8 {
 fn selection_error(e: selection::SelectionError, criteria: &Criteria) -> Error {
     match e {
         selection::SelectionError::InvalidReadPreference(m) => {
-            Error::invalid_argument(format!("invalid read preference {criteria:?}: {m}"))
+            Error::invalid_argument(format!("invalid read preference in {criteria}: {m}"))
         }
         selection::SelectionError::Incompatible(m) => Error::new(ErrorKind::ServerSelection, m),
     }

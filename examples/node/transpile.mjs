@@ -2,7 +2,7 @@
 // under out/ (what `npx @bytecodealliance/jco transpile <wasm> -o out` does;
 // jco-transpile is that command's library, without jco's other tools).
 //
-//   node transpile.mjs [path/to/mongo_wasi.wasm]
+//   node transpile.mjs [path/to/mongo-wasi.wasm]
 //
 // The default path is the component `cargo xtask build` writes. The output
 // imports the WASI shim `@bytecodealliance/preview2-shim`, which Node finds in
@@ -14,7 +14,7 @@ import path from "node:path";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const wasm =
   process.argv[2] ??
-  path.join(here, "../../target/wasm32-wasip2/release/mongo_wasi.wasm");
+  path.join(here, "../../target/component/mongo-wasi.wasm");
 const outDir = path.join(here, "out");
 
 const started = performance.now();

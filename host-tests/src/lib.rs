@@ -93,7 +93,7 @@ pub fn repo_root() -> PathBuf {
 pub fn component_path() -> PathBuf {
     std::env::var_os("MONGO_WASI_COMPONENT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/wasm32-wasip2/release/mongo_wasi.wasm"))
+        .unwrap_or_else(|| repo_root().join("target/component/mongo-wasi.wasm"))
 }
 
 pub fn engine() -> &'static Engine {

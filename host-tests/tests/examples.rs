@@ -249,6 +249,19 @@ fn http_handler_serves_its_json_api() {
         (status, body.as_str()),
         (404, r#"{"error":"no such item"}"#)
     );
+    // A duplicate `_id` is the client's conflict: 409, the kind by its WIT name.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let item = format!(r#"{{"_id": "dup-{nanos}", "name": "plum"}}"#);
+    let (status, body) = http.request("POST", "/items", item.as_bytes());
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = http.request("POST", "/items", item.as_bytes());
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains(r#""kind":"duplicate-key""#), "{body}");
+    assert!(!body.contains("ErrorKind"), "no Rust Debug text: {body}");
+
     let (status, body) = http.request("POST", "/items", b"{not json");
     assert_eq!(status, 400, "{body}");
     let (status, body) = http.request("POST", "/items", b"[1, 2]");

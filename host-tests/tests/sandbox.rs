@@ -31,6 +31,12 @@ fn assert_denied_fast(results: Vec<(Duration, WitResult<bson::RawDocumentBuf>)>,
         let err: Error = r.expect_err("the host denies it");
         assert_eq!(err.kind, ErrorKind::AccessDenied, "{err:?}");
         assert!(err.message.contains(names), "names {names}: {err:?}");
+        // It says what to grant, and where to read more.
+        assert!(err.message.contains("grant it in the host"), "{err:?}");
+        assert!(
+            err.message.contains("Security: what a host must allow"),
+            "{err:?}"
+        );
         assert!(elapsed < FAST, "took {elapsed:?}: {err:?}");
     }
 }

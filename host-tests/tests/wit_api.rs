@@ -528,6 +528,38 @@ fn cursor_next_and_collect_share_one_buffer() {
     assert_eq!(err.kind, ErrorKind::InvalidArgument);
 }
 
+/// A cursor the caller closed answers `closed` to every read, as the README
+/// and the WIT say, even with documents still buffered.
+#[test]
+fn a_closed_cursor_answers_closed() {
+    let (mut g, client, _db, coll) = setup("closed_cursor");
+    g.insert_many(coll, &ints(0..5), &no_options())
+        .unwrap()
+        .unwrap();
+    let opts = FindOptions {
+        batch_size: Some(2),
+        ..find_options()
+    };
+    let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().unwrap();
+    assert!(
+        g.next(cursor).unwrap().unwrap().is_some(),
+        "one buffered stays"
+    );
+    g.close_cursor(cursor, None).unwrap().unwrap();
+    let err = g.next_batch(cursor).unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Closed, "{err:?}");
+    let err = g.next_batch_packed(cursor).unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Closed, "{err:?}");
+    assert_eq!(g.next(cursor).unwrap().unwrap_err().kind, ErrorKind::Closed);
+    assert_eq!(
+        g.collect(cursor, 3).unwrap().unwrap_err().kind,
+        ErrorKind::Closed
+    );
+    // A second close does nothing.
+    g.close_cursor(cursor, None).unwrap().unwrap();
+    g.close(client).unwrap();
+}
+
 #[test]
 fn a_closed_client_answers_closed() {
     let (mut g, client, db, coll) = setup("closed");

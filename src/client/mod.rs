@@ -283,6 +283,42 @@ mod tests {
         }
     }
 
+    /// A known option with an invalid value fails `connect`: its message
+    /// does not say "ignored" (issue: what a new user trips over).
+    #[test]
+    fn an_invalid_value_that_fails_connect_is_not_called_ignored() {
+        let e = refusal("mongodb://h/?timeoutMS=-1");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message.contains("'timeoutMS'"), "{}", e.message);
+        assert!(!e.message.contains("ignored"), "{}", e.message);
+    }
+
+    /// What the URI options spec only warns about does not fail `connect`.
+    #[test]
+    fn bad_compression_options_only_warn() {
+        for uri in [
+            "mongodb://h/?compressors=bogus",
+            "mongodb://h/?compressors=zlib&zlibCompressionLevel=99",
+        ] {
+            assert!(Client::connect(uri).is_ok(), "{uri}");
+        }
+    }
+
+    /// A bad port hints at percent-encoding only when an '@' follows, so
+    /// that it may be the start of a password.
+    #[test]
+    fn a_bad_port_gets_the_encoding_hint_only_before_an_at() {
+        let plain = refusal("mongodb://h:abc/");
+        assert!(plain.message.contains("invalid port"), "{}", plain.message);
+        assert!(!plain.message.contains("percent"), "{}", plain.message);
+        let password = refusal("mongodb://user:pa?appName=a@b");
+        assert!(
+            password.message.contains("percent-encoded"),
+            "{}",
+            password.message
+        );
+    }
+
     #[test]
     fn proxy_options_are_refused_by_name() {
         let e = refusal("mongodb://h/?proxyHost=p");

@@ -23,6 +23,11 @@ pub use wait::{sleep_until, wait};
 use crate::error::{Error, ErrorKind};
 use wasi::sockets::network::ErrorCode;
 
+/// What a sandbox denial tells the user to grant.
+const GRANT: &str = "grant it in the host (wasmtime CLI: -S inherit-network for TCP and UDP, \
+    -S allow-ip-name-lookup for host names; an embedder: WasiCtxBuilder's socket_addr_check \
+    and allow_ip_name_lookup); see \"Security: what a host must allow\" in the README";
+
 /// The one decision on which wasi:sockets errors are permanent: `access-denied` and
 /// `not-supported` are the host's policy, and `permanent-resolver-failure` is what wasmtime
 /// answers when the host does not allow name lookup. Retrying cannot help, so they become
@@ -38,7 +43,7 @@ pub(crate) fn socket_error(code: ErrorCode, what: &str) -> Error {
         ErrorCode::AccessDenied | ErrorCode::NotSupported | ErrorCode::PermanentResolverFailure => {
             Error::new(
                 ErrorKind::AccessDenied,
-                format!("the host does not allow this component to {what}"),
+                format!("the host does not allow this component to {what}; {GRANT}"),
             )
         }
         _ => Error::network(format!("cannot {what}")),
@@ -121,6 +126,10 @@ mod tests {
             let e = socket_error(code, "connect to 127.0.0.1:27017");
             assert_eq!(e.kind, ErrorKind::AccessDenied, "{e}");
             assert!(e.message.contains("127.0.0.1:27017"), "{e}");
+            assert!(
+                e.message.contains("-S inherit-network"),
+                "what to grant: {e}"
+            );
             assert!(!e.is_network(), "never retried as a network error: {e}");
         }
         for code in [

@@ -301,9 +301,15 @@ pub struct TopologyDescription {
     pub compatibility_error: Option<String>,
     /// How many seeds the client was given (updateUnknownWithStandalone).
     pub seed_count: usize,
+    /// Why servers were removed, the last few (for a selection error that
+    /// finds the topology empty); not part of the description's equality.
+    pub removed: Vec<String>,
     /// SDAM events, recorded once `monitor` turned them on (a copy records none).
     events: SdamEvents,
 }
+
+/// How many removal reasons a description keeps (`TopologyDescription::removed`).
+const MAX_REMOVALS_KEPT: usize = 4;
 
 /// What the SDAM error handling rules make of an application error.
 #[derive(Debug, Clone, PartialEq)]
@@ -427,6 +433,7 @@ impl TopologyDescription {
             max_set_version: None,
             compatibility_error: None,
             seed_count: seeds.len(),
+            removed: Vec::new(),
             events: SdamEvents::default(),
         }
     }
@@ -592,7 +599,8 @@ impl TopologyDescription {
                 if self.seed_count == 1 {
                     self.kind = T::Single;
                 } else {
-                    self.remove(&address);
+                    let why = "it is a standalone, and a standalone cannot be one of several seeds";
+                    self.remove(&address, why.into());
                 }
             }
             (T::Unknown, S::Mongos) => self.kind = T::Sharded,
@@ -606,14 +614,24 @@ impl TopologyDescription {
             }
             (T::Unknown, _) => {}
             (T::Sharded, S::Unknown | S::Mongos) => {}
-            (T::Sharded, _) => self.remove(&address),
-            (T::ReplicaSetNoPrimary, S::Standalone | S::Mongos) => self.remove(&address),
+            (T::Sharded, _) => {
+                let why = format!(
+                    "it is a {}, not a mongos of the sharded cluster",
+                    kind.as_str()
+                );
+                self.remove(&address, why)
+            }
+            (T::ReplicaSetNoPrimary, S::Standalone | S::Mongos) => {
+                let why = self.not_in_set(&self.servers[idx].clone());
+                self.remove(&address, why)
+            }
             (T::ReplicaSetNoPrimary, S::RsSecondary | S::RsArbiter | S::RsOther) => {
                 self.update_rs_without_primary(&address)
             }
             (T::ReplicaSetNoPrimary, _) => {}
             (T::ReplicaSetWithPrimary, S::Standalone | S::Mongos) => {
-                self.remove(&address);
+                let why = self.not_in_set(&self.servers[idx].clone());
+                self.remove(&address, why);
                 self.check_if_has_primary();
             }
             (T::ReplicaSetWithPrimary, S::RsPrimary) => self.update_rs_from_primary(&address),
@@ -701,8 +719,25 @@ impl TopologyDescription {
         }
     }
 
-    fn remove(&mut self, address: &str) {
+    /// Removes `address`, noting `why` (the last few reasons are kept).
+    fn remove(&mut self, address: &str, why: String) {
         self.servers.retain(|s| s.address != address);
+        if self.removed.len() == MAX_REMOVALS_KEPT {
+            self.removed.remove(0);
+        }
+        self.removed.push(format!("{address} was removed: {why}"));
+    }
+
+    /// Why `sd` is not in this replica set: another set name, or none.
+    fn not_in_set(&self, sd: &ServerDescription) -> String {
+        let want = self.set_name.as_deref().unwrap_or("?");
+        match sd.set_name() {
+            Some(theirs) => format!("it is a member of replica set {theirs}, not of {want}"),
+            None => format!(
+                "it is a {}, not a member of replica set {want}",
+                sd.kind.as_str()
+            ),
+        }
     }
 
     /// Adds the members not described yet. In time linear in the list, as
@@ -734,7 +769,7 @@ impl TopologyDescription {
         match &self.set_name {
             None => self.set_name = sd.set_name().map(str::to_string),
             Some(name) if sd.set_name() != Some(name.as_str()) => {
-                self.remove(address);
+                self.remove(address, self.not_in_set(&sd));
                 return;
             }
             Some(_) => {}
@@ -742,8 +777,8 @@ impl TopologyDescription {
         self.add_members(&sd.members());
         let primary = sd.hello.as_ref().and_then(|h| h.primary.as_deref());
         self.mark_possible_primary(primary.map(normalize_host));
-        if sd.me().is_some_and(|me| me != address) {
-            self.remove(address);
+        if let Some(me) = sd.me().filter(|me| me != address) {
+            self.remove(address, format!("it calls itself {me}"));
         }
     }
 
@@ -753,7 +788,11 @@ impl TopologyDescription {
         };
         let wrong_set = self.set_name.as_deref() != sd.set_name();
         if wrong_set || sd.me().is_some_and(|me| me != address) {
-            self.remove(address);
+            let why = match sd.me() {
+                Some(me) if !wrong_set => format!("it calls itself {me}"),
+                _ => self.not_in_set(&sd),
+            };
+            self.remove(address, why);
             self.check_if_has_primary();
             return;
         }
@@ -773,7 +812,7 @@ impl TopologyDescription {
             None => self.set_name = sd.set_name().map(str::to_string),
             Some(name) if sd.set_name() != Some(name.as_str()) => {
                 // A primary of another replica set.
-                self.remove(address);
+                self.remove(address, self.not_in_set(&sd));
                 self.check_if_has_primary();
                 return;
             }
@@ -949,6 +988,34 @@ mod tests {
         // Quadratic, this took 44 s in a debug build; linear, well under one.
         let took = started.elapsed();
         assert!(took < Duration::from_secs(3), "took {took:?}");
+    }
+
+    /// A topology emptied by its checks keeps why (replicaSet=rs0 against
+    /// a standalone), for the selection error to say.
+    #[test]
+    fn removals_say_why() {
+        let mut t = TopologyDescription::new(&["a:1".into()], None, Some("rs0".into()));
+        let standalone = HelloReply {
+            is_writable_primary: true,
+            max_wire_version: 21,
+            ..Default::default()
+        };
+        t.update("a:1", Ok((standalone, None)));
+        assert!(t.servers.is_empty());
+        assert_eq!(
+            t.removed,
+            ["a:1 was removed: it is a Standalone, not a member of replica set rs0"]
+        );
+        let mut t = TopologyDescription::new(&["a:1".into()], None, Some("rs0".into()));
+        let other = HelloReply {
+            set_name: Some("rs1".into()),
+            ..rs_member(false, &["a:1"])
+        };
+        t.update("a:1", Ok((other, None)));
+        assert_eq!(
+            t.removed,
+            ["a:1 was removed: it is a member of replica set rs1, not of rs0"]
+        );
     }
 
     #[test]

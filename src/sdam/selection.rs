@@ -256,6 +256,56 @@ pub enum Criteria {
     WriteStage(ReadPreference),
 }
 
+/// As a message shows it: "a write", "a read (read preference secondary,
+/// tags [{dc: ny}], maxStalenessSeconds 90)".
+impl std::fmt::Display for Criteria {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Criteria::Write => f.write_str("a write"),
+            Criteria::Read(pref) => write!(f, "a read ({pref})"),
+            Criteria::WriteStage(pref) => write!(f, "an aggregate with $out or $merge ({pref})"),
+        }
+    }
+}
+
+impl std::fmt::Display for ReadPreference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "read preference {}", self.mode.as_str())?;
+        if !self.tag_sets.is_empty() {
+            let sets: Vec<String> = self
+                .tag_sets
+                .iter()
+                .map(|set| {
+                    let tags: Vec<String> = set.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                    format!("{{{}}}", tags.join(", "))
+                })
+                .collect();
+            write!(f, ", tags [{}]", sets.join(", "))?;
+        }
+        if let Some(s) = self.max_staleness_seconds {
+            write!(f, ", maxStalenessSeconds {s}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn criteria_read_as_words_not_rust() {
+    let mut pref = ReadPreference::from(ReadMode::Secondary);
+    pref.tag_sets = vec![[("dc".to_string(), "ny".to_string())].into()];
+    pref.max_staleness_seconds = Some(90);
+    assert_eq!(
+        Criteria::Read(pref).to_string(),
+        "a read (read preference secondary, tags [{dc: ny}], maxStalenessSeconds 90)"
+    );
+    assert_eq!(
+        Criteria::read(ReadMode::Primary).to_string(),
+        "a read (read preference primary)"
+    );
+    assert_eq!(Criteria::Write.to_string(), "a write");
+}
+
 /// Servers from 5.0 (wire version 13) run `$out`/`$merge` on secondaries.
 const WRITE_STAGE_ON_SECONDARY_WIRE_VERSION: i32 = 13;
 

@@ -169,6 +169,12 @@ fn an_encrypted_key_is_not_implemented() {
     let e = client_config(&o, pem, &no_files).unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotImplemented, "{e}");
     assert!(e.message.contains("tlsCertificateKeyFilePassword"), "{e}");
+    // One sentence: what is missing, then what to do.
+    assert!(
+        e.message.starts_with("an encrypted client key (tlsCertificateKeyFilePassword) is not implemented yet; decrypt"),
+        "{e}"
+    );
+    assert!(!e.message.ends_with(','), "{e}");
 }
 
 #[test]

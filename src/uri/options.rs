@@ -165,6 +165,12 @@ impl Compressor {
     }
 }
 
+/// Options whose invalid value only warns, as the URI options spec's tests
+/// want (`compressors=bogus`, `zlibCompressionLevel=99`): ignoring them costs
+/// nothing but compression. Any other invalid value fails `connect`, since
+/// ignoring it could silently mean, say, no deadline.
+const WARN_ONLY: &[&str] = &["compressors", "zlibcompressionlevel"];
+
 /// Options whose values must never appear in a warning or in `Debug` output.
 pub(crate) const SECRET_KEYS: [&str; 3] = [
     "proxypassword",
@@ -229,9 +235,16 @@ impl OptionsBuilder {
                 } else {
                     format!(" {value:?}")
                 };
-                let warning = format!("invalid value{shown} for option '{key}' ignored: {why}");
-                self.invalid.push(warning.clone());
-                self.warnings.push(warning);
+                // A known option with a bad value fails `connect` (`invalid`),
+                // so its message there does not say "ignored"; but for those
+                // only warned about, as the URI options spec wants.
+                if !WARN_ONLY.contains(&lower.as_str()) {
+                    self.invalid
+                        .push(format!("invalid value{shown} for option '{key}': {why}"));
+                }
+                self.warnings.push(format!(
+                    "invalid value{shown} for option '{key}' ignored: {why}"
+                ));
                 Ok(())
             }
             Err(Reject::Fatal(why)) => Err(UriError::new(why)),

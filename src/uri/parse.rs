@@ -52,9 +52,12 @@ pub(crate) fn parse(uri: &str) -> Result<ConnectionString, UriError> {
             err("no host given")
         };
     }
+    // A bad port may be the start of a password whose '/' or '?' was not
+    // encoded only when an '@' comes later.
+    let maybe_password = !host_info.contains('@') && tail.contains('@');
     let hosts = hosts_raw
         .split(',')
-        .map(host)
+        .map(|raw| host(raw, maybe_password))
         .collect::<Result<Vec<_>, _>>()?;
     if srv {
         check_srv_host(&hosts)?;
@@ -138,7 +141,7 @@ fn scheme(uri: &str) -> Result<(bool, &str), UriError> {
 }
 
 /// One host identifier: `[v6]`, `[v6]:port`, `host`, `host:port` or an encoded socket path.
-fn host(raw: &str) -> Result<HostAddress, UriError> {
+fn host(raw: &str, maybe_password: bool) -> Result<HostAddress, UriError> {
     if raw.is_empty() {
         return err("empty host in the host list");
     }
@@ -149,7 +152,7 @@ fn host(raw: &str) -> Result<HostAddress, UriError> {
         let port = match after {
             "" => None,
             _ => match after.strip_prefix(':') {
-                Some(p) => Some(port(p)?),
+                Some(p) => Some(port(p, maybe_password)?),
                 None => return err(format!("unexpected text after ']' in {:?}", truncate(raw))),
             },
         };
@@ -168,7 +171,7 @@ fn host(raw: &str) -> Result<HostAddress, UriError> {
     }
     // The port follows the first ':' ("host::27017" thus has the invalid port ":27017").
     let (name, port) = match raw.split_once(':') {
-        Some((name, p)) => (name, Some(port(p)?)),
+        Some((name, p)) => (name, Some(port(p, maybe_password)?)),
         None => (raw, None),
     };
     let name = percent_decode(name, "a host")?;
@@ -201,15 +204,16 @@ fn host(raw: &str) -> Result<HostAddress, UriError> {
 }
 
 /// A decimal port in 1..=65535. The text is not echoed: after a password with an unencoded
-/// '/', it would be part of the password.
-fn port(p: &str) -> Result<u16, UriError> {
+/// '/', it would be part of the password, which is hinted at when that may be the cause.
+fn port(p: &str, maybe_password: bool) -> Result<u16, UriError> {
     let valid = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
     match p.parse::<u16>() {
         Ok(n) if valid && n != 0 => Ok(n),
-        _ => err(
+        _ if maybe_password => err(
             "a host has an invalid port (expected an integer from 1 to 65535); reserved \
              characters in a username or password must be percent-encoded",
         ),
+        _ => err("a host has an invalid port (expected an integer from 1 to 65535)"),
     }
 }
 

@@ -63,23 +63,40 @@ impl wasi::exports::http::incoming_handler::Guest for Handler {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let (status, body) = match route(&request) {
             Ok(answer) => answer,
-            Err(Failure(status, message)) => (status, json(&doc! { "error": message })),
+            Err(Failure::Own(status, message)) => (status, json(&doc! { "error": message })),
+            Err(Failure::Driver(status, kind, message)) => {
+                (status, json(&doc! { "error": message, "kind": kind }))
+            }
         };
         respond(out, status, &body);
     }
 }
 
-/// An HTTP status and what went wrong.
-struct Failure(u16, String);
+/// An HTTP status and what went wrong: the handler's own words, or the
+/// driver's error with its kind as the WIT names it.
+enum Failure {
+    Own(u16, String),
+    Driver(u16, &'static str, String),
+}
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        let status = match e.kind {
-            ErrorKind::Timeout | ErrorKind::ServerSelection => 504,
-            ErrorKind::InvalidArgument => 400,
-            _ => 502,
+        let (status, kind) = match e.kind {
+            ErrorKind::Timeout => (504, "timeout"),
+            ErrorKind::ServerSelection => (504, "server-selection"),
+            ErrorKind::InvalidArgument => (400, "invalid-argument"),
+            // A unique index refused the write: the client's conflict.
+            ErrorKind::DuplicateKey => (409, "duplicate-key"),
+            ErrorKind::Network => (502, "network"),
+            ErrorKind::Server => (502, "server"),
+            ErrorKind::NotImplemented => (502, "not-implemented"),
+            ErrorKind::Protocol => (502, "protocol"),
+            ErrorKind::Closed => (502, "closed"),
+            ErrorKind::Authentication => (502, "authentication"),
+            ErrorKind::AccessDenied => (502, "access-denied"),
+            ErrorKind::WriteConcern => (502, "write-concern"),
         };
-        Failure(status, format!("{:?}: {}", e.kind, e.message))
+        Failure::Driver(status, kind, e.message)
     }
 }
 
@@ -96,8 +113,8 @@ fn route(request: &IncomingRequest) -> Result<(u16, Vec<u8>), Failure> {
             with_items(|items| add(items, &body))
         }
         (Method::Get, ["items", id]) => with_items(|items| get(items, id)),
-        (_, ["items"] | ["items", _]) => Err(Failure(405, "method not allowed".into())),
-        _ => Err(Failure(404, format!("no route for {path}"))),
+        (_, ["items"] | ["items", _]) => Err(Failure::Own(405, "method not allowed".into())),
+        _ => Err(Failure::Own(404, format!("no route for {path}"))),
     }
 }
 
@@ -123,7 +140,7 @@ fn list(items: &Collection) -> Result<(u16, Vec<u8>), Failure> {
 }
 
 fn add(items: &Collection, body: &[u8]) -> Result<(u16, Vec<u8>), Failure> {
-    let bad = |e: String| Failure(400, e);
+    let bad = |e: String| Failure::Own(400, e);
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
     let serde_json::Value::Object(map) = value else {
         return Err(bad("expected a JSON object".into()));
@@ -145,7 +162,7 @@ fn get(items: &Collection, id: &str) -> Result<(u16, Vec<u8>), Failure> {
     let filter = to_bytes(&doc! { "_id": id })?;
     match items.find_one(&filter, &find_options())? {
         Some(raw) => Ok((200, json(&decode(&raw)?))),
-        None => Err(Failure(404, "no such item".into())),
+        None => Err(Failure::Own(404, "no such item".into())),
     }
 }
 
@@ -154,7 +171,7 @@ fn with_items<T>(f: impl FnOnce(&Collection) -> Result<T, Failure>) -> Result<T,
     CLIENT.with(|cell| {
         if cell.get().is_none() {
             let uri = std::env::var("MONGODB_URI")
-                .map_err(|_| Failure(500, "MONGODB_URI is not set".into()))?;
+                .map_err(|_| Failure::Own(500, "MONGODB_URI is not set".into()))?;
             // No I/O yet: the connection is made by the first operation, under its deadline.
             let _ = cell.set(Client::connect(&uri, &client_options())?);
         }
@@ -172,7 +189,7 @@ fn with_items<T>(f: impl FnOnce(&Collection) -> Result<T, Failure>) -> Result<T,
 }
 
 fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, Failure> {
-    let unreadable = || Failure(400, "unreadable request body".into());
+    let unreadable = || Failure::Own(400, "unreadable request body".into());
     let body = request.consume().map_err(|()| unreadable())?;
     let mut bytes = Vec::new();
     {
@@ -184,7 +201,7 @@ fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, Failure> {
             .map_err(|_| unreadable())?;
     }
     if bytes.len() as u64 > MAX_BODY {
-        return Err(Failure(413, format!("body over {MAX_BODY} bytes")));
+        return Err(Failure::Own(413, format!("body over {MAX_BODY} bytes")));
     }
     Ok(bytes)
 }
@@ -263,11 +280,13 @@ fn find_options() -> FindOptions<'static> {
 }
 
 fn to_bytes(document: &Document) -> Result<Vec<u8>, Failure> {
-    document.to_vec().map_err(|e| Failure(400, e.to_string()))
+    document
+        .to_vec()
+        .map_err(|e| Failure::Own(400, e.to_string()))
 }
 
 fn decode(bytes: &[u8]) -> Result<Document, Failure> {
-    let bad = |e: String| Failure(502, format!("malformed document from the driver: {e}"));
+    let bad = |e: String| Failure::Own(502, format!("malformed document from the driver: {e}"));
     let raw = RawDocument::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
     Document::try_from(raw).map_err(|e| bad(e.to_string()))
 }

@@ -1,4 +1,6 @@
-//! Builds the shipped component, `target/wasm32-wasip2/release/mongo_wasi.wasm`:
+//! Builds the shipped component, `target/component/mongo-wasi.wasm`, a path
+//! only this step writes (cargo writes its core module, and any other build of
+//! the crate its own cdylib, at `target/wasm32-wasip2/release/mongo_wasi.wasm`):
 //!
 //! 1. the driver's core module alone: `cargo rustc --crate-type cdylib`, linked
 //!    with `--skip-wit-component`. Built together with the rlib (as `cargo
@@ -12,7 +14,9 @@
 //! Without npm and Node.js 20 or newer (what the JavaScript host needs),
 //! step 2 is left out, and this is printed.
 //! Optimising takes half a minute, so the output is reused while the core
-//! module is unchanged.
+//! module is unchanged. The finished component is written under a temporary
+//! name beside its place and renamed into it: a reader of the shipped path
+//! sees the old component or the new one, never a part or a core module.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,7 +39,13 @@ const FEATURES: [&str; 8] = [
 
 const ADAPTER: &str = "src/component/adapter/wasi_snapshot_preview1.wasm";
 
+/// The shipped component (kebab-case, as composition tools want it).
 pub fn path(ctx: &Ctx) -> Result<PathBuf> {
+    Ok(ctx.target_dir()?.join("component/mongo-wasi.wasm"))
+}
+
+/// Where `cargo rustc` leaves the core module.
+fn core_path(ctx: &Ctx) -> Result<PathBuf> {
     Ok(ctx
         .target_dir()?
         .join("wasm32-wasip2/release/mongo_wasi.wasm"))
@@ -56,17 +66,18 @@ pub fn build(ctx: &Ctx) -> Result<()> {
         "-C",
         "link-arg=--skip-wit-component",
     ]))?;
+    let core_module = core_path(ctx)?;
+    let core = read(&core_module)?;
     let out = path(ctx)?;
-    let core = read(&out)?;
     let cache = ctx.target_dir()?.join("component");
     fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    let (cached_core, cached) = (cache.join("core.wasm"), cache.join("mongo_wasi.wasm"));
+    let (cached_core, cached) = (cache.join("core.wasm"), cache.join("cached-component.wasm"));
     if cached.exists() && fs::read(&cached_core).ok().as_deref() == Some(&core[..]) {
         println!("  core module unchanged: the optimised component is reused");
     } else {
         let optimised = cache.join("core-opt.wasm");
-        let opt = wasm_opt(ctx, &out, &optimised)?;
-        let input = if opt { &optimised } else { &out };
+        let opt = wasm_opt(ctx, &core_module, &optimised)?;
+        let input = if opt { &optimised } else { &core_module };
         let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));
         cmd.args(["component", "new"])
             .arg(input)
@@ -87,8 +98,7 @@ pub fn build(ctx: &Ctx) -> Result<()> {
             }
         }
     }
-    // A rename, not a write: cargo hard-links its output to deps/, which
-    // keeps the core module.
+    // Into place by a rename, from a temporary name in the same directory.
     let tmp = out.with_extension("wasm.tmp");
     fs::copy(&cached, &tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display()))?;

@@ -18,12 +18,24 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The checkout `cargo xtask` runs in, found at run time: from the
+    /// working directory up (a checkout copied with its `target/` would
+    /// otherwise build in the one the binary was compiled in), else from
+    /// the binary's own path, else where it was compiled.
     pub fn locate() -> Ctx {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        let compiled = Path::new(env!("CARGO_MANIFEST_DIR"))
             .ancestors()
             .nth(2)
-            .expect("xtask lives at <root>/host-tests/xtask");
-        Ctx::at(root)
+            .expect("xtask lives at <root>/host-tests/xtask")
+            .to_path_buf();
+        let here = std::env::current_dir().ok();
+        let exe = std::env::current_exe().ok();
+        let root = here
+            .as_deref()
+            .and_then(find_root)
+            .or_else(|| exe.as_deref().and_then(find_root))
+            .unwrap_or(compiled);
+        Ctx::at(&root)
     }
 
     pub fn at(root: &Path) -> Ctx {
@@ -60,6 +72,14 @@ impl Ctx {
             .ok_or("no target_directory in `cargo metadata` output")?;
         Ok(self.target_dir.get_or_init(|| dir.into()))
     }
+}
+
+/// The nearest directory at or above `start` that is a mongo-wasi checkout.
+pub fn find_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| d.join("host-tests/xtask/Cargo.toml").is_file() && d.join("wit").is_dir())
+        .map(Path::to_path_buf)
 }
 
 /// The string value of the first `"key":"..."` in a JSON text (enough for cargo metadata).
@@ -225,6 +245,20 @@ fn fmt_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_root_is_the_checkout_around_the_working_directory() {
+        let base = std::env::temp_dir().join(format!("xtask-root-{}", std::process::id()));
+        let copy = base.join("repo2");
+        std::fs::create_dir_all(copy.join("host-tests/xtask")).unwrap();
+        std::fs::create_dir_all(copy.join("wit")).unwrap();
+        std::fs::create_dir_all(copy.join("src/deep/er")).unwrap();
+        std::fs::write(copy.join("host-tests/xtask/Cargo.toml"), "").unwrap();
+        assert_eq!(find_root(&copy.join("src/deep/er")), Some(copy.clone()));
+        assert_eq!(find_root(&copy), Some(copy.clone()));
+        assert_eq!(find_root(&base), None, "not a checkout");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn json_str_reads_cargo_metadata_fields() {

@@ -71,14 +71,15 @@ pub fn layers(ctx: &Ctx) -> Result<()> {
 pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let wasm = ["build", "--target", "wasm32-wasip2", "--release"];
     // Two invocations: built together, cargo would unify mongo-wasi's features and give
-    // the notes guest the component glue it links without. The guest goes first: its
-    // build also emits mongo-wasi's cdylib without the glue, over mongo_wasi.wasm, and
-    // the component build after it puts the real component back (component.rs).
+    // the notes guest the component glue it links without. The guest's build also
+    // emits mongo-wasi's cdylib without the glue, at cargo's own path; the component
+    // is made from the cdylib built right before it and shipped at its own path
+    // (component.rs).
     run.step("build: example guest (notes.wasm)", || {
         exec(&mut ctx.cargo(&[&wasm[..], &["-p", "notes"]].concat()))
     })?;
     run.step(
-        "build: component (mongo_wasi.wasm: cdylib, wasm-opt -Oz)",
+        "build: component (target/component/mongo-wasi.wasm: cdylib, wasm-opt -Oz)",
         || crate::component::build(ctx),
     )?;
     run.step("build: host tests and run-guest (native)", || {
