@@ -407,15 +407,21 @@ impl Topology {
             }
             Ok(_) => {}
             Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
-                // The selection budget ran out mid-check. Under CSOT the
-                // operation's own deadline expired: report the section
-                // that was waiting (e.g. the handshake), not selection.
                 let now = runtime::now();
+                if timeout.csot.is_some_and(|op| op.is_expired(now)) {
+                    // The caller's timeoutMS cut the check short: that says
+                    // nothing of the server (CSOT), so its description stays
+                    // and the check does not count, and the next operation
+                    // checks it at once rather than after
+                    // minHeartbeatFrequencyMS (docs/csot.md). The error names
+                    // the section that was waiting (e.g. the handshake).
+                    self.state(address).last_check = None;
+                    return Err(e);
+                }
+                // The selection budget (serverSelectionTimeoutMS) ran out
+                // mid-check: the server did not answer in that time.
                 self.check_failed(address, &e);
-                return Err(match timeout.csot {
-                    Some(op) if op.is_expired(now) => e,
-                    _ => timeout.selection_error(now, self.selection_failure(criteria)),
-                });
+                return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
             // An incompatible server (its wire versions): `establish`
             // recorded its description, so selection now fails at once with

@@ -91,7 +91,13 @@ pub enum Behaviour {
     /// Not TLS: reads what arrives (a TLS ClientHello) and answers with a
     /// plain OP_MSG, as a server without TLS would.
     NotTls,
+    /// A standalone that answers each `hello` `SLOW_HELLO` late, and any
+    /// other command at once with `{ok: 1}`.
+    SlowHello,
 }
+
+/// How late `SlowHello` answers a hello.
+pub const SLOW_HELLO: Duration = Duration::from_millis(100);
 
 /// What `ScramSpeculativeIterations` and `ScramSaslStartIterations` ask for:
 /// the driver's limit, some 14 s of PBKDF2-HMAC-SHA-256 in the guest.
@@ -230,6 +236,17 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         Behaviour::ManyHosts | Behaviour::OldWireVersion | Behaviour::NewWireVersion => {
             return hello_then_ok(stream, behaviour, shared)
         }
+        Behaviour::SlowHello => loop {
+            let (request_id, name) = read_command(&mut stream, shared)?;
+            let reply = match name.as_str() {
+                "hello" | "isMaster" | "ismaster" => {
+                    std::thread::sleep(SLOW_HELLO);
+                    hello_doc(48_000_000, 100_000)
+                }
+                _ => bson::rawdoc! { "ok": 1.0 },
+            };
+            write_all(&mut stream, &op_msg(request_id, &reply), shared)?;
+        },
         Behaviour::NotTls => {
             let mut hello = [0u8; 64];
             read_full(&mut stream, &mut hello[..5], shared)?;
@@ -395,6 +412,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         | Behaviour::ManyHosts
         | Behaviour::OldWireVersion
         | Behaviour::NewWireVersion
+        | Behaviour::SlowHello
         | Behaviour::NotTls => unreachable!("served above"),
     }
 }

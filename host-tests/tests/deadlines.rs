@@ -304,3 +304,39 @@ fn close_after_a_silent_server_does_not_wait_again() {
         started.elapsed()
     );
 }
+
+/// One operation whose timeoutMS is shorter than the server's handshake
+/// leaves the server as it found it: the next operations, with time enough
+/// for the handshake, check it at once and succeed (the caller's deadline
+/// ended that check, not the server; docs/csot.md). It used to leave the
+/// server Unknown and checked, so that the next ones waited for
+/// minHeartbeatFrequencyMS (500 ms): 100 and 300 ms failed, 1000 ms took 504.
+#[test]
+fn a_too_short_timeout_does_not_slow_the_next_operations() {
+    use host_tests::listeners::SLOW_HELLO;
+    let listener = Listener::start(Behaviour::SlowHello).unwrap();
+    let mut guest = Guest::new(&[listener.addr]).unwrap();
+    let uri = format!("mongodb://{}/", listener.addr);
+    let client = guest.connect(&uri, None, false).unwrap().unwrap();
+    let db = guest.database(client, "admin", None).unwrap();
+    let mut ping = |timeout_ms: u64| {
+        let started = Instant::now();
+        let r = guest
+            .run_command(db, &bson::rawdoc! { "ping": 1 }, Some(timeout_ms))
+            .unwrap();
+        (started.elapsed(), r)
+    };
+    let (took, r) = ping(10);
+    let err = r.expect_err("10 ms is shorter than the handshake");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    assert!(took < TOLERANCE, "{took:?}");
+    for timeout_ms in [300, 1000] {
+        let (took, r) = ping(timeout_ms);
+        r.unwrap_or_else(|e| panic!("timeoutMS {timeout_ms}: {e:?}"));
+        // One handshake at most, no wait for a heartbeat interval.
+        assert!(
+            took < SLOW_HELLO + Duration::from_millis(250),
+            "timeoutMS {timeout_ms} took {took:?}"
+        );
+    }
+}

@@ -14,6 +14,8 @@
 - updateUser, on the users the proxy keeps (fail points apply to it);
 - a transaction that only ran an aggregate or a count (nx-27017 opens none for them) commits
   and aborts (transaction_state.rs);
+- a command with a txnNumber (a transaction's, or a retryable write's) on the standalone is
+  refused as mongod refuses it (IllegalOperation, 20), where nx-27017 runs it;
 - an aggregate ending in $out, which nx-27017 refuses, replaces the target's documents with
   the pipeline's results (out_stage.rs): the target created if missing, its indexes kept,
   untouched when the pipeline fails; also on a 5.0+ secondary and after $listLocalSessions.
@@ -28,6 +30,7 @@ import hashlib
 import os
 import sys
 
+import bson
 import pymongo
 from bson import Int64
 from pymongo.read_concern import ReadConcern
@@ -312,6 +315,18 @@ list(rs.emulations.aggregate([{"$listLocalSessions": {}}, {"$limit": 1},
                               {"$project": {"_id": 1}}, {"$out": "out2"}]))
 n = rs.emulations.out2.count_documents({})
 check(n == 1, f"$out after $listLocalSessions: {n} document(s)")
+
+# --- transactions need a replica set or mongos -----------------------------------------
+txn = {"insert": "t", "documents": [{"x": 1}], "lsid": {"id": bson.Binary(os.urandom(16), 4)},
+       "txnNumber": Int64(1), "startTransaction": True, "autocommit": False}
+code = code_of(lambda: proxy.emulations.command(dict(txn)))
+check(code == 20, f"a transaction on the standalone is IllegalOperation (20): {code}")
+code = code_of(lambda: backend.emulations.command(dict(txn)))
+check(code == "ok", f"where nx-27017 runs it: {code}")
+rs_lsid = {"id": bson.Binary(os.urandom(16), 4)}
+code = code_of(lambda: rs.emulations.command(dict(txn, lsid=rs_lsid)))
+check(code == "ok", f"and the replica set's primary starts it: {code}")
+rs.admin.command({"abortTransaction": 1, "lsid": rs_lsid, "txnNumber": Int64(1), "autocommit": False})
 
 if FAILURES:
     print(f"{len(FAILURES)} failure(s)")
