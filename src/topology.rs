@@ -96,6 +96,8 @@ pub struct Topology {
     /// Behind a load balancer: connections pinned to open cursors, by cursor id
     /// (Load Balancer spec), checked out until the cursor is done.
     cursor_connections: Vec<(i64, Connection)>,
+    /// Whether a plain URI's DNS servers were read (`configure_name_servers`).
+    dns_configured: bool,
 }
 
 impl Topology {
@@ -118,6 +120,7 @@ impl Topology {
             servers: HashMap::new(),
             next_conn_id: 1,
             rng,
+            dns_configured: false,
         }
     }
 
@@ -160,6 +163,8 @@ impl Topology {
         let mut waiting = false;
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
+        } else {
+            self.configure_name_servers()?;
         }
         // Whether unknown servers were checked because only deprioritized ones suited.
         let mut looked_further = false;
@@ -219,6 +224,25 @@ impl Topology {
 
     /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
     /// from the hosts found. A failure leaves it pending for the next operation.
+    /// A plain URI's DNS servers: those the host configured (the
+    /// `MONGO_WASI_DNS_SERVER` environment variable, else a preopened
+    /// resolv.conf's nameservers), asked for every host name before
+    /// ip-name-lookup (runtime::dns). Read once, at the first selection;
+    /// none configured leaves ip-name-lookup alone.
+    fn configure_name_servers(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.dns_configured, true) {
+            return Ok(());
+        }
+        let (env, file) = runtime::dns_config();
+        match crate::dns::config::name_servers(env.as_deref(), file.as_deref()) {
+            Ok(servers) => self.settings.connect.name_servers = servers,
+            // The variable is set but wrong: say so rather than ignore it.
+            Err(e) if env.is_some() => return Err(Error::invalid_argument(e)),
+            Err(_) => {} // no resolv.conf, or no nameserver line in it
+        }
+        Ok(())
+    }
+
     fn discover_seeds(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
         let Some(cs) = &self.settings.srv else {
             return Ok(());
@@ -290,6 +314,8 @@ impl Topology {
     pub fn check_due_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
         if self.settings.srv.is_some() {
             self.discover_seeds(timeout, deadline)?;
+        } else {
+            self.configure_name_servers()?;
         }
         let (now, heartbeat) = (runtime::now(), self.settings.heartbeat);
         let due: Vec<String> = self

@@ -94,7 +94,14 @@ pub enum Behaviour {
     /// A standalone that answers each `hello` `SLOW_HELLO` late, and any
     /// other command at once with `{ok: 1}`.
     SlowHello,
+    /// The primary of replica set rs0 that announces itself by name: its
+    /// hello's `me` and `hosts` are `NAMED_MEMBER` at this listener's port;
+    /// any other command answers `{ok: 1}`.
+    NamedMember,
 }
+
+/// The host name `NamedMember` announces (a DNS responder maps it to loopback).
+pub const NAMED_MEMBER: &str = "member.test.build.10gen.cc";
 
 /// How late `SlowHello` answers a hello.
 pub const SLOW_HELLO: Duration = Duration::from_millis(100);
@@ -233,9 +240,10 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         Behaviour::ScramSpeculativeIterations | Behaviour::ScramSaslStartIterations => {
             return lying_scram(stream, behaviour, shared)
         }
-        Behaviour::ManyHosts | Behaviour::OldWireVersion | Behaviour::NewWireVersion => {
-            return hello_then_ok(stream, behaviour, shared)
-        }
+        Behaviour::ManyHosts
+        | Behaviour::OldWireVersion
+        | Behaviour::NewWireVersion
+        | Behaviour::NamedMember => return hello_then_ok(stream, behaviour, shared),
         Behaviour::SlowHello => loop {
             let (request_id, name) = read_command(&mut stream, shared)?;
             let reply = match name.as_str() {
@@ -413,6 +421,7 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, shared: &Shared) -> std::i
         | Behaviour::OldWireVersion
         | Behaviour::NewWireVersion
         | Behaviour::SlowHello
+        | Behaviour::NamedMember
         | Behaviour::NotTls => unreachable!("served above"),
     }
 }
@@ -459,8 +468,8 @@ fn lying_scram(
     hold(shared)
 }
 
-/// `ManyHosts`, `OldWireVersion` and `NewWireVersion`: their hello to every
-/// hello, `{ok: 1}` to anything else.
+/// `ManyHosts`, `OldWireVersion`, `NewWireVersion` and `NamedMember`: their
+/// hello to every hello, `{ok: 1}` to anything else.
 fn hello_then_ok(
     mut stream: TcpStream,
     behaviour: Behaviour,
@@ -477,6 +486,14 @@ fn hello_then_ok(
             hello = bson::rawdoc! {
                 "isWritablePrimary": true, "maxWireVersion": 100, "minWireVersion": 99, "ok": 1.0,
             }
+        }
+        Behaviour::NamedMember => {
+            let me = format!("{NAMED_MEMBER}:{}", stream.local_addr()?.port());
+            let mut hosts = bson::RawArrayBuf::new();
+            hosts.push(me.as_str());
+            hello.append(bson::cstr!("setName"), "rs0");
+            hello.append(bson::cstr!("hosts"), hosts);
+            hello.append(bson::cstr!("me"), me.as_str());
         }
         _ => {
             let me = stream.local_addr()?.to_string();

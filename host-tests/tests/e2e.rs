@@ -144,10 +144,11 @@ fn closing_a_cursor_early_sends_kill_cursors() {
     assert_eq!(ids, vec![id]);
     assert!(kills.iter().any(|e| e.kind == CommandEventKind::Succeeded));
     assert_eq!(g.cursor_id(cursor).unwrap(), 0);
-    let after = g.next_batch(cursor).unwrap().unwrap();
-    assert!(
-        after.documents.is_empty() && after.exhausted,
-        "a closed cursor yields nothing"
+    let after = g.next_batch(cursor).unwrap().unwrap_err();
+    assert_eq!(
+        after.kind,
+        ErrorKind::Closed,
+        "a closed cursor answers closed"
     );
 }
 

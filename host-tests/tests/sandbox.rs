@@ -1,7 +1,8 @@
 //! What the host denies fails fast: a connect to an address outside the allow
 //! list, or a name lookup the host does not allow, is `access-denied` at once
 //! (naming the address), not a server-selection timeout after retrying it.
-//! Loopback listeners only; no test server needed.
+//! Loopback listeners; the tests of what a host grants (localhost, a DNS
+//! server) ping nx-27017 (MONGO_WASI_URI).
 
 use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
 use host_tests::guest::{Guest, WitResult};
@@ -61,11 +62,65 @@ fn with_name_lookup_denied_a_host_name_fails_at_once() {
     let listener = Listener::start(Behaviour::Silent).unwrap();
     let mut guest = Guest::new(&[listener.addr]).unwrap();
     let uri = format!(
-        "mongodb://localhost:{}/?serverSelectionTimeoutMS=10000",
+        "mongodb://db.example:{}/?serverSelectionTimeoutMS=10000",
         listener.addr.port()
     );
-    let address = format!("localhost:{}", listener.addr.port());
+    let address = format!("db.example:{}", listener.addr.port());
     assert_denied_fast(ping_twice(&mut guest, &uri), &address);
+}
+
+/// `localhost` needs no name lookup (RFC 6761): it reaches the server where
+/// the host denies lookups (Spin denies every one).
+#[test]
+fn localhost_needs_no_name_lookup() {
+    let (_, server) = host_tests::test_server();
+    let mut guest = Guest::new(&[server]).unwrap();
+    let uri = format!("mongodb://localhost:{}/?timeoutMS=10000", server.port());
+    for (_, r) in ping_twice(&mut guest, &uri) {
+        r.expect("localhost is 127.0.0.1 without a lookup");
+    }
+}
+
+/// Where the host denies name lookup but grants UDP to a DNS server (as Spin
+/// can), host names resolve over the driver's own DNS client: a plain URI's
+/// host, and replica set members a hello announces by name.
+#[test]
+fn with_a_dns_server_host_names_resolve_without_name_lookup() {
+    use host_tests::dns_responder::{DnsResponder, Mode, Records};
+    use host_tests::listeners::NAMED_MEMBER;
+    use std::net::Ipv4Addr;
+    let (_, server) = host_tests::test_server();
+    let member = Listener::start(Behaviour::NamedMember).unwrap();
+    let records = Records::default()
+        .a("db.test.build.10gen.cc", Ipv4Addr::LOCALHOST)
+        .a(NAMED_MEMBER, Ipv4Addr::LOCALHOST);
+    let dns = DnsResponder::start(records, Mode::Answer).unwrap();
+    let mut guest = Guest::with_dns(&[server, member.addr], dns.addr()).unwrap();
+    let uri = format!(
+        "mongodb://db.test.build.10gen.cc:{}/?timeoutMS=10000",
+        server.port()
+    );
+    for (_, r) in ping_twice(&mut guest, &uri) {
+        r.expect("the plain URI's host name, resolved by the DNS server");
+    }
+    assert!(
+        dns.log()
+            .contains(&"udp db.test.build.10gen.cc A".to_string()),
+        "{:?}",
+        dns.log()
+    );
+    // Seeded by address, the member says its name is NAMED_MEMBER: SDAM
+    // replaces the seed with it, which only DNS can resolve here.
+    let uri = format!("mongodb://{}/?replicaSet=rs0&timeoutMS=10000", member.addr);
+    for (_, r) in ping_twice(&mut guest, &uri) {
+        r.expect("the member announced by name");
+    }
+    assert!(
+        dns.log().contains(&format!("udp {NAMED_MEMBER} A")),
+        "{:?}",
+        dns.log()
+    );
+    assert!(member.count("ping") >= 2, "{:?}", member.commands());
 }
 
 #[test]

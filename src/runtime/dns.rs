@@ -1,5 +1,8 @@
-//! Name resolution over wasi:sockets/ip-name-lookup; IP literals skip it. A
-//! client that resolved `mongodb+srv` asks its DNS servers first.
+//! Name resolution: IP literals and `localhost` names (RFC 6761) need none;
+//! a client with DNS servers (those that resolved `mongodb+srv`, or the ones
+//! the host configured) asks them first, over the driver's own DNS client;
+//! wasi:sockets/ip-name-lookup does the rest. A host that denies name lookup
+//! (Spin) thus still reaches servers by name when it grants UDP to a DNS server.
 
 use super::wait;
 use crate::deadline::Deadline;
@@ -13,6 +16,13 @@ pub fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
     let literal = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = literal.parse::<IpAddr>() {
         return Ok(vec![ip]);
+    }
+    if is_localhost(host) {
+        // RFC 6761: the loopback addresses, never a lookup.
+        return Ok(vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+        ]);
     }
     let network = instance_network();
     let lookup_err = |e: ErrorCode| super::socket_error(e, &format!("resolve {host}"));
@@ -33,21 +43,36 @@ pub fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
     Ok(out)
 }
 
+/// `localhost` and names under it (RFC 6761).
+fn is_localhost(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
 /// `host`'s addresses from `name_servers` (A, then AAAA), falling back to
-/// ip-name-lookup when they know none. `localhost` names never go to DNS
-/// (RFC 6761), and no servers means ip-name-lookup alone.
+/// ip-name-lookup when they know none or cannot be reached (the host denied
+/// UDP to them, say). `localhost` names never go to DNS (RFC 6761), and no
+/// servers means ip-name-lookup alone.
 pub fn resolve_via(
     host: &str,
     name_servers: &[SocketAddr],
     deadline: Deadline,
 ) -> Result<Vec<IpAddr>> {
     let literal = host.trim_start_matches('[').trim_end_matches(']');
-    let local = host == "localhost" || host.ends_with(".localhost");
-    if name_servers.is_empty() || local || literal.parse::<IpAddr>().is_ok() {
+    if name_servers.is_empty() || is_localhost(host) || literal.parse::<IpAddr>().is_ok() {
         return resolve(host, deadline);
     }
+    let mut unreachable = None;
     for rtype in [RecordType::A, RecordType::Aaaa] {
-        match super::udp::lookup(name_servers, host, rtype, deadline)? {
+        let answer = match super::udp::lookup(name_servers, host, rtype, deadline) {
+            Ok(answer) => answer,
+            Err(e) if e.is_timeout() => return Err(e),
+            Err(e) => {
+                unreachable = Some(e);
+                break;
+            }
+        };
+        match answer {
             Ok(records) => {
                 let ips: Vec<IpAddr> = records
                     .into_iter()
@@ -65,5 +90,15 @@ pub fn resolve_via(
             Err(_) => {}
         }
     }
-    resolve(host, deadline)
+    resolve(host, deadline).map_err(|e| match unreachable {
+        // Neither way worked: say both.
+        Some(dns) => Error {
+            message: format!(
+                "{}; the DNS servers were not reachable either: {}",
+                e.message, dns.message
+            ),
+            ..e
+        },
+        None => e,
+    })
 }
