@@ -18,6 +18,20 @@ wit_bindgen::generate!({
     // The driver's WIT package. An adopter vendors it under its own `wit/deps/`.
     path: "../../wit",
     generate_all,
+    // `Default` for the records a consumer fills in (the options records:
+    // 13-17 fields each, every one optional), as `..Default::default()` below.
+    // Enums and variants have no natural default, nor the records that hold
+    // one (results and events, which the driver fills in): left out by name.
+    additional_derives: [Default],
+    additional_derives_ignore: [
+        "command-event-kind", "error-kind", "log-component", "log-level", "pool-event-kind",
+        "read-mode", "return-document", "runner-step", "sdam-event-kind", "server-type",
+        "timeout-mode", "topology-type", "transaction-state", "acknowledgement", "hint",
+        "update-spec", "write-model", "bulk-write-error", "client-bulk-write-error",
+        "client-write-model", "command-event", "error", "log-message", "pool-event",
+        "read-preference", "sdam-event", "server-description", "topology-description",
+        "update-model",
+    ],
 });
 
 use bson::{doc, rawdoc, Document, RawDocument};
@@ -45,25 +59,18 @@ fn run(uri: &str) -> Result<(), String> {
     // One deadline of five seconds bounds each operation, end to end.
     let options = ClientOptions {
         timeout_ms: Some(5000),
-        monitor_commands: false,
-        server_api: None,
-        tls_ca_pem: None,
-        tls_certificate_key_pem: None,
-        logging: None,
+        ..Default::default()
     };
     let client = Client::connect(uri, &options).map_err(show)?;
-    let inherit = CollectionOptions {
-        timeout_ms: None,
-        read_concern: None,
-        write_concern: None,
-        read_preference: None,
-    };
+    let inherit = CollectionOptions::default();
     let greetings = client
         .database("consumer_example", &inherit)
         .collection("greetings", &inherit);
 
     let doc = rawdoc! { "text": "hello from a composed component", "n": 42 };
-    let inserted = greetings.insert_one(doc.as_bytes(), &op()).map_err(show)?;
+    let inserted = greetings
+        .insert_one(doc.as_bytes(), &OpOptions::default())
+        .map_err(show)?;
     // `{v: <id>}`: the ObjectId the driver added.
     let id = decode(&inserted.inserted_id)?
         .get("v")
@@ -75,13 +82,13 @@ fn run(uri: &str) -> Result<(), String> {
         .to_vec()
         .map_err(|e| e.to_string())?;
     let found = greetings
-        .find_one(&filter, &find())
+        .find_one(&filter, &FindOptions::default())
         .map_err(show)?
         .ok_or_else(|| format!("{id} not found after its insert"))?;
     println!("read back {}", decode(&found)?);
 
     let total = greetings
-        .count_documents(rawdoc! {}.as_bytes(), &op())
+        .count_documents(rawdoc! {}.as_bytes(), &OpOptions::default())
         .map_err(show)?;
     println!("{total} documents in consumer_example.greetings");
     client.close();
@@ -95,47 +102,4 @@ fn decode(bytes: &[u8]) -> Result<Document, String> {
 
 fn show(e: Error) -> String {
     format!("{:?}: {}", e.kind, e.message)
-}
-
-fn op() -> OpOptions<'static> {
-    OpOptions {
-        timeout_ms: None,
-        session: None,
-        extra: None,
-        upsert: None,
-        ordered: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        array_filters: None,
-        return_document: None,
-        projection: None,
-        sort: None,
-        bypass_document_validation: None,
-        read_concern: None,
-        write_concern: None,
-        read_preference: None,
-    }
-}
-
-fn find() -> FindOptions<'static> {
-    FindOptions {
-        timeout_ms: None,
-        session: None,
-        sort: None,
-        projection: None,
-        skip: None,
-        limit: None,
-        batch_size: None,
-        timeout_mode: None,
-        extra: None,
-        hint: None,
-        collation: None,
-        comment: None,
-        let_: None,
-        max_await_time_ms: None,
-        read_concern: None,
-        read_preference: None,
-    }
 }
