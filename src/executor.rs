@@ -484,6 +484,7 @@ fn attempt<O: Operation>(
                     None,
                 );
             }
+            let large = crate::csot::decoding_is_checked(reply.as_bytes().len());
             let output = op
                 .handle_reply(reply, &address)
                 .map_err(|e| ctx.timeout.transform(e))?;
@@ -491,7 +492,7 @@ fn attempt<O: Operation>(
             // tiny documents: a fifth of a find), so the deadline holds for it
             // too. Not for a reply that leaves a cursor open: the cursor
             // goes back to the caller, whose next call meets the deadline.
-            if keep.is_none() {
+            if large && keep.is_none() {
                 ctx.timeout
                     .deadline()
                     .check(runtime::now(), "reply decoding")?;
