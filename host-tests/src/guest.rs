@@ -297,6 +297,16 @@ impl Guest {
         }))
     }
 
+    /// `collection.id-filter`: `{_id: <id>}` from a `value` (`{v: <id>}`).
+    pub fn id_filter(&mut self, id: &[u8]) -> Result<WitResult<bson::RawDocumentBuf>> {
+        let r = self
+            .driver
+            .mongo_wasi_driver_collection()
+            .collection()
+            .call_id_filter(&mut self.store, &id.to_vec())?;
+        Ok(r.map(|bytes| bson::RawDocumentBuf::from_bytes(bytes).expect("a document")))
+    }
+
     pub fn insert_one(
         &mut self,
         coll: Collection,

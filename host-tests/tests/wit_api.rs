@@ -528,6 +528,37 @@ fn cursor_next_and_collect_share_one_buffer() {
     assert_eq!(err.kind, ErrorKind::InvalidArgument);
 }
 
+/// From an insert to a read of that document in one call: `id-filter` turns
+/// the `value` insert-one returned into `{_id: <id>}` (no decode, `.get("v")`
+/// and encode in the caller).
+#[test]
+fn an_inserted_id_becomes_a_filter_in_one_call() {
+    let (mut g, client, _db, coll) = setup("id_filter");
+    let id = g
+        .insert_one(coll, &rawdoc! { "x": 7 }, &no_options())
+        .unwrap()
+        .unwrap();
+    let value = bson::doc! { "v": id.clone() }.to_vec().unwrap();
+    let filter = g.id_filter(&value).unwrap().unwrap();
+    assert_eq!(
+        bson::Document::try_from(filter.as_ref()).unwrap(),
+        bson::doc! { "_id": id }
+    );
+    let cursor = g.find(coll, &filter, &find_options()).unwrap().unwrap();
+    let found = g
+        .next(cursor)
+        .unwrap()
+        .unwrap()
+        .expect("the inserted document");
+    assert_eq!(found.get_i32("x").unwrap(), 7);
+    let err = g
+        .id_filter(&rawdoc! { "w": 1 }.into_bytes())
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err:?}");
+    g.close(client).unwrap();
+}
+
 /// A cursor the caller closed answers `closed` to every read, as the README
 /// and the WIT say, even with documents still buffered.
 #[test]

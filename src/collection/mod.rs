@@ -97,6 +97,15 @@ pub enum UpdateSpec {
 }
 
 impl Collection {
+    /// The filter `{_id: id}`, for the common "insert, then find, update or
+    /// delete that document": `coll.find_one(Collection::id_filter(id), ...)`
+    /// with the id `insert_one` returned.
+    pub fn id_filter(id: impl Into<RawBson>) -> RawDocumentBuf {
+        let mut filter = RawDocumentBuf::new();
+        filter.append(cstr!("_id"), id.into());
+        filter
+    }
+
     pub(crate) fn new(db: Database, name: &str, timeout_ms: Option<u64>) -> Collection {
         let (read_concern, write_concern) = (db.read_concern.clone(), db.write_concern.clone());
         let read_preference = db.read_preference.clone();

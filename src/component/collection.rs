@@ -198,6 +198,10 @@ impl GuestCollection for CollectionRes {
         self.0.namespace()
     }
 
+    fn id_filter(id: Vec<u8>) -> WitResult<Vec<u8>> {
+        Ok(crate::collection::Collection::id_filter(super::value(id)?).into_bytes())
+    }
+
     fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
         // Checked, and its _id found, in one pass; not copied when it has one.
         let doc =

@@ -34,9 +34,9 @@ wit_bindgen::generate!({
     ],
 });
 
-use bson::{doc, rawdoc, Document, RawDocument};
+use bson::{rawdoc, Document, RawDocument};
 use mongo_wasi::driver::client::{Client, ClientOptions};
-use mongo_wasi::driver::collection::{FindOptions, OpOptions};
+use mongo_wasi::driver::collection::{Collection, FindOptions, OpOptions};
 use mongo_wasi::driver::database::CollectionOptions;
 use mongo_wasi::driver::types::Error;
 use std::process::ExitCode;
@@ -71,16 +71,12 @@ fn run(uri: &str) -> Result<(), String> {
     let inserted = greetings
         .insert_one(doc.as_bytes(), &OpOptions::default())
         .map_err(show)?;
-    // `{v: <id>}`: the ObjectId the driver added.
-    let id = decode(&inserted.inserted_id)?
-        .get("v")
-        .cloned()
-        .ok_or("insert-one returned no id")?;
+    // `{_id: <id>}` from the `{v: <id>}` insert-one returned (the ObjectId
+    // the driver added), for the read that follows.
+    let filter = Collection::id_filter(&inserted.inserted_id).map_err(show)?;
+    let id = decode(&filter)?.get("_id").cloned().ok_or("no _id")?;
     println!("inserted {id}");
 
-    let filter = doc! { "_id": id.clone() }
-        .to_vec()
-        .map_err(|e| e.to_string())?;
     let found = greetings
         .find_one(&filter, &FindOptions::default())
         .map_err(show)?
