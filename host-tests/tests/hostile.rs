@@ -665,7 +665,10 @@ fn find_tiny_batch(timeout_ms: u64) -> (Duration, Result<(), ErrorKind>) {
 fn a_reply_is_checked_within_the_deadline() {
     let (whole, result) = find_tiny_batch(60_000);
     result.expect("without a near deadline the find succeeds");
-    let slack = Duration::from_millis(50);
+    // A success is at most this late: the return through the component, and
+    // a loaded machine's scheduling. Without the check, a success could come
+    // as late as the decoding takes (some 140 ms here).
+    let slack = Duration::from_millis(75);
     for step in 1..=8 {
         let deadline = whole.mul_f64(1.0 - 0.04 * f64::from(step));
         let ms = deadline.as_millis() as u64;
