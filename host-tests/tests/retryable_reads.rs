@@ -462,7 +462,13 @@ fn replica_set_retry(
             let options = RunCommandOptions {
                 timeout_ms: None,
                 session: None,
-                read_preference: Some(rawdoc! { "mode": "primaryPreferred" }.into_bytes()),
+                read_preference: Some(
+                    host_tests::bindings::exports::mongo_wasi::driver::types::ReadPreference {
+                        mode: host_tests::bindings::exports::mongo_wasi::driver::types::ReadMode::PrimaryPreferred,
+                        tag_sets: Vec::new(),
+                        max_staleness_seconds: None,
+                    },
+                ),
             };
             let cmd = rawdoc! { "find": "c" };
             guest

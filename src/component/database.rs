@@ -8,7 +8,6 @@ use super::exports::mongo_wasi::driver::gridfs::Bucket;
 use super::gridfs::BucketRes;
 use super::session::SessionRes;
 use super::{doc, docs, opt_doc, wrap, Component, WitResult};
-use crate::sdam::selection::ReadPreference;
 use crate::Database;
 use bson::rawdoc;
 
@@ -16,19 +15,6 @@ pub struct DatabaseRes(pub Database);
 
 impl wit_database::Guest for Component {
     type Database = DatabaseRes;
-}
-
-/// A `{mode, tags, maxStalenessSeconds}` document as a read preference.
-fn read_mode(pref: Option<Vec<u8>>) -> WitResult<Option<ReadPreference>> {
-    let Some(pref) = opt_doc(pref)? else {
-        return Ok(None);
-    };
-    let pref = ReadPreference::from_document(&pref).map_err(|e| {
-        super::to_wit(crate::Error::invalid_argument(format!(
-            "invalid read preference: {e}"
-        )))
-    })?;
-    Ok(Some(pref))
 }
 
 impl GuestDatabase for DatabaseRes {
@@ -63,7 +49,11 @@ impl GuestDatabase for DatabaseRes {
         let run = crate::RunCommandOptions {
             timeout_ms: options.timeout_ms,
             session,
-            read_preference: read_mode(options.read_preference)?,
+            read_preference: options
+                .read_preference
+                .as_ref()
+                .map(super::read_preference)
+                .transpose()?,
         };
         Ok(wrap(self.0.run_command(doc(command)?, &run))?.into_bytes())
     }

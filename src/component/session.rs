@@ -3,7 +3,7 @@ use super::exports::mongo_wasi::driver::session::{
     TransactionRunner as WitRunner, TransactionState as WitTransactionState,
     WithTransactionOptions,
 };
-use super::{doc, opt_doc, to_wit, wit, wrap, Component, WitResult};
+use super::{doc, to_wit, wit, wrap, Component, WitResult};
 use crate::{Error, ErrorKind, Session, TransactionRunner};
 use std::cell::RefCell;
 
@@ -156,9 +156,16 @@ impl GuestSession for SessionRes {
 
 pub fn transaction_options(o: TransactionOptions) -> WitResult<crate::TransactionOptions> {
     Ok(crate::TransactionOptions {
-        read_concern: opt_doc(o.read_concern)?,
-        write_concern: opt_doc(o.write_concern)?,
-        read_preference: opt_doc(o.read_preference)?,
+        read_concern: o.read_concern.map(|c| super::read_concern(c).to_document()),
+        write_concern: o
+            .write_concern
+            .map(|c| super::write_concern(c).to_document()),
+        read_preference: o
+            .read_preference
+            .as_ref()
+            .map(super::read_preference)
+            .transpose()?
+            .map(|p| p.to_document()),
         max_commit_time_ms: o.max_commit_time_ms,
     })
 }

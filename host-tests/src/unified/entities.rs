@@ -12,6 +12,9 @@ use crate::bindings::exports::mongo_wasi::driver::client::{
 use crate::bindings::exports::mongo_wasi::driver::database::CollectionOptions;
 use crate::bindings::exports::mongo_wasi::driver::gridfs::BucketOptions;
 use crate::bindings::exports::mongo_wasi::driver::session::TransactionOptions;
+use crate::bindings::exports::mongo_wasi::driver::types::{
+    Acknowledgement, ReadConcern, ReadMode, ReadPreference, WriteConcern,
+};
 use crate::guest::Guest;
 use bson::{Bson, Document};
 use std::collections::{HashMap, VecDeque};
@@ -411,10 +414,90 @@ pub fn transaction_options(d: &Document) -> Step<TransactionOptions> {
         ],
     )?;
     Ok(TransactionOptions {
-        read_concern: doc_field(d, "readConcern")?,
-        write_concern: write_concern_field(d)?,
-        read_preference: doc_field(d, "readPreference")?,
+        read_concern: typed_field(d, "readConcern", typed_read_concern)?,
+        write_concern: typed_field(d, "writeConcern", typed_write_concern)?,
+        read_preference: typed_field(d, "readPreference", typed_read_preference)?,
         max_commit_time_ms: u64_field(d, "maxCommitTimeMS")?,
+    })
+}
+
+/// The document field `key` of `d`, if any, as `typed` makes it.
+fn typed_field<T>(d: &Document, key: &str, typed: fn(&Document) -> Step<T>) -> Step<Option<T>> {
+    match d.get(key) {
+        None => Ok(None),
+        Some(Bson::Document(v)) => typed(v).map(Some),
+        Some(other) => Err(Fail(format!("{key} should be a document, not {other}"))),
+    }
+}
+
+/// A unified-format `readConcern` as the WIT record.
+pub fn typed_read_concern(d: &Document) -> Step<ReadConcern> {
+    match d.get_str("level") {
+        Ok(level) if d.len() == 1 => Ok(ReadConcern {
+            level: level.to_string(),
+        }),
+        _ => Err(Fail(format!("readConcern {d} is not {{level: <string>}}"))),
+    }
+}
+
+/// A unified-format `writeConcern` (`w`, `journal`, `wtimeoutMS`) as the WIT record.
+pub fn typed_write_concern(d: &Document) -> Step<WriteConcern> {
+    let mut wc = WriteConcern {
+        w: None,
+        journal: None,
+        wtimeout_ms: None,
+    };
+    for (k, v) in d {
+        match (k.as_str(), v) {
+            ("w", Bson::String(s)) if s == "majority" => wc.w = Some(Acknowledgement::Majority),
+            ("w", Bson::String(s)) => wc.w = Some(Acknowledgement::Tag(s.clone())),
+            ("w", v) => match super::matching::number(v) {
+                Some(n) if n >= 0.0 => wc.w = Some(Acknowledgement::Nodes(n as u32)),
+                _ => return Err(Fail(format!("writeConcern.w {v} is not a count"))),
+            },
+            ("j" | "journal", Bson::Boolean(b)) => wc.journal = Some(*b),
+            ("wtimeout" | "wtimeoutMS", v) => {
+                wc.wtimeout_ms = super::matching::number(v).map(|n| n as u64)
+            }
+            (other, _) => return Err(Fail(format!("unknown writeConcern field {other}"))),
+        }
+    }
+    Ok(wc)
+}
+
+/// A unified-format `readPreference` (`mode`, `tagSets`, `maxStalenessSeconds`)
+/// as the WIT record.
+pub fn typed_read_preference(d: &Document) -> Step<ReadPreference> {
+    let mode = match d.get_str("mode").map(str::to_ascii_lowercase).as_deref() {
+        Ok("primary") => ReadMode::Primary,
+        Ok("primarypreferred") => ReadMode::PrimaryPreferred,
+        Ok("secondary") => ReadMode::Secondary,
+        Ok("secondarypreferred") => ReadMode::SecondaryPreferred,
+        Ok("nearest") => ReadMode::Nearest,
+        _ => return Err(Fail(format!("readPreference {d} has no known mode"))),
+    };
+    let mut tag_sets = Vec::new();
+    if let Ok(sets) = d.get_array("tagSets").or_else(|_| d.get_array("tags")) {
+        for set in sets {
+            match set {
+                Bson::Document(set) => tag_sets.push(bytes(set)?),
+                other => return Err(Fail(format!("a tag set is not a document: {other}"))),
+            }
+        }
+    }
+    let max_staleness_seconds = match d.get("maxStalenessSeconds") {
+        None => None,
+        Some(v) => match super::matching::number(v) {
+            Some(n) if n >= 0.0 => Some(n as u32),
+            // -1: no maximum.
+            Some(_) => None,
+            None => return Err(Fail(format!("maxStalenessSeconds {v} is not a number"))),
+        },
+    };
+    Ok(ReadPreference {
+        mode,
+        tag_sets,
+        max_staleness_seconds,
     })
 }
 

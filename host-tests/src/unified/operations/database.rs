@@ -36,7 +36,10 @@ impl TestRun {
                 let command = bytes(&args.req_doc("command")?)?;
                 // The command document keeps its key order, so commandName is not needed.
                 args.take("commandName");
-                let read_preference = args.doc("readPreference")?.map(|d| bytes(&d)).transpose()?;
+                let read_preference = args
+                    .doc("readPreference")?
+                    .map(|d| crate::unified::entities::typed_read_preference(&d))
+                    .transpose()?;
                 let opts = RunCommandOptions {
                     timeout_ms: args.timeout()?,
                     session,
