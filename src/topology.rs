@@ -845,7 +845,9 @@ impl Topology {
         // cannot use: its description's compatibility error then fails
         // selection at once, with the spec's message (SDAM). A pool's
         // connection was refused before authenticating (conn.rs).
-        conn.hello.check_wire_version(address)?;
+        if check {
+            conn.hello.check_wire_version(address)?;
+        }
         let state = self.state(address);
         if !std::mem::replace(&mut state.ready, true) {
             self.events

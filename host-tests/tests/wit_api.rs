@@ -17,7 +17,7 @@ use host_tests::bindings::exports::mongo_wasi::driver::types::{
     ReadPreference, WriteConcern,
 };
 use host_tests::guest::{
-    find_options, no_options, unvalue, value, Client, Collection, Database, Guest,
+    find_options, no_options, unvalue, value, Client, Collection, Cursor, Database, Guest,
 };
 use mongo_wasi_proxy::{Proxy, ProxyConfig};
 use std::time::{Duration, Instant};
@@ -559,11 +559,8 @@ fn an_inserted_id_becomes_a_filter_in_one_call() {
     g.close(client).unwrap();
 }
 
-/// A cursor the caller closed answers `closed` to every read, as the README
-/// and the WIT say, even with documents still buffered.
-#[test]
-fn a_closed_cursor_answers_closed() {
-    let (mut g, client, _db, coll) = setup("closed_cursor");
+/// Five documents inserted, and a find of them in batches of two.
+fn five_in_batches_of_two(g: &mut Guest, coll: Collection) -> Cursor {
     g.insert_many(coll, &ints(0..5), &no_options())
         .unwrap()
         .unwrap();
@@ -571,7 +568,15 @@ fn a_closed_cursor_answers_closed() {
         batch_size: Some(2),
         ..find_options()
     };
-    let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().unwrap();
+    g.find(coll, &rawdoc! {}, &opts).unwrap().unwrap()
+}
+
+/// A cursor the caller closed answers `closed` to every read, as the README
+/// and the WIT say, even with documents still buffered.
+#[test]
+fn a_closed_cursor_answers_closed() {
+    let (mut g, client, _db, coll) = setup("closed_cursor");
+    let cursor = five_in_batches_of_two(&mut g, coll);
     assert!(
         g.next(cursor).unwrap().unwrap().is_some(),
         "one buffered stays"
@@ -594,14 +599,7 @@ fn a_closed_cursor_answers_closed() {
 #[test]
 fn a_closed_client_answers_closed() {
     let (mut g, client, db, coll) = setup("closed");
-    g.insert_many(coll, &ints(0..5), &no_options())
-        .unwrap()
-        .unwrap();
-    let opts = FindOptions {
-        batch_size: Some(2),
-        ..find_options()
-    };
-    let cursor = g.find(coll, &rawdoc! {}, &opts).unwrap().unwrap();
+    let cursor = five_in_batches_of_two(&mut g, coll);
     g.next_batch(cursor).unwrap().unwrap();
     g.close(client).unwrap();
     let err = g

@@ -622,7 +622,7 @@ impl TopologyDescription {
                 self.remove(&address, why)
             }
             (T::ReplicaSetNoPrimary, S::Standalone | S::Mongos) => {
-                let why = self.not_in_set(&self.servers[idx].clone());
+                let why = self.not_in_set(&self.servers[idx]);
                 self.remove(&address, why)
             }
             (T::ReplicaSetNoPrimary, S::RsSecondary | S::RsArbiter | S::RsOther) => {
@@ -630,7 +630,7 @@ impl TopologyDescription {
             }
             (T::ReplicaSetNoPrimary, _) => {}
             (T::ReplicaSetWithPrimary, S::Standalone | S::Mongos) => {
-                let why = self.not_in_set(&self.servers[idx].clone());
+                let why = self.not_in_set(&self.servers[idx]);
                 self.remove(&address, why);
                 self.check_if_has_primary();
             }

@@ -6,9 +6,7 @@ use super::{output, unwrap_v, OpResult, Output};
 use crate::bindings::exports::mongo_wasi::driver::client::{
     ClientBulkWriteOptions, ClientWriteModel, DriverInfo,
 };
-use crate::bindings::exports::mongo_wasi::driver::types::{
-    Acknowledgement, ClientBulkWriteResult, WriteConcern,
-};
+use crate::bindings::exports::mongo_wasi::driver::types::ClientBulkWriteResult;
 use crate::unified::args::{bytes, Args};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
@@ -67,7 +65,10 @@ impl TestRun {
                     .map(client_write_model)
                     .collect();
                 let models = models?;
-                let write_concern = args.doc("writeConcern")?.map(write_concern).transpose()?;
+                let write_concern = args
+                    .doc("writeConcern")?
+                    .map(|d| crate::unified::entities::typed_write_concern(&d))
+                    .transpose()?;
                 let comment = args
                     .take("comment")
                     .map(|c| bytes(&doc! { "v": c }))
@@ -131,31 +132,6 @@ fn client_write_model(model: &Document) -> Step<ClientWriteModel> {
         model: write_model(&doc! { name: args })?,
         sort,
     })
-}
-
-/// A unified-format `writeConcern` as the WIT record.
-fn write_concern(d: Document) -> Step<WriteConcern> {
-    let mut wc = WriteConcern {
-        w: None,
-        journal: None,
-        wtimeout_ms: None,
-    };
-    for (k, v) in d {
-        match (k.as_str(), v) {
-            ("w", Bson::String(s)) if s == "majority" => wc.w = Some(Acknowledgement::Majority),
-            ("w", Bson::String(s)) => wc.w = Some(Acknowledgement::Tag(s)),
-            ("w", v) => match crate::unified::matching::number(&v) {
-                Some(n) if n >= 0.0 => wc.w = Some(Acknowledgement::Nodes(n as u32)),
-                _ => return Err(Fail(format!("writeConcern.w {v} is not a count"))),
-            },
-            ("j", Bson::Boolean(b)) => wc.journal = Some(b),
-            ("wtimeout" | "wtimeoutMS", v) => {
-                wc.wtimeout_ms = crate::unified::matching::number(&v).map(|n| n as u64)
-            }
-            (other, _) => return Err(Fail(format!("unknown writeConcern field {other}"))),
-        }
-    }
-    Ok(wc)
 }
 
 /// The Bulk Write spec's BulkWriteResult as the unified format matches it:
