@@ -717,10 +717,10 @@ impl crate::client::Client {
     /// by model index and, when some write succeeded, the partial result);
     /// a top-level error (a failed command or getMore) ends it at once and
     /// carries what was observed before it the same way.
-    pub fn bulk_write(
+    pub async fn bulk_write(
         &self,
         models: &[ClientWriteModel],
-        options: &ClientBulkWriteOptions,
+        options: &ClientBulkWriteOptions<'_>,
     ) -> Result<ClientBulkWriteResult> {
         self.inner.check_open()?;
         let prepared = prepare(models)?;
@@ -787,7 +787,10 @@ impl crate::client::Client {
         let mut start = 0;
         while start < prepared.len() {
             let mut op = BulkWriteCommand::new(&prepared, start, body.clone(), !unacknowledged);
-            let reply = match self.execute_within(&mut op, &budget, Some(&session), None) {
+            let reply = match self
+                .execute_within(&mut op, &budget, Some(&session), None)
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => return Err(merged.top_level(e)),
             };
@@ -799,15 +802,18 @@ impl crate::client::Client {
                 continue;
             };
             merged.add_counts(&reply);
-            let first_error = match self.read_results(
-                cursor,
-                &prepared,
-                &batch,
-                &mut merged,
-                ordered,
-                &budget,
-                &session,
-            ) {
+            let first_error = match self
+                .read_results(
+                    cursor,
+                    &prepared,
+                    &batch,
+                    &mut merged,
+                    ordered,
+                    &budget,
+                    &session,
+                )
+                .await
+            {
                 Ok(first) => first,
                 Err(e) => return Err(merged.top_level(e)),
             };
@@ -831,7 +837,7 @@ impl crate::client::Client {
     /// (an ordered write stops at its write error and kills the cursor).
     /// Returns the model index of the batch's first write error.
     #[allow(clippy::too_many_arguments)]
-    fn read_results(
+    async fn read_results(
         &self,
         cursor: &CursorReply,
         models: &[Prepared],
@@ -851,15 +857,21 @@ impl crate::client::Client {
         let mut docs = cursor.batch.clone();
         loop {
             for doc in docs.iter() {
-                let failed = merged.fold(doc, models, batch).inspect_err(|_| {
-                    self.kill_results(id, &coll, &cursor.address, budget, session);
-                })?;
+                let failed = match merged.fold(doc, models, batch) {
+                    Ok(failed) => failed,
+                    Err(e) => {
+                        self.kill_results(id, &coll, &cursor.address, budget, session)
+                            .await;
+                        return Err(e);
+                    }
+                };
                 if let Some(i) = failed {
                     first_error = Some(first_error.map_or(i, |f| f.min(i)));
                 }
             }
             if id == 0 || (ordered && first_error.is_some()) {
-                self.kill_results(id, &coll, &cursor.address, budget, session);
+                self.kill_results(id, &coll, &cursor.address, budget, session)
+                    .await;
                 return Ok(first_error);
             }
             let mut more = crate::operation::GetMore {
@@ -873,11 +885,17 @@ impl crate::client::Client {
             };
             let next = self
                 .execute_within(&mut more, budget, Some(session), Some(&cursor.address))
-                .inspect_err(|e| {
+                .await;
+            let next = match next {
+                Ok(next) => next,
+                Err(e) => {
                     if !e.is_network() {
-                        self.kill_results(id, &coll, &cursor.address, budget, session);
+                        self.kill_results(id, &coll, &cursor.address, budget, session)
+                            .await;
                     }
-                })?;
+                    return Err(e);
+                }
+            };
             id = next.id;
             docs = next.batch;
         }
@@ -885,7 +903,7 @@ impl crate::client::Client {
 
     /// Best effort: a results cursor left open is killed (spec); its
     /// outcome does not change the bulk write's.
-    fn kill_results(
+    async fn kill_results(
         &self,
         id: i64,
         coll: &str,
@@ -901,7 +919,9 @@ impl crate::client::Client {
             coll: coll.to_string(),
             ids: vec![id],
         };
-        let _ = self.execute_within(&mut kill, budget, Some(session), Some(address));
+        let _ = self
+            .execute_within(&mut kill, budget, Some(session), Some(address))
+            .await;
     }
 }
 

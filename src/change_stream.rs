@@ -137,12 +137,12 @@ pub fn refuse_timeout_mode(mode: Option<TimeoutMode>) -> Result<()> {
 }
 
 /// Opens a change stream on `target` in `db` (the executor runs the aggregate).
-pub(crate) fn open(
+pub(crate) async fn open(
     client: &Client,
     db: &str,
     target: RawBson,
     pipeline: &[RawDocumentBuf],
-    options: &OpOptions,
+    options: &OpOptions<'_>,
     batch_size: Option<u32>,
     timeout_ms: Option<u64>,
 ) -> Result<Cursor> {
@@ -158,7 +158,9 @@ pub(crate) fn open(
     let budget = client.start_timeout(timeout_ms);
     let session = client.session_for(options.session);
     let mut op = CursorCommand(RunCommand::read(db, state.command(None)?));
-    let reply = client.execute_within(&mut op, &budget, Some(&session), None)?;
+    let reply = client
+        .execute_within(&mut op, &budget, Some(&session), None)
+        .await?;
     // A change stream is a tailable awaitData cursor: iteration mode (CSOT spec).
     let settings = CursorSettings {
         batch_size,

@@ -95,7 +95,7 @@ impl Connection {
     /// (and its speculative start), and `finish_handshake` must run before
     /// any command.
     #[allow(clippy::too_many_arguments)]
-    pub fn establish(
+    pub async fn establish(
         address: &str,
         host: &str,
         port: u16,
@@ -119,6 +119,7 @@ impl Connection {
             settings.tls.as_ref(),
             connect,
         )
+        .await
         .map_err(label)?;
         let deadline = handshake;
         let mut conn = Connection {
@@ -141,9 +142,13 @@ impl Connection {
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
         let started = runtime::now();
-        let reply = match conn.hello(settings, hello_auth.as_ref(), false, deadline) {
+        let reply = match conn
+            .hello(settings, hello_auth.as_ref(), false, deadline)
+            .await
+        {
             Err(e) if handshake::wants_legacy_fallback(&e, settings.server_api.is_some()) => {
                 conn.hello(settings, hello_auth.as_ref(), true, deadline)
+                    .await
             }
             other => other,
         }
@@ -165,7 +170,7 @@ impl Connection {
         match (auth, hello_auth) {
             // An arbiter holds no users: nothing to authenticate (auth spec).
             _ if conn.hello.arbiter_only => {}
-            (Some(a), Some(h)) if authenticate => conn.authenticate(a, h, &reply, deadline)?,
+            (Some(a), Some(h)) if authenticate => conn.authenticate(a, h, &reply, deadline).await?,
             (Some(_), Some(h)) => conn.unauthenticated = Some((reply.clone(), h.suspend())),
             _ => {}
         }
@@ -174,7 +179,7 @@ impl Connection {
 
     /// Runs the authentication a server check's connection left for later
     /// (nothing when it is done), within `deadline`. A failure breaks the connection.
-    pub fn finish_handshake(
+    pub async fn finish_handshake(
         &mut self,
         settings: &ConnectSettings,
         deadline: Deadline,
@@ -184,13 +189,15 @@ impl Connection {
         else {
             return Ok(());
         };
-        let r = self.authenticate(auth, auth.resume(suspended), &reply, deadline);
+        let r = self
+            .authenticate(auth, auth.resume(suspended), &reply, deadline)
+            .await;
         self.fail_on_err(r)
     }
 
     /// The auth conversation, continued from the hello's speculative answer
     /// when there is one. Its round trips share the establishment deadline.
-    fn authenticate(
+    async fn authenticate(
         &mut self,
         auth: &Authenticator,
         hello: HelloAuth<'_>,
@@ -202,19 +209,22 @@ impl Connection {
         while let Step::Send(mut cmd) = step {
             cmd.append(bson::cstr!("$db"), conversation.db());
             let request_id = next_request_id();
-            let reply = self
-                .send(request_id, &cmd, &[], deadline)
-                .and_then(|()| self.receive(request_id, deadline))
+            let sent = self.send(request_id, &cmd, &[], deadline).await;
+            let reply = match sent {
+                Ok(()) => self.receive(request_id, deadline).await,
+                Err(e) => Err(e),
+            };
+            let reply = reply
                 .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
             step = conversation.reply(&reply, &in_time)?;
         }
         Ok(())
     }
 
-    fn hello(
+    async fn hello(
         &mut self,
         settings: &ConnectSettings,
-        auth: Option<&HelloAuth>,
+        auth: Option<&HelloAuth<'_>>,
         legacy: bool,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
@@ -230,20 +240,20 @@ impl Connection {
                 a.speculative.as_deref(),
             );
         }
-        self.exchange_hello(&cmd, legacy, deadline)
+        self.exchange_hello(&cmd, legacy, deadline).await
     }
 
     /// A server check on this established connection (an SDAM heartbeat):
     /// a hello without the handshake's metadata. Returns the round trip; the
     /// connection's `hello` becomes the new reply.
-    pub fn heartbeat(
+    pub async fn heartbeat(
         &mut self,
         settings: &ConnectSettings,
         deadline: Deadline,
     ) -> Result<(Duration, RawDocumentBuf)> {
         let cmd = handshake::heartbeat_command(settings.server_api.as_ref());
         let started = runtime::now();
-        let reply = self.exchange_hello(&cmd, false, deadline)?;
+        let reply = self.exchange_hello(&cmd, false, deadline).await?;
         let rtt = runtime::now().since(started);
         let hello = HelloReply::parse(&reply)?;
         hello.check_wire_version(&self.address)?;
@@ -251,7 +261,7 @@ impl Connection {
         Ok((rtt, reply))
     }
 
-    fn exchange_hello(
+    async fn exchange_hello(
         &mut self,
         cmd: &RawDocument,
         legacy: bool,
@@ -272,8 +282,8 @@ impl Connection {
                 wire::DEFAULT_MAX_MESSAGE_SIZE,
             )?;
         }
-        self.flush_buf(deadline)?;
-        let reply = self.receive_as(request_id, op_code, deadline)?;
+        self.flush_buf(deadline).await?;
+        let reply = self.receive_as(request_id, op_code, deadline).await?;
         check_ok(&reply)?;
         Ok(reply)
     }
@@ -296,18 +306,22 @@ impl Connection {
     /// The aliveness check of a connection pending past its window: reads
     /// what is already buffered (at most one more byte of the frame).
     /// `Ok(true)` when a byte came, and the window restarts.
-    pub fn probe_pending(&mut self) -> Result<bool> {
+    pub async fn probe_pending(&mut self) -> Result<bool> {
         let Some(mut pending) = self.pending else {
             return Ok(true);
         };
         let now = runtime::now();
         let want = self.buf.len() + 1;
-        match self.stream.read_up_to(
-            &mut self.buf,
-            want,
-            want,
-            Deadline::after(now, ALIVENESS_PROBE),
-        ) {
+        match self
+            .stream
+            .read_up_to(
+                &mut self.buf,
+                want,
+                want,
+                Deadline::after(now, ALIVENESS_PROBE),
+            )
+            .await
+        {
             Ok(()) => {
                 pending.alive(runtime::now(), self.buf.len());
                 self.pending = Some(pending);
@@ -325,12 +339,12 @@ impl Connection {
     /// after checking that it answers the outstanding request. A timeout
     /// leaves the connection pending (cmap.rs decides what then); any other
     /// failure breaks it.
-    pub fn drain_pending(&mut self, deadline: Deadline) -> Result<()> {
+    pub async fn drain_pending(&mut self, deadline: Deadline) -> Result<()> {
         let Some(pending) = self.pending else {
             return Ok(());
         };
         let mut unsolicited = false;
-        let r = self.read_frame(deadline).and_then(|len| {
+        let r = self.read_frame(deadline).await.and_then(|len| {
             unsolicited = self.buf.len() > len;
             match wire::check_reply(&self.buf[..len], pending.request_id, wire::OP_MSG) {
                 Ok(_) => Ok(()),
@@ -362,7 +376,7 @@ impl Connection {
     }
 
     /// Sends one OP_MSG in one write.
-    pub fn send(
+    pub async fn send(
         &mut self,
         request_id: i32,
         body: &RawDocument,
@@ -372,11 +386,11 @@ impl Connection {
         let max = self.max_message_size();
         self.buf.clear();
         wire::encode_op_msg(&mut self.buf, request_id, 0, body, sequences, max)?;
-        self.flush_buf(deadline)
+        self.flush_buf(deadline).await
     }
 
-    fn flush_buf(&mut self, deadline: Deadline) -> Result<()> {
-        let r = self.stream.write_all(&self.buf, deadline);
+    async fn flush_buf(&mut self, deadline: Deadline) -> Result<()> {
+        let r = self.stream.write_all(&self.buf, deadline).await;
         self.fail_on_err(r)
     }
 
@@ -384,12 +398,12 @@ impl Connection {
     /// `deadline`. The request was fully written, so a timeout leaves the
     /// connection pending (its reply is still due) rather than broken; any
     /// other failure (a protocol error among them) breaks it.
-    pub fn receive(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
-        self.receive_as(request_id, wire::OP_MSG, deadline)
+    pub async fn receive(&mut self, request_id: i32, deadline: Deadline) -> Result<RawDocumentBuf> {
+        self.receive_as(request_id, wire::OP_MSG, deadline).await
     }
 
     /// `receive` for a request sent as `op_code` (OP_MSG, or OP_QUERY).
-    fn receive_as(
+    async fn receive_as(
         &mut self,
         request_id: i32,
         op_code: i32,
@@ -397,7 +411,7 @@ impl Connection {
     ) -> Result<RawDocumentBuf> {
         self.buf.clear();
         let mut unsolicited = false;
-        let r = self.read_frame(deadline).and_then(|len| {
+        let r = self.read_frame(deadline).await.and_then(|len| {
             let range = wire::check_reply(&self.buf[..len], request_id, op_code)?;
             unsolicited = self.buf.len() > len;
             wire::take_document(&mut self.buf, range)
@@ -429,10 +443,12 @@ impl Connection {
     /// it in the buffer. The buffer grows once, to exactly the frame (at
     /// most `wire::MAX_MESSAGE_SIZE`), and a heap that cannot give that much
     /// is an error, not a trap.
-    fn read_frame(&mut self, deadline: Deadline) -> Result<usize> {
+    async fn read_frame(&mut self, deadline: Deadline) -> Result<usize> {
         if self.buf.len() < 4 {
             let first = self.first_read;
-            self.stream.read_up_to(&mut self.buf, 4, first, deadline)?;
+            self.stream
+                .read_up_to(&mut self.buf, 4, first, deadline)
+                .await?;
         }
         let prefix = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
         let len = wire::frame_length(prefix, self.max_message_size())?;
@@ -442,7 +458,9 @@ impl Connection {
                 .map_err(|e| {
                     Error::protocol(format!("no memory for a reply of {len} bytes")).with_cause(e)
                 })?;
-            self.stream.read_up_to(&mut self.buf, len, len, deadline)?;
+            self.stream
+                .read_up_to(&mut self.buf, len, len, deadline)
+                .await?;
         }
         self.first_read = len.saturating_mul(2).clamp(FIRST_READ_MIN, FIRST_READ_MAX);
         Ok(len)

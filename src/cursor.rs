@@ -134,7 +134,7 @@ impl Cursor {
     /// per call, so the batch may be empty while the cursor stays open (a
     /// tailable cursor, a change stream, a server that answers nothing yet).
     /// The caller decides whether to ask again; one call never loops.
-    pub fn next_batch(&mut self) -> Result<Batch> {
+    pub async fn next_batch(&mut self) -> Result<Batch> {
         self.check_open()?;
         if !self.ready.is_empty() {
             return Ok(Batch {
@@ -142,7 +142,7 @@ impl Cursor {
                 exhausted: self.id == 0 && self.pending.is_empty(),
             });
         }
-        self.fetch_batch()
+        self.fetch_batch().await
     }
 
     /// The next document: the first one buffered, else from at most one
@@ -150,10 +150,10 @@ impl Cursor {
     /// cursor is exhausted (`id` 0), or a tailable cursor or change stream
     /// has nothing yet.
     #[allow(clippy::should_implement_trait)] // fallible: not an Iterator
-    pub fn next(&mut self) -> Result<Option<RawDocumentBuf>> {
+    pub async fn next(&mut self) -> Result<Option<RawDocumentBuf>> {
         self.check_open()?;
         if self.ready.is_empty() {
-            let batch = self.fetch_batch()?;
+            let batch = self.fetch_batch().await?;
             self.ready.extend(batch.documents);
         }
         Ok(self.ready.pop_front())
@@ -163,7 +163,7 @@ impl Cursor {
     /// cursor is exhausted or a getMore brings nothing; documents beyond
     /// `max` stay buffered. On an error the documents gathered stay
     /// buffered too, for the next call.
-    pub fn collect(&mut self, max: u32) -> Result<Vec<RawDocumentBuf>> {
+    pub async fn collect(&mut self, max: u32) -> Result<Vec<RawDocumentBuf>> {
         self.check_open()?;
         if max == 0 {
             return Err(Error::invalid_argument("collect needs a max above 0"));
@@ -180,7 +180,7 @@ impl Cursor {
             if out.len() == max {
                 return Ok(out);
             }
-            match self.fetch_batch() {
+            match self.fetch_batch().await {
                 Ok(batch) if batch.documents.is_empty() => return Ok(out),
                 Ok(batch) => self.ready.extend(batch.documents),
                 Err(e) => {
@@ -194,11 +194,11 @@ impl Cursor {
     }
 
     /// The pending batch, else one from the server (one getMore at most).
-    fn fetch_batch(&mut self) -> Result<Batch> {
+    async fn fetch_batch(&mut self) -> Result<Batch> {
         if self.stream.is_some() {
-            return self.next_changes();
+            return self.next_changes().await;
         }
-        let documents = self.next_packed()?.into_documents();
+        let documents = self.next_packed().await?.into_documents();
         Ok(Batch {
             documents,
             exhausted: self.id == 0,
@@ -207,17 +207,17 @@ impl Cursor {
 
     /// As `next_batch`, the documents back to back in one buffer (one
     /// allocation per batch, not per document).
-    pub fn next_batch_packed(&mut self) -> Result<PackedBatch> {
+    pub async fn next_batch_packed(&mut self) -> Result<PackedBatch> {
         self.check_open()?;
         let packed = if self.stream.is_some() {
-            let batch = self.next_changes()?;
+            let batch = self.next_changes().await?;
             let mut bytes = Vec::new();
             for d in &batch.documents {
                 bytes.extend_from_slice(d.as_bytes());
             }
             (bytes, batch.documents.len())
         } else {
-            self.next_packed()?.into_bytes()
+            self.next_packed().await?.into_bytes()
         };
         Ok(PackedBatch {
             documents: packed.0,
@@ -227,12 +227,12 @@ impl Cursor {
     }
 
     /// The buffered documents, else one getMore's (not for change streams).
-    fn next_packed(&mut self) -> Result<Packed> {
+    async fn next_packed(&mut self) -> Result<Packed> {
         if self.pending.is_empty() && self.id != 0 {
             let s = &self.settings;
             let Some(batch_size) = get_more_batch_size(s.batch_size, s.limit, self.received) else {
                 // The limit is reached and the server kept the cursor: close it.
-                self.kill(None)?;
+                self.kill(None).await?;
                 return Ok(Packed::default());
             };
             let budget = match self.settings.mode {
@@ -251,6 +251,7 @@ impl Cursor {
             let reply = self
                 .client
                 .execute_within(&mut op, &budget, self.session.as_ref(), Some(&self.address))
+                .await
                 .inspect_err(|e| {
                     // A network error loses the cursor with its connection.
                     if e.kind == crate::error::ErrorKind::Network {
@@ -271,7 +272,7 @@ impl Cursor {
     /// resumable error opens the stream again from the last token, once.
     /// The first call hands over the aggregate's batch, even an empty one,
     /// as a cursor does: a getMore waits for the next call.
-    fn next_changes(&mut self) -> Result<Batch> {
+    async fn next_changes(&mut self) -> Result<Batch> {
         let budget = self.client.start_timeout(self.settings.timeout_ms);
         let initial = self
             .stream
@@ -280,17 +281,19 @@ impl Cursor {
         if self.resume_next {
             // Resuming after a timeout: this call also reads, within the
             // same budget (CSOT spec, "Cursors").
-            self.resume(&budget)?;
+            self.resume(&budget).await?;
             if self.pending.is_empty() && self.id != 0 {
-                self.get_more_changes(&budget).map_err(|(e, _)| {
+                self.get_more_changes(&budget).await.map_err(|(e, _)| {
                     self.resume_next = e.is_timeout();
                     e
                 })?;
             }
         } else if !initial && self.pending.is_empty() && self.id != 0 {
-            match self.get_more_changes(&budget) {
+            match self.get_more_changes(&budget).await {
                 Ok(()) => {}
-                Err((e, wire)) if change_stream::is_resumable(&e, wire) => self.resume(&budget)?,
+                Err((e, wire)) if change_stream::is_resumable(&e, wire) => {
+                    self.resume(&budget).await?
+                }
                 Err((e, _)) => {
                     // A timed-out getMore left the server cursor behind: the
                     // next call resumes.
@@ -314,7 +317,7 @@ impl Cursor {
     }
 
     /// A failure comes with the wire version of the connection it ran on.
-    fn get_more_changes(
+    async fn get_more_changes(
         &mut self,
         budget: &OpTimeout,
     ) -> std::result::Result<(), (crate::error::Error, Option<i32>)> {
@@ -331,6 +334,7 @@ impl Cursor {
         let reply = self
             .client
             .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
+            .await
             .map_err(|e| (e, op.wire_version))?;
         self.id = reply.id;
         self.pending = reply.batch;
@@ -339,7 +343,7 @@ impl Cursor {
     }
 
     /// Opens the change stream again from the last resume token.
-    fn resume(&mut self, budget: &OpTimeout) -> Result<()> {
+    async fn resume(&mut self, budget: &OpTimeout) -> Result<()> {
         let Some(state) = self.stream.clone() else {
             return Ok(());
         };
@@ -347,12 +351,13 @@ impl Cursor {
         // resume must not leave a stream that reads as exhausted).
         self.resume_next = true;
         // The old cursor's killCursors shares the resume's budget (CSOT spec).
-        let _ = self.close_within(budget);
+        let _ = self.close_within(budget).await;
         let command = state.command(self.resume_token.as_ref())?;
         let mut op = CursorCommand(RunCommand::read(&self.db, command));
         let reply = self
             .client
-            .execute_within(&mut op, budget, self.session.as_ref(), None)?;
+            .execute_within(&mut op, budget, self.session.as_ref(), None)
+            .await?;
         self.id = reply.id;
         self.server_id = reply.id;
         self.address = reply.address;
@@ -368,10 +373,10 @@ impl Cursor {
     /// timeoutMS the legacy socket timeouts apply.
     /// Closes the cursor for the caller: the server cursor is killed if it
     /// is still open, and every later read is `Closed` (README, Errors).
-    pub fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+    pub async fn close(&mut self, timeout_ms: Option<u64>) -> Result<()> {
         self.closed = true;
         self.ready.clear();
-        self.kill(timeout_ms)
+        self.kill(timeout_ms).await
     }
 
     fn check_open(&self) -> Result<()> {
@@ -383,7 +388,7 @@ impl Cursor {
 
     /// Kills the server cursor if it is still open (not a caller's close:
     /// a limit reached, or a drop).
-    fn kill(&mut self, timeout_ms: Option<u64>) -> Result<()> {
+    async fn kill(&mut self, timeout_ms: Option<u64>) -> Result<()> {
         if self.id == 0 {
             // Nothing to kill: no deadline to start (a findOne's cursor ends
             // here). A connection still pinned to it (a getMore's network
@@ -394,11 +399,11 @@ impl Cursor {
         }
         let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);
         let budget = self.client.start_timeout(timeout_ms);
-        self.close_within(&budget)
+        self.close_within(&budget).await
     }
 
     /// Kills the server cursor under `budget` (a GridFS stream's lifetime).
-    pub(crate) fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
+    pub(crate) async fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
         self.pending = Packed::default();
         if self.id == 0 {
             // Lost or exhausted: a connection still pinned to it is returned.
@@ -413,6 +418,7 @@ impl Cursor {
         self.id = 0;
         self.client
             .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
+            .await
     }
 }
 
@@ -436,7 +442,8 @@ fn get_more_batch_size(
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        let _ = self.kill(None);
+        // Drop cannot await: the 0.2 face blocks here as it always did.
+        let _ = crate::runtime::block_on(self.kill(None));
     }
 }
 

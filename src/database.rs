@@ -100,10 +100,10 @@ impl Database {
     }
 
     /// Runs `command` as given; returns the reply (an ok:0 reply is an error).
-    pub fn run_command(
+    pub async fn run_command(
         &self,
         command: RawDocumentBuf,
-        options: &RunCommandOptions,
+        options: &RunCommandOptions<'_>,
     ) -> Result<RawDocumentBuf> {
         self.check()?;
         // The generic command method ignores the handles' defaults (Server
@@ -123,7 +123,7 @@ impl Database {
         };
         let timeout =
             crate::csot::resolve_timeout_ms(options.timeout_ms, callback, &[self.timeout_ms]);
-        self.client.execute(&mut op, timeout, options.session)
+        self.client.execute(&mut op, timeout, options.session).await
     }
 
     /// Runs a command whose reply is a cursor and returns that cursor. As a
@@ -131,11 +131,11 @@ impl Database {
     /// cursor's options, not sent with the command (run-command spec):
     /// `tailable`/`awaitData` (its `cursorType`; the command's own fields
     /// count too) and `maxTimeMS` for each getMore.
-    pub fn run_cursor_command(
+    pub async fn run_cursor_command(
         &self,
         command: RawDocumentBuf,
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let extra = options.extra.as_deref();
@@ -172,14 +172,15 @@ impl Database {
             options.session,
             cursor,
         )
+        .await
     }
 
     /// `listCollections` (a retryable read), as a cursor.
-    pub fn list_collections(
+    pub async fn list_collections(
         &self,
         filter: RawDocumentBuf,
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let options = &options.flattened()?;
@@ -201,14 +202,15 @@ impl Database {
             options.session,
             CursorOptions::default(),
         )
+        .await
     }
 
     /// A database-level `aggregate: 1`; retried unless the pipeline writes.
-    pub fn aggregate(
+    pub async fn aggregate(
         &self,
         pipeline: &[RawDocumentBuf],
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let options = &options.flattened()?;
@@ -238,6 +240,7 @@ impl Database {
             options.session,
             CursorOptions::default(),
         )
+        .await
     }
 
     /// `options.extra` into `command`, without a maxTimeMS under CSOT.
@@ -248,7 +251,7 @@ impl Database {
         crate::operation::merge_extra(command, extra.as_deref())
     }
 
-    fn cursor_command(
+    async fn cursor_command(
         &self,
         op: RunCommand,
         timeout_ms: Option<u64>,
@@ -279,7 +282,8 @@ impl Database {
         let session = self.client.session_for(session);
         let parsed = self
             .client
-            .execute_within(&mut op, &budget, Some(&session), None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)
+            .await?;
         let settings = crate::cursor::CursorSettings {
             batch_size,
             comment: cursor.get_more_comment,
@@ -299,10 +303,10 @@ impl Database {
     }
 
     /// The names from a `listCollections` cursor (a retryable read), every batch.
-    pub fn list_collection_names(
+    pub async fn list_collection_names(
         &self,
         filter: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<String>> {
         let mut extra = rawdoc! { "nameOnly": true };
         crate::operation::merge_extra(&mut extra, options.extra.as_deref())?;
@@ -310,10 +314,10 @@ impl Database {
             extra: Some(extra),
             ..options.clone()
         };
-        let mut cursor = self.list_collections(filter, None, &opts, None)?;
+        let mut cursor = self.list_collections(filter, None, &opts, None).await?;
         let mut names = Vec::new();
         loop {
-            let batch = cursor.next_batch()?;
+            let batch = cursor.next_batch().await?;
             names.extend(
                 batch
                     .documents
@@ -327,11 +331,11 @@ impl Database {
     }
 
     /// A change stream on every collection of this database.
-    pub fn watch(
+    pub async fn watch(
         &self,
         pipeline: &[RawDocumentBuf],
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Cursor> {
         self.check()?;
         let options = &options.flattened()?;
@@ -346,6 +350,7 @@ impl Database {
             batch_size,
             timeout_ms,
         )
+        .await
     }
 
     /// A GridFS bucket in this database.
@@ -353,7 +358,7 @@ impl Database {
         crate::gridfs::Bucket::new(self, options)
     }
 
-    pub fn drop(&self, timeout_ms: Option<u64>, session: Option<&Session>) -> Result<()> {
+    pub async fn drop(&self, timeout_ms: Option<u64>, session: Option<&Session>) -> Result<()> {
         self.check()?;
         let opts = RunCommandOptions {
             timeout_ms,
@@ -361,6 +366,7 @@ impl Database {
             read_preference: None,
         };
         self.run_command(rawdoc! { "dropDatabase": 1 }, &opts)
+            .await
             .map(|_| ())
     }
 }

@@ -19,12 +19,13 @@ pub struct Discovered {
 /// Looks up the SRV and TXT records of `cs` within `deadline`. A DNS server
 /// that does not answer in time is a timeout error; a name without records,
 /// or records that break the spec's rules, are errors that say which.
-pub fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered> {
+pub async fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered> {
     let (env, file) = runtime::dns_config();
     let servers = dns::config::name_servers(env.as_deref(), file.as_deref())
         .map_err(Error::invalid_argument)?;
     let srv_name = seedlist::srv_query(cs)?;
-    let srv: Vec<SrvTarget> = answers(&servers, &srv_name, RecordType::Srv, deadline)?
+    let srv: Vec<SrvTarget> = answers(&servers, &srv_name, RecordType::Srv, deadline)
+        .await?
         .into_iter()
         .filter_map(|r| match r {
             Record::Srv { port, target, .. } => Some(SrvTarget { host: target, port }),
@@ -38,7 +39,8 @@ pub fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered>
         ));
     }
     let host = seedlist::host(cs)?;
-    let txt: Vec<Vec<u8>> = answers(&servers, host, RecordType::Txt, deadline)?
+    let txt: Vec<Vec<u8>> = answers(&servers, host, RecordType::Txt, deadline)
+        .await?
         .into_iter()
         .filter_map(|r| match r {
             Record::Txt(text) => Some(text),
@@ -65,13 +67,13 @@ pub fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered>
 }
 
 /// The records, or none for NXDOMAIN; other DNS failures are errors.
-fn answers(
+async fn answers(
     servers: &[SocketAddr],
     name: &str,
     rtype: RecordType,
     deadline: Deadline,
 ) -> Result<Vec<Record>> {
-    match runtime::dns_lookup(servers, name, rtype, deadline)? {
+    match runtime::dns_lookup(servers, name, rtype, deadline).await? {
         Ok(records) => Ok(records),
         // A missing TXT record only means no default options.
         Err(DnsError::NxDomain) if rtype == RecordType::Txt => Ok(Vec::new()),

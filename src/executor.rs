@@ -46,7 +46,11 @@ struct Attempts {
 /// Runs `op` with the context's session, or an implicit one.
 /// A final error gets its settled kind (`Error::settled`: duplicate key,
 /// write concern) only here, after the retry loop looked at its code.
-pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+pub async fn execute<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context<'_>,
+) -> Result<O::Output> {
     let result = match ctx.session {
         // A withTransaction body's deadline bounds every operation on its session.
         Some(s) => {
@@ -54,7 +58,7 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
                 timeout: s.bound(ctx.timeout),
                 ..*ctx
             };
-            run(client, op, &ctx)
+            run(client, op, &ctx).await
         }
         None => {
             let implicit = client.implicit_session();
@@ -62,23 +66,27 @@ pub fn execute<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) ->
                 session: Some(&implicit),
                 ..*ctx
             };
-            run(client, op, &ctx)
+            run(client, op, &ctx).await
         }
     };
     result.map_err(Error::settled)
 }
 
 /// Runs `op` with no session at all (endSessions itself).
-pub fn execute_without_session<O: Operation>(
+pub async fn execute_without_session<O: Operation>(
     client: &ClientInner,
     op: &mut O,
-    ctx: &Context,
+    ctx: &Context<'_>,
 ) -> Result<O::Output> {
-    run(client, op, ctx)
+    run(client, op, ctx).await
 }
 
 /// The retry loop: once without timeoutMS, as often as the deadline allows with it.
-fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<O::Output> {
+async fn run<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context<'_>,
+) -> Result<O::Output> {
     client.check_open()?;
     let in_txn = ctx.session.is_some_and(Session::in_transaction);
     // A cursor's getMore goes where its cursor is, whatever it was opened with.
@@ -114,7 +122,7 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
     let mut overload = backpressure::Policy::new(client.max_adaptive_retries);
     loop {
         attempts += 1;
-        let err = match attempt(client, op, ctx, kind, &mut state) {
+        let err = match attempt(client, op, ctx, kind, &mut state).await {
             Ok(out) => return Ok(out),
             Err(mut e) => {
                 // A network error inside a transaction: the whole transaction may be retried.
@@ -168,7 +176,8 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
             verdict.retry,
             retryable,
             state.started_txn,
-        );
+        )
+        .await;
         if !again {
             return Err(verdict.report);
         }
@@ -189,10 +198,10 @@ fn run<O: Operation>(client: &ClientInner, op: &mut O, ctx: &Context) -> Result<
 /// error's backoff (never past the deadline) and readies the resend before
 /// saying yes.
 #[allow(clippy::too_many_arguments)]
-fn backpressure_wait<O: Operation>(
+async fn backpressure_wait<O: Operation>(
     client: &ClientInner,
     op: &mut O,
-    ctx: &Context,
+    ctx: &Context<'_>,
     policy: &mut backpressure::Policy,
     err: &Error,
     attempts: u32,
@@ -218,7 +227,7 @@ fn backpressure_wait<O: Operation>(
         None => false,
         Some(wait) => {
             if !wait.is_zero() {
-                runtime::sleep_until(Deadline::after(now, wait).min(deadline));
+                runtime::sleep_until(Deadline::after(now, wait).min(deadline)).await;
             }
             if backpressure::is_overload(err) {
                 // Refused at the door: the server saw neither the command
@@ -234,10 +243,10 @@ fn backpressure_wait<O: Operation>(
 }
 
 /// One attempt: select, check out, send, receive.
-fn attempt<O: Operation>(
+async fn attempt<O: Operation>(
     client: &ClientInner,
     op: &mut O,
-    ctx: &Context,
+    ctx: &Context<'_>,
     kind: Retryability,
     state: &mut Attempts,
 ) -> Result<O::Output> {
@@ -261,7 +270,9 @@ fn attempt<O: Operation>(
                 criteria: &criteria,
             };
             let deprioritized = &state.deprioritized;
-            let a = topology.select(&criteria, &ctx.timeout, selection, deprioritized, &log)?;
+            let a = topology
+                .select(&criteria, &ctx.timeout, selection, deprioritized, &log)
+                .await?;
             // The topology type is known once selection found a server. A
             // commit or abort after an unpin is not pinned again.
             let starts_pin = txn_session.filter(|s| s.in_transaction());
@@ -283,7 +294,7 @@ fn attempt<O: Operation>(
     };
     let mut conn = match held {
         Some(held) => held,
-        None => topology.checkout(&address, &ctx.timeout, selection)?,
+        None => topology.checkout(&address, &ctx.timeout, selection).await?,
     };
     // `keep`: the cursor the connection stays pinned to.
     let give_back = |conn: Connection, keep: Option<i64>| match (holder, keep) {
@@ -414,9 +425,10 @@ fn attempt<O: Operation>(
         );
     }
     let deadline = ctx.timeout.io_deadline(started);
-    let result = conn
-        .send(request_id, &body, &sequences, deadline)
-        .and_then(|()| conn.receive(request_id, deadline));
+    let result = match conn.send(request_id, &body, &sequences, deadline).await {
+        Ok(()) => conn.receive(request_id, deadline).await,
+        Err(e) => Err(e),
+    };
     let elapsed = runtime::now().since(started);
 
     let failed = |e: &Error, reply: Option<RawDocumentBuf>| {

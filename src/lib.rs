@@ -70,6 +70,9 @@ pub use gridfs::{
     Bucket, BucketOptions, DownloadStream, GridfsOptions, UploadOptions, UploadStream,
 };
 pub use logging::{Component as LogComponent, Level as LogLevel, LogMessage, LogOptions};
+/// The sync form of the API: `block_on(collection.find_one(..))` runs one
+/// operation to its end on WASI 0.2, as the `driver` world's exports do.
+pub use runtime::block_on;
 pub use session::{
     RunnerStep, Session, TransactionOptions, TransactionRunner, TransactionState,
     WithTransactionOptions,

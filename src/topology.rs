@@ -135,16 +135,18 @@ impl Topology {
     /// on, avoided where another server is suitable (the executor decides
     /// which, by `retryable::deprioritizes`).
     /// `log`: the selection's log messages (started, waiting, succeeded or failed).
-    pub fn select(
+    pub async fn select(
         &mut self,
         criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
         deprioritized: &[String],
-        log: &selection::SelectionLog,
+        log: &selection::SelectionLog<'_>,
     ) -> Result<String> {
         log.started(&self.description);
-        let result = self.select_server(criteria, timeout, deadline, deprioritized, log);
+        let result = self
+            .select_server(criteria, timeout, deadline, deprioritized, log)
+            .await;
         match &result {
             Ok(address) => log.succeeded(&self.description, address),
             Err(e) => log.failed(&self.description, e),
@@ -152,17 +154,17 @@ impl Topology {
         result
     }
 
-    fn select_server(
+    async fn select_server(
         &mut self,
         criteria: &Criteria,
         timeout: &OpTimeout,
         deadline: Deadline,
         deprioritized: &[String],
-        log: &selection::SelectionLog,
+        log: &selection::SelectionLog<'_>,
     ) -> Result<String> {
         let mut waiting = false;
         if self.settings.srv.is_some() {
-            self.discover_seeds(timeout, deadline)?;
+            self.discover_seeds(timeout, deadline).await?;
         } else {
             self.configure_name_servers()?;
         }
@@ -191,7 +193,7 @@ impl Topology {
                 let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
                 if only_avoided && !avoid.is_empty() && !looked_further {
                     looked_further = true;
-                    if self.scan(criteria, timeout, deadline)? {
+                    if self.scan(criteria, timeout, deadline).await? {
                         continue;
                     }
                 }
@@ -199,7 +201,7 @@ impl Topology {
                     return Ok(pick);
                 }
                 // Due for its heartbeat: check it, then select again on what it said.
-                self.check(&pick, criteria, timeout, deadline)?;
+                self.check(&pick, criteria, timeout, deadline).await?;
                 continue;
             }
             let now = runtime::now();
@@ -209,7 +211,7 @@ impl Topology {
             if deadline.is_expired(now) {
                 return Err(timeout.selection_error(now, self.selection_failure(criteria)));
             }
-            let checked = self.scan(criteria, timeout, deadline)?;
+            let checked = self.scan(criteria, timeout, deadline).await?;
             if let Some(failed) = self.failed_for_good_everywhere() {
                 // The host's policy, an address or a peer will not change
                 // while selection waits.
@@ -217,7 +219,7 @@ impl Topology {
             }
             if !checked {
                 // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
-                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline));
+                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline)).await;
             }
         }
     }
@@ -243,21 +245,23 @@ impl Topology {
         Ok(())
     }
 
-    fn discover_seeds(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+    async fn discover_seeds(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
         let Some(cs) = &self.settings.srv else {
             return Ok(());
         };
-        let found = crate::discovery::discover(cs, deadline).map_err(|e| {
-            if e.is_timeout() {
-                let cause = e
-                    .cause
-                    .as_ref()
-                    .map_or(e.message.clone(), |c| c.to_string());
-                timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
-            } else {
-                e
-            }
-        })?;
+        let found = crate::discovery::discover(cs, deadline)
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    let cause = e
+                        .cause
+                        .as_ref()
+                        .map_or(e.message.clone(), |c| c.to_string());
+                    timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
+                } else {
+                    e
+                }
+            })?;
         check_supported(&found.cs)?;
         let seeds = seeds(&found.cs)?;
         let set_name = found.cs.options.replica_set.clone();
@@ -283,7 +287,7 @@ impl Topology {
     /// minHeartbeatFrequencyMS, Unknown ones first. Known ones too: after a
     /// step-down the new primary is still described as the secondary it was,
     /// and only its own hello says otherwise. Returns whether it checked any.
-    fn scan(
+    async fn scan(
         &mut self,
         criteria: &Criteria,
         timeout: &OpTimeout,
@@ -302,7 +306,7 @@ impl Topology {
             .collect();
         due.sort_by_key(|(order, _)| *order);
         for (_, address) in &due {
-            self.check(address, criteria, timeout, deadline)?;
+            self.check(address, criteria, timeout, deadline).await?;
         }
         Ok(!due.is_empty())
     }
@@ -311,9 +315,13 @@ impl Topology {
     /// single-threaded client has none): each server never checked, due for
     /// its heartbeat, or Unknown and not checked within
     /// minHeartbeatFrequencyMS, within `deadline`. For a host with idle time.
-    pub fn check_due_servers(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+    pub async fn check_due_servers(
+        &mut self,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<()> {
         if self.settings.srv.is_some() {
-            self.discover_seeds(timeout, deadline)?;
+            self.discover_seeds(timeout, deadline).await?;
         } else {
             self.configure_name_servers()?;
         }
@@ -335,9 +343,9 @@ impl Topology {
             .collect();
         let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
         for address in &due {
-            self.check(address, &criteria, timeout, deadline)?;
+            self.check(address, &criteria, timeout, deadline).await?;
         }
-        self.fill_pools(timeout, deadline);
+        self.fill_pools(timeout, deadline).await;
         Ok(())
     }
 
@@ -345,7 +353,7 @@ impl Topology {
     /// fully established (hello and authentication), one at a time within
     /// `deadline`. A failure ends that pool's filling; it is the pool's
     /// (events, SDAM error handling as for a checkout), not the caller's.
-    fn fill_pools(&mut self, timeout: &OpTimeout, deadline: Deadline) {
+    async fn fill_pools(&mut self, timeout: &OpTimeout, deadline: Deadline) {
         let min = self.settings.min_pool_size;
         if min == 0 || self.settings.connect.load_balanced {
             return;
@@ -373,13 +381,15 @@ impl Topology {
                 let id = self.next_id();
                 self.events
                     .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
-                let result = self.establish(
-                    &address,
-                    id,
-                    connect.min(deadline),
-                    handshake.min(deadline),
-                    true,
-                );
+                let result = self
+                    .establish(
+                        &address,
+                        id,
+                        connect.min(deadline),
+                        handshake.min(deadline),
+                        true,
+                    )
+                    .await;
                 match self.handshake_done(&address, id, now, result, timeout) {
                     Ok(conn) => self.keep_or_close(conn),
                     Err(_) => break,
@@ -401,7 +411,7 @@ impl Topology {
     /// hello on an idle pooled connection, else a new connection's handshake
     /// (the hello; authentication waits for its first checkout), which then
     /// joins the pool.
-    fn check(
+    async fn check(
         &mut self,
         address: &str,
         criteria: &Criteria,
@@ -410,14 +420,14 @@ impl Topology {
     ) -> Result<()> {
         self.state(address).last_check = Some(runtime::now());
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
-        if self.heartbeat(address, handshake.min(deadline)) {
+        if self.heartbeat(address, handshake.min(deadline)).await {
             self.state(address).permanent = None;
             return Ok(());
         }
         let id = self.next_id();
         // The check's hello only: its connection authenticates at its first checkout.
         let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
-        let result = self.establish(address, id, connect, handshake, false);
+        let result = self.establish(address, id, connect, handshake, false).await;
         self.state(address).permanent = match &result {
             Err(e) if e.is_permanent() => Some(e.clone()),
             _ => None,
@@ -472,7 +482,7 @@ impl Topology {
     /// connection per heartbeat). Returns whether it answered; a connection
     /// that failed is closed, and the caller checks on a new one (so a
     /// known server's failed check is retried once, as SDAM asks).
-    fn heartbeat(&mut self, address: &str, deadline: Deadline) -> bool {
+    async fn heartbeat(&mut self, address: &str, deadline: Deadline) -> bool {
         let state = self.state(address);
         let generation = state.generation;
         // Not a check's connection still to authenticate: its conversation is open.
@@ -488,7 +498,7 @@ impl Topology {
         let mut conn = state.idle.remove(at);
         let (id, started) = (conn.id, runtime::now());
         self.description.emit(|| Heartbeat::started(address, id));
-        match conn.heartbeat(&self.settings.connect, deadline) {
+        match conn.heartbeat(&self.settings.connect, deadline).await {
             Ok((rtt, reply)) => {
                 let server_id = conn.hello.connection_id;
                 self.description
@@ -518,7 +528,7 @@ impl Topology {
     /// out of time inside the window stays pending in the pool.
     /// `selection` is the deadline selection ran under: under CSOT what is
     /// left of it bounds the checkout (CSOT spec, "Server Selection").
-    pub fn checkout(
+    pub async fn checkout(
         &mut self,
         address: &str,
         timeout: &OpTimeout,
@@ -528,7 +538,7 @@ impl Topology {
         let event = |kind, id| PoolEvent::new(kind, address, id);
         self.events
             .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
-        let mut result = self.check_out(address, timeout, selection);
+        let mut result = self.check_out(address, timeout, selection).await;
         if let Ok(conn) = &mut result {
             conn.lease = Some(cmap::InUse::lease(&self.state(address).in_use));
         }
@@ -547,7 +557,7 @@ impl Topology {
         result
     }
 
-    fn check_out(
+    async fn check_out(
         &mut self,
         address: &str,
         timeout: &OpTimeout,
@@ -563,9 +573,9 @@ impl Topology {
                 self.closed(&conn, reason);
                 continue;
             }
-            match self.drain(&mut conn, timeout) {
+            match self.drain(&mut conn, timeout).await {
                 Ok(true) if self.unannounced(&conn) => {
-                    return self.announce(conn, timeout, selection);
+                    return self.announce(conn, timeout, selection).await;
                 }
                 Ok(true) => return Ok(conn),
                 Ok(false) => {
@@ -590,22 +600,18 @@ impl Topology {
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
         if self.settings.connect.load_balanced {
-            return self.establish_behind_load_balancer(
-                address,
-                id,
-                created,
-                (connect, handshake),
-                timeout,
-            );
+            return self
+                .establish_behind_load_balancer(address, id, created, (connect, handshake), timeout)
+                .await;
         }
-        let result = self.establish(address, id, connect, handshake, true);
+        let result = self.establish(address, id, connect, handshake, true).await;
         self.handshake_done(address, id, created, result, timeout)
     }
 
     /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
     /// completes gets no SDAM error handling; one after it (authentication) clears
     /// the pool but never marks the load balancer Unknown.
-    fn establish_behind_load_balancer(
+    async fn establish_behind_load_balancer(
         &mut self,
         address: &str,
         id: u64,
@@ -621,14 +627,17 @@ impl Topology {
             });
             Err(e)
         };
-        let mut conn = match self.establish(address, id, connect, handshake, false) {
+        let mut conn = match self.establish(address, id, connect, handshake, false).await {
             Ok(conn) => conn,
             Err(e) => return failed(self, e),
         };
         // Its generation is its service's, known from the hello (Load Balancer spec).
         let service = conn.hello.service_id;
         conn.generation = self.generation_of(address, service);
-        match conn.finish_handshake(&self.settings.connect, handshake) {
+        match conn
+            .finish_handshake(&self.settings.connect, handshake)
+            .await
+        {
             Ok(()) => self.handshake_done(address, id, created, Ok(conn), timeout),
             // Load Balancer spec: an error after the hello goes through SDAM
             // error handling, clearing only its service's connections.
@@ -656,7 +665,7 @@ impl Topology {
     /// A check's connection at its first checkout: CMAP sees it created now,
     /// and it authenticates (the rest of its handshake) before it is ready,
     /// so a failure there is the checkout's, as the specs expect.
-    fn announce(
+    async fn announce(
         &mut self,
         mut conn: Connection,
         timeout: &OpTimeout,
@@ -669,6 +678,7 @@ impl Topology {
         let (_, handshake) = timeout.establish_deadlines(selection, created);
         let result = conn
             .finish_handshake(&self.settings.connect, handshake.min(selection))
+            .await
             .map(|()| conn);
         let result = self.handshake_done(&address, id, created, result, timeout);
         let now = runtime::now();
@@ -731,7 +741,7 @@ impl Topology {
     /// The drain step of a checkout. `Ok(true)`: the connection is ready;
     /// `Ok(false)`: it was closed (dropped with `conn` by the caller);
     /// `Err`: the operation's deadline ran out, the connection stays pending.
-    fn drain(&mut self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
+    async fn drain(&mut self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
         let Some(pending) = conn.pending() else {
             return Ok(true);
         };
@@ -748,7 +758,7 @@ impl Topology {
             .emit(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
         let deadline = match pending.step(started, timeout) {
             DrainStep::Drain(deadline) => Ok(deadline),
-            DrainStep::AlivenessCheck => match conn.probe_pending() {
+            DrainStep::AlivenessCheck => match conn.probe_pending().await {
                 // Bytes came: the window restarted.
                 Ok(true) => Ok(conn
                     .pending()
@@ -760,7 +770,10 @@ impl Topology {
                 Err(e) => Err(e),
             },
         };
-        let result = deadline.and_then(|deadline| conn.drain_pending(deadline));
+        let result = match deadline {
+            Ok(deadline) => conn.drain_pending(deadline).await,
+            Err(e) => Err(e),
+        };
         let now = runtime::now();
         let took = Some(now.since(started));
         let Err(e) = result else {
@@ -798,7 +811,7 @@ impl Topology {
         id
     }
 
-    fn establish(
+    async fn establish(
         &mut self,
         address: &str,
         id: u64,
@@ -824,7 +837,8 @@ impl Topology {
             generation,
             (connect, handshake),
             authenticate,
-        );
+        )
+        .await;
         if check {
             self.description.emit(|| match &result {
                 Ok(c) => {

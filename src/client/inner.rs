@@ -214,7 +214,7 @@ impl ClientInner {
             .logical_session_timeout_minutes
     }
 
-    pub(crate) fn close_within(&self, timeout_ms: Option<u64>) {
+    pub(crate) async fn close_within(&self, timeout_ms: Option<u64>) {
         if self.closed.get() {
             return;
         }
@@ -239,7 +239,7 @@ impl ClientInner {
                 session: None,
                 pinned: None,
             };
-            let _ = executor::execute_without_session(self, &mut op, &ctx);
+            let _ = executor::execute_without_session(self, &mut op, &ctx).await;
         }
         self.topology.borrow_mut().close();
         self.closed.set(true);
@@ -251,14 +251,14 @@ impl ClientInner {
     }
 
     /// Starts the operation's clock now and runs it.
-    pub(crate) fn execute<O: Operation>(
+    pub(crate) async fn execute<O: Operation>(
         &self,
         op: &mut O,
         timeout_ms: Option<u64>,
         session: Option<&Session>,
     ) -> Result<O::Output> {
         let timeout = self.start_timeout(timeout_ms);
-        self.execute_within(op, &timeout, session, None)
+        self.execute_within(op, &timeout, session, None).await
     }
 
     pub(crate) fn start_timeout(&self, timeout_ms: Option<u64>) -> OpTimeout {
@@ -267,7 +267,7 @@ impl ClientInner {
 
     /// Runs `op` under an already-started budget (several commands of one
     /// operation, or a cursor's getMore), optionally pinned to a server.
-    pub(crate) fn execute_within<O: Operation>(
+    pub(crate) async fn execute_within<O: Operation>(
         &self,
         op: &mut O,
         timeout: &OpTimeout,
@@ -279,7 +279,7 @@ impl ClientInner {
             session,
             pinned,
         };
-        executor::execute(self, op, &ctx)
+        executor::execute(self, op, &ctx).await
     }
 }
 

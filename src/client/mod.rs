@@ -107,7 +107,7 @@ impl Client {
     /// Runs the server checks a background monitor would have run by now
     /// (`Topology::check_due_servers`), within the client's timeoutMS, else
     /// serverSelectionTimeoutMS.
-    pub fn check_servers(&self) -> Result<()> {
+    pub async fn check_servers(&self) -> Result<()> {
         self.inner.check_open()?;
         let timeout = self.start_timeout(self.inner.timeout_ms);
         let deadline = timeout.selection_deadline(crate::runtime::now());
@@ -115,6 +115,7 @@ impl Client {
             .topology
             .borrow_mut()
             .check_due_servers(&timeout, deadline)
+            .await
     }
 
     /// Drains the recorded SDAM events (empty unless monitoring is on).
@@ -147,9 +148,9 @@ impl Client {
     /// connection. The client stays closed: every later operation of it or
     /// of its databases, collections, cursors and sessions fails with
     /// `Closed`; a second close does nothing.
-    pub fn close(&self) {
+    pub async fn close(&self) {
         let timeout_ms = crate::csot::resolve_timeout_ms(None, None, &[self.inner.timeout_ms]);
-        self.inner.close_within(timeout_ms);
+        self.inner.close_within(timeout_ms).await;
     }
 
     /// The bound on the endSessions a dropped client sends (`close_on_drop`).
@@ -158,12 +159,12 @@ impl Client {
     /// `close` for a client dropped without it: endSessions bounded by
     /// `DROP_END_SESSIONS_MS`, or by the client's timeoutMS when smaller, so
     /// a forgotten close neither leaks server sessions nor blocks long.
-    pub fn close_on_drop(&self) {
+    pub async fn close_on_drop(&self) {
         let bound = match self.inner.timeout_ms {
             Some(ms) if ms > 0 => ms.min(Self::DROP_END_SESSIONS_MS),
             _ => Self::DROP_END_SESSIONS_MS,
         };
-        self.inner.close_within(Some(bound));
+        self.inner.close_within(Some(bound)).await;
     }
 
     // The engine's entry points, for the API objects that hold a `Client`.
@@ -179,13 +180,13 @@ impl Client {
     }
 
     /// Starts the operation's clock now and runs it.
-    pub(crate) fn execute<O: Operation>(
+    pub(crate) async fn execute<O: Operation>(
         &self,
         op: &mut O,
         timeout_ms: Option<u64>,
         session: Option<&Session>,
     ) -> Result<O::Output> {
-        self.inner.execute(op, timeout_ms, session)
+        self.inner.execute(op, timeout_ms, session).await
     }
 
     pub(crate) fn start_timeout(&self, timeout_ms: Option<u64>) -> OpTimeout {
@@ -193,22 +194,24 @@ impl Client {
     }
 
     /// Runs `op` under an already-started budget, optionally pinned to a server.
-    pub(crate) fn execute_within<O: Operation>(
+    pub(crate) async fn execute_within<O: Operation>(
         &self,
         op: &mut O,
         timeout: &OpTimeout,
         session: Option<&Session>,
         pinned: Option<&str>,
     ) -> Result<O::Output> {
-        self.inner.execute_within(op, timeout, session, pinned)
+        self.inner
+            .execute_within(op, timeout, session, pinned)
+            .await
     }
 
     /// A change stream on the whole deployment (`allChangesForCluster` on admin).
-    pub fn watch(
+    pub async fn watch(
         &self,
         pipeline: &[RawDocumentBuf],
         batch_size: Option<u32>,
-        options: &crate::collection::OpOptions,
+        options: &crate::collection::OpOptions<'_>,
     ) -> Result<crate::cursor::Cursor> {
         let options = &options.flattened()?;
         let mut extra = rawdoc! { "allChangesForCluster": true };
@@ -228,14 +231,15 @@ impl Client {
             batch_size,
             timeout_ms,
         )
+        .await
     }
 
     /// `listDatabases` (a retryable read): one document per database.
-    pub fn list_databases(
+    pub async fn list_databases(
         &self,
         filter: RawDocumentBuf,
         name_only: bool,
-        options: &crate::collection::OpOptions,
+        options: &crate::collection::OpOptions<'_>,
     ) -> Result<Vec<RawDocumentBuf>> {
         let options = &options.flattened()?;
         let mut cmd = rawdoc! { "listDatabases": 1, "filter": filter };
@@ -250,19 +254,19 @@ impl Client {
             criteria: Criteria::Read(options.read_preference_or_primary()),
             ..RunCommand::read("admin", cmd)
         };
-        let reply = self.execute(&mut op, timeout_ms, options.session)?;
+        let reply = self.execute(&mut op, timeout_ms, options.session).await?;
         let list = reply
             .get_array("databases")
             .map_err(|_| Error::protocol("listDatabases reply has no databases array"))?;
         crate::operation::documents_of(list)
     }
 
-    pub fn list_database_names(
+    pub async fn list_database_names(
         &self,
         filter: RawDocumentBuf,
-        options: &crate::collection::OpOptions,
+        options: &crate::collection::OpOptions<'_>,
     ) -> Result<Vec<String>> {
-        let dbs = self.list_databases(filter, true, options)?;
+        let dbs = self.list_databases(filter, true, options).await?;
         Ok(dbs
             .iter()
             .filter_map(|d| d.get_str("name").ok().map(str::to_string))

@@ -20,21 +20,25 @@ impl Collection {
     /// One index on `keys`; `options.extra` holds the index's options and the
     /// command's own fields (`COMMAND_FIELDS`), each sent where it belongs.
     /// Returns the index name.
-    pub fn create_index(&self, keys: &RawDocument, options: &OpOptions) -> Result<String> {
+    pub async fn create_index(
+        &self,
+        keys: &RawDocument,
+        options: &OpOptions<'_>,
+    ) -> Result<String> {
         let (model, extra) = index_model(keys, options.extra.as_deref())?;
         let options = OpOptions {
             extra,
             ..options.clone()
         };
-        let names = self.create_indexes(&[model], &options)?;
+        let names = self.create_indexes(&[model], &options).await?;
         Ok(names.into_iter().next().unwrap_or_default())
     }
 
     /// Each model is `{key: {...}, ...index options}`; returns the index names.
-    pub fn create_indexes(
+    pub async fn create_indexes(
         &self,
         models: &[RawDocumentBuf],
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<String>> {
         let mut indexes = RawArrayBuf::new();
         let mut names = Vec::new();
@@ -54,14 +58,14 @@ impl Collection {
             names.push(name);
         }
         let body = rawdoc! { "createIndexes": self.name.as_str(), "indexes": indexes };
-        self.command(body, options, Retryability::None)?;
+        self.command(body, options, Retryability::None).await?;
         Ok(names)
     }
 
-    pub fn list_indexes(
+    pub async fn list_indexes(
         &self,
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let mut cursor_opts = RawDocumentBuf::new();
@@ -70,12 +74,15 @@ impl Collection {
         }
         let body = rawdoc! { "listIndexes": self.name.as_str(), "cursor": cursor_opts };
         self.cursor_command(body, batch_size, options, mode, Retryability::Read, false)
+            .await
     }
 
     /// Drops one index by name (`"*"`: all but `_id`).
-    pub fn drop_index(&self, name: &str, options: &OpOptions) -> Result<()> {
+    pub async fn drop_index(&self, name: &str, options: &OpOptions<'_>) -> Result<()> {
         let body = rawdoc! { "dropIndexes": self.name.as_str(), "index": name };
-        self.command(body, options, Retryability::None).map(|_| ())
+        self.command(body, options, Retryability::None)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -49,12 +49,12 @@ pub(crate) fn result(reply: RawDocumentBuf) -> Result<RawDocumentBuf> {
 
 impl Collection {
     /// Runs `mapReduce` on this collection, never retried (see the module doc).
-    pub fn map_reduce(
+    pub async fn map_reduce(
         &self,
         map: &str,
         reduce: &str,
         out: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<RawDocumentBuf> {
         let (mut body, read) = command(&self.name, map, reduce, out)?;
         let options = &options.flattened()?;
@@ -74,7 +74,12 @@ impl Collection {
         };
         op.retryability = Retryability::None;
         let timeout = self.resolve(options.timeout_ms, options.session)?;
-        result(self.db.client.execute(&mut op, timeout, options.session)?)
+        result(
+            self.db
+                .client
+                .execute(&mut op, timeout, options.session)
+                .await?,
+        )
     }
 }
 

@@ -231,7 +231,7 @@ impl Collection {
         self
     }
 
-    pub fn find(&self, filter: RawDocumentBuf, options: &FindOptions) -> Result<Cursor> {
+    pub async fn find(&self, filter: RawDocumentBuf, options: &FindOptions<'_>) -> Result<Cursor> {
         let typed = options::Typed {
             hint: options.hint.as_ref(),
             collation: options.collation.as_ref(),
@@ -290,7 +290,8 @@ impl Collection {
         let reply = self
             .db
             .client
-            .execute_within(&mut op, &budget, Some(&session), None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)
+            .await?;
         let settings = CursorSettings {
             batch_size: options.batch_size,
             limit: options
@@ -312,25 +313,25 @@ impl Collection {
         )
     }
 
-    pub fn find_one(
+    pub async fn find_one(
         &self,
         filter: RawDocumentBuf,
-        options: &FindOptions,
+        options: &FindOptions<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
         let options = FindOptions {
             limit: Some(-1),
             batch_size: None,
             ..options.clone()
         };
-        let mut cursor = self.find(filter, &options)?;
-        Ok(cursor.next_batch()?.documents.into_iter().next())
+        let mut cursor = self.find(filter, &options).await?;
+        Ok(cursor.next_batch().await?.documents.into_iter().next())
     }
 
-    pub fn aggregate(
+    pub async fn aggregate(
         &self,
         pipeline: &[RawDocumentBuf],
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         timeout_mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let options = &options.flattened()?;
@@ -343,13 +344,14 @@ impl Collection {
             (Retryability::Read, self.reading(options)?)
         };
         self.cursor_command(body, batch_size, &options, timeout_mode, retry, writes)
+            .await
     }
 
-    fn cursor_command(
+    async fn cursor_command(
         &self,
         mut body: RawDocumentBuf,
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         timeout_mode: Option<TimeoutMode>,
         retry: Retryability,
         writes: bool,
@@ -382,7 +384,8 @@ impl Collection {
         let reply = self
             .db
             .client
-            .execute_within(&mut op, &budget, Some(&session), None)?;
+            .execute_within(&mut op, &budget, Some(&session), None)
+            .await?;
         let settings = CursorSettings {
             batch_size,
             comment,
@@ -403,10 +406,10 @@ impl Collection {
 
     /// Runs one hand-built command for this collection: a read, a
     /// retryable write, or a write sent once.
-    fn command(
+    async fn command(
         &self,
         body: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         retry: Retryability,
     ) -> Result<RawDocumentBuf> {
         let options = &options.flattened()?;
@@ -414,15 +417,15 @@ impl Collection {
             Retryability::Read => self.reading(options)?,
             _ => self.writing(options)?,
         };
-        self.command_as_given(body, &options, retry)
+        self.command_as_given(body, &options, retry).await
     }
 
     /// `command` without the handles' read and write concerns: what the
     /// caller's options hold is sent, nothing more.
-    fn command_as_given(
+    async fn command_as_given(
         &self,
         mut body: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         retry: Retryability,
     ) -> Result<RawDocumentBuf> {
         let options = &options.flattened()?;
@@ -430,15 +433,18 @@ impl Collection {
         let pref = self.read_preference(options.read_preference.as_ref(), options.session);
         let mut op = command_op(&self.db.name, body, retry, pref);
         let timeout = self.resolve(options.timeout_ms, options.session)?;
-        self.db.client.execute(&mut op, timeout, options.session)
+        self.db
+            .client
+            .execute(&mut op, timeout, options.session)
+            .await
     }
 
     /// A change stream on this collection (options by server names in `extra`).
-    pub fn watch(
+    pub async fn watch(
         &self,
         pipeline: &[RawDocumentBuf],
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Cursor> {
         let options = &options.flattened()?;
         let timeout_ms = self.resolve(options.timeout_ms, options.session)?;
@@ -452,10 +458,11 @@ impl Collection {
             batch_size,
             timeout_ms,
         )
+        .await
     }
 
     /// Renames this collection within its database (`renameCollection` on admin).
-    pub fn rename(&self, to: &str, options: &OpOptions) -> Result<()> {
+    pub async fn rename(&self, to: &str, options: &OpOptions<'_>) -> Result<()> {
         let options = &options.flattened()?;
         let mut body = rawdoc! { "renameCollection": self.namespace(), "to": format!("{}.{to}", self.db.name) };
         crate::operation::merge_extra(&mut body, self.writing(options)?.extra.as_deref())?;
@@ -464,10 +471,15 @@ impl Collection {
         self.db
             .client
             .execute(&mut op, timeout, options.session)
+            .await
             .map(|_| ())
     }
 
-    pub fn count_documents(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
+    pub async fn count_documents(
+        &self,
+        filter: RawDocumentBuf,
+        options: &OpOptions<'_>,
+    ) -> Result<i64> {
         let options = &options.flattened()?;
         let mut pipeline = vec![rawdoc! { "$match": filter }];
         let extra = options.extra.as_ref();
@@ -479,8 +491,8 @@ impl Collection {
         }
         pipeline.push(rawdoc! { "$group": { "_id": 1, "n": { "$sum": 1 } } });
         let opts = writes::strip(options, &["skip", "limit"])?;
-        let mut cursor = self.aggregate(&pipeline, None, &opts, None)?;
-        let batch = cursor.next_batch()?;
+        let mut cursor = self.aggregate(&pipeline, None, &opts, None).await?;
+        let batch = cursor.next_batch().await?;
         match batch.documents.first() {
             None => Ok(0),
             Some(d) => number(d, "n"),
@@ -488,39 +500,44 @@ impl Collection {
     }
 
     /// The deprecated `count` command with a filter (CRUD spec).
-    pub fn count(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
+    pub async fn count(&self, filter: RawDocumentBuf, options: &OpOptions<'_>) -> Result<i64> {
         let body = rawdoc! { "count": self.name.as_str(), "query": filter };
-        let reply = self.command(body, options, Retryability::Read)?;
+        let reply = self.command(body, options, Retryability::Read).await?;
         number(&reply, "n")
     }
 
-    pub fn estimated_document_count(&self, options: &OpOptions) -> Result<i64> {
-        let reply = self.command(
-            rawdoc! { "count": self.name.as_str() },
-            options,
-            Retryability::Read,
-        )?;
+    pub async fn estimated_document_count(&self, options: &OpOptions<'_>) -> Result<i64> {
+        let reply = self
+            .command(
+                rawdoc! { "count": self.name.as_str() },
+                options,
+                Retryability::Read,
+            )
+            .await?;
         number(&reply, "n")
     }
 
     /// The distinct values, in the server's order.
-    pub fn distinct(
+    pub async fn distinct(
         &self,
         field: &str,
         filter: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<RawBson>> {
         let body = rawdoc! { "distinct": self.name.as_str(), "key": field, "query": filter };
-        let reply = self.command(body, options, Retryability::Read)?;
+        let reply = self.command(body, options, Retryability::Read).await?;
         distinct_values(&reply)
     }
 
-    pub fn drop(&self, options: &OpOptions) -> Result<()> {
-        match self.command(
-            rawdoc! { "drop": self.name.as_str() },
-            options,
-            Retryability::None,
-        ) {
+    pub async fn drop(&self, options: &OpOptions<'_>) -> Result<()> {
+        match self
+            .command(
+                rawdoc! { "drop": self.name.as_str() },
+                options,
+                Retryability::None,
+            )
+            .await
+        {
             // Dropping a missing collection is not an error (NamespaceNotFound).
             Err(e) if e.code == Some(26) || e.message.contains("ns not found") => Ok(()),
             other => other.map(|_| ()),

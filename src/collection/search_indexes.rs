@@ -33,31 +33,34 @@ impl SearchIndexModel {
 impl Collection {
     /// One `createSearchIndexes` for all `models`; the names the server
     /// gave them, in order. Not retried.
-    pub fn create_search_indexes(
+    pub async fn create_search_indexes(
         &self,
         models: &[SearchIndexModel],
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<String>> {
         let indexes: Vec<RawDocumentBuf> = models.iter().map(|m| m.to_document()).collect();
         let body =
             rawdoc! { "createSearchIndexes": self.name.as_str(), "indexes": array(&indexes) };
-        let reply = self.command_as_given(body, options, Retryability::None)?;
+        let reply = self
+            .command_as_given(body, options, Retryability::None)
+            .await?;
         created_names(&reply)
     }
 
     /// `dropSearchIndex` of the index called `name`. Not retried.
-    pub fn drop_search_index(&self, name: &str, options: &OpOptions) -> Result<()> {
+    pub async fn drop_search_index(&self, name: &str, options: &OpOptions<'_>) -> Result<()> {
         let body = rawdoc! { "dropSearchIndex": self.name.as_str(), "name": name };
         self.command_as_given(body, options, Retryability::None)
+            .await
             .map(|_| ())
     }
 
     /// `updateSearchIndex`: `name`'s definition becomes `definition`. Not retried.
-    pub fn update_search_index(
+    pub async fn update_search_index(
         &self,
         name: &str,
         definition: &RawDocument,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<()> {
         let body = rawdoc! {
             "updateSearchIndex": self.name.as_str(),
@@ -65,16 +68,17 @@ impl Collection {
             "definition": definition.to_owned(),
         };
         self.command_as_given(body, options, Retryability::None)
+            .await
             .map(|_| ())
     }
 
     /// A cursor over the search indexes (all, or the one called `name`):
     /// an aggregate of `$listSearchIndexes`, retried as a read.
-    pub fn list_search_indexes(
+    pub async fn list_search_indexes(
         &self,
         name: Option<&str>,
         batch_size: Option<u32>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         mode: Option<TimeoutMode>,
     ) -> Result<Cursor> {
         let stage = match name {
@@ -83,6 +87,7 @@ impl Collection {
         };
         let body = aggregate_command(RawBson::String(self.name.clone()), &[stage], batch_size);
         self.cursor_command(body, batch_size, options, mode, Retryability::Read, false)
+            .await
     }
 }
 

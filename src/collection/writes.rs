@@ -118,19 +118,20 @@ impl WriteModel {
 
 impl Collection {
     /// Inserts one document; returns its `_id`.
-    pub fn insert_one(&self, doc: &RawDocument, options: &OpOptions) -> Result<RawBson> {
+    pub async fn insert_one(&self, doc: &RawDocument, options: &OpOptions<'_>) -> Result<RawBson> {
         self.insert_one_with_id(with_id(doc, &crate::runtime::object_ids())?, options)
+            .await
     }
 
     /// `insert_one` of a document `with_id` (or `checked_with_id`) prepared.
-    pub(crate) fn insert_one_with_id(
+    pub(crate) async fn insert_one_with_id(
         &self,
         (doc, id): (RawDocumentBuf, RawBson),
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<RawBson> {
         let options = &options.flattened()?;
         let op = self.write_op(WriteKind::Insert, vec![doc], 0);
-        raise(&self.write(op, options)?)?;
+        raise(&self.write(op, options).await?)?;
         Ok(id)
     }
 
@@ -138,34 +139,35 @@ impl Collection {
     /// limits allow, all under one deadline; returns the `_id`s in order.
     /// A write error fails it with the errors and the ids inserted
     /// (`Error::write_failure`, CRUD spec BulkWriteException).
-    pub fn insert_many(
+    pub async fn insert_many(
         &self,
         docs: &[RawDocumentBuf],
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<RawBson>> {
         // One clock read for the batch's generated ids.
         let oids = crate::runtime::object_ids();
         let docs = docs.iter().map(|d| with_id(d, &oids));
         self.insert_many_with_ids(docs.collect::<Result<_>>()?, options)
+            .await
     }
 
     /// `insert_many` of documents `with_id` (or `checked_with_id`) prepared.
-    pub(crate) fn insert_many_with_ids(
+    pub(crate) async fn insert_many_with_ids(
         &self,
         docs: Vec<(RawDocumentBuf, RawBson)>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<RawBson>> {
         let (docs, ids): (Vec<_>, Vec<_>) = docs.into_iter().unzip();
-        self.insert_documents(docs.into(), ids, options)
+        self.insert_documents(docs.into(), ids, options).await
     }
 
     /// [`Collection::insert_many_with_ids`] with the documents already laid
     /// out back to back (`ids[i]` is the `_id` of document `i`).
-    pub(crate) fn insert_documents(
+    pub(crate) async fn insert_documents(
         &self,
         docs: crate::wire::Documents,
         ids: Vec<RawBson>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Vec<RawBson>> {
         let options = &options.flattened()?;
         if docs.is_empty() {
@@ -174,7 +176,7 @@ impl Collection {
             ));
         }
         let op = self.write_op(WriteKind::Insert, docs, 0);
-        let r = self.write(op, options)?;
+        let r = self.write(op, options).await?;
         if r.write_errors.is_empty() && r.write_concern_errors.is_empty() {
             return Ok(ids);
         }
@@ -184,48 +186,55 @@ impl Collection {
         total.finish(&ids, ordered(options)).map(|_| Vec::new())
     }
 
-    pub fn update_one(
+    pub async fn update_one(
         &self,
         filter: RawDocumentBuf,
         update: UpdateSpec,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<UpdateResult> {
         self.update(filter, update_value(update)?, false, options)
+            .await
     }
 
-    pub fn update_many(
+    pub async fn update_many(
         &self,
         filter: RawDocumentBuf,
         update: UpdateSpec,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<UpdateResult> {
         self.update(filter, update_value(update)?, true, options)
+            .await
     }
 
-    pub fn replace_one(
+    pub async fn replace_one(
         &self,
         filter: RawDocumentBuf,
         replacement: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<UpdateResult> {
         check_replacement(&replacement)?;
         self.update(filter, RawBson::Document(replacement), false, options)
+            .await
     }
 
-    pub fn delete_one(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
-        self.delete(filter, false, options)
+    pub async fn delete_one(&self, filter: RawDocumentBuf, options: &OpOptions<'_>) -> Result<i64> {
+        self.delete(filter, false, options).await
     }
 
-    pub fn delete_many(&self, filter: RawDocumentBuf, options: &OpOptions) -> Result<i64> {
-        self.delete(filter, true, options)
+    pub async fn delete_many(
+        &self,
+        filter: RawDocumentBuf,
+        options: &OpOptions<'_>,
+    ) -> Result<i64> {
+        self.delete(filter, true, options).await
     }
 
-    fn update(
+    async fn update(
         &self,
         filter: RawDocumentBuf,
         u: RawBson,
         multi: bool,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<UpdateResult> {
         let options = &options.flattened()?;
         let mut stmt = rawdoc! { "q": filter, "u": u };
@@ -240,17 +249,24 @@ impl Collection {
         let mut op = self.write_op(WriteKind::Update, vec![stmt], 0);
         // Only single-document writes are retryable (Retryable Writes spec).
         op.retryable = !multi;
-        let r = self.write(op, &strip(options, fields)?)?;
+        let r = self.write(op, &strip(options, fields)?).await?;
         update_result(&r)
     }
 
-    fn delete(&self, filter: RawDocumentBuf, many: bool, options: &OpOptions) -> Result<i64> {
+    async fn delete(
+        &self,
+        filter: RawDocumentBuf,
+        many: bool,
+        options: &OpOptions<'_>,
+    ) -> Result<i64> {
         let options = &options.flattened()?;
         let mut stmt = rawdoc! { "q": filter, "limit": if many { 0 } else { 1 } };
         move_fields(&mut stmt, options, &["collation", "hint"])?;
         let mut op = self.write_op(WriteKind::Delete, vec![stmt], 0);
         op.retryable = !many;
-        let r = self.write(op, &strip(options, &["collation", "hint"])?)?;
+        let r = self
+            .write(op, &strip(options, &["collation", "hint"])?)
+            .await?;
         raise(&r)?;
         Ok(r.n)
     }
@@ -260,10 +276,10 @@ impl Collection {
     /// `Error::write_failure` (the errors and the partial result), the same
     /// in the error's reply as `writeErrors`, `writeConcernErrors` and
     /// `partialResult`.
-    pub fn bulk_write(
+    pub async fn bulk_write(
         &self,
         models: &[WriteModel],
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<BulkWriteResult> {
         let options = &options.flattened()?;
         let models: Vec<RawDocumentBuf> = models
@@ -283,7 +299,7 @@ impl Collection {
             let mut op = self.write_op(run.kind, run.statements, first);
             op.ordered = ordered;
             op.retryable = run.retryable;
-            let r = match self.write_within(op, options, &budget) {
+            let r = match self.write_within(op, options, &budget).await {
                 Ok(r) => r,
                 Err(e) => return Err(total.stopped(e, &inserted, ordered, first)),
             };
@@ -299,11 +315,11 @@ impl Collection {
     /// `findAndModify`: removes, updates or replaces one document and
     /// returns it (before the change, or after with `returnDocument: "After"`
     /// in `extra`; `projection` is sent as `fields`).
-    fn find_and_modify(
+    async fn find_and_modify(
         &self,
         filter: RawDocumentBuf,
         change: Option<RawBson>,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
         let options = &options.flattened()?;
         let mut body = rawdoc! { "findAndModify": self.name.as_str(), "query": filter };
@@ -336,37 +352,44 @@ impl Collection {
             ..RunCommand::new(&self.db.name, body, Criteria::Write)
         });
         let timeout = self.resolve(opts.timeout_ms, opts.session)?;
-        match self.db.client.execute(&mut op, timeout, opts.session)? {
+        match self
+            .db
+            .client
+            .execute(&mut op, timeout, opts.session)
+            .await?
+        {
             Some(reply) => find_and_modify_value(&reply),
             None => Ok(None),
         }
     }
 
-    pub fn find_one_and_delete(
+    pub async fn find_one_and_delete(
         &self,
         filter: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
-        self.find_and_modify(filter, None, options)
+        self.find_and_modify(filter, None, options).await
     }
 
-    pub fn find_one_and_update(
+    pub async fn find_one_and_update(
         &self,
         filter: RawDocumentBuf,
         update: UpdateSpec,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
         self.find_and_modify(filter, Some(update_value(update)?), options)
+            .await
     }
 
-    pub fn find_one_and_replace(
+    pub async fn find_one_and_replace(
         &self,
         filter: RawDocumentBuf,
         replacement: RawDocumentBuf,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
         check_replacement(&replacement)?;
         self.find_and_modify(filter, Some(RawBson::Document(replacement)), options)
+            .await
     }
 
     fn write_op(
@@ -380,19 +403,19 @@ impl Collection {
 
     /// Runs every batch of `op` under one deadline. Write errors come back in
     /// the result; a command that fails outright ends the write.
-    fn write(&self, op: WriteCommand, options: &OpOptions) -> Result<WriteResult> {
+    async fn write(&self, op: WriteCommand, options: &OpOptions<'_>) -> Result<WriteResult> {
         let budget = self
             .db
             .client
             .start_timeout(self.resolve(options.timeout_ms, options.session)?);
-        self.write_within(op, options, &budget)
+        self.write_within(op, options, &budget).await
     }
 
     /// Runs every batch of `op` under `budget`.
-    fn write_within(
+    async fn write_within(
         &self,
         mut op: WriteCommand,
-        options: &OpOptions,
+        options: &OpOptions<'_>,
         budget: &OpTimeout,
     ) -> Result<WriteResult> {
         let options = &self.writing(options)?;
@@ -402,7 +425,8 @@ impl Collection {
             let r = self
                 .db
                 .client
-                .execute_within(&mut op, budget, options.session, None);
+                .execute_within(&mut op, budget, options.session, None)
+                .await;
             op.finish_batch();
             r?;
         }

@@ -22,7 +22,7 @@ pub struct ClientRes(pub Client);
 /// this does nothing.
 impl Drop for ClientRes {
     fn drop(&mut self) {
-        self.0.close_on_drop();
+        crate::runtime::block_on(self.0.close_on_drop());
     }
 }
 
@@ -57,31 +57,33 @@ impl GuestClient for ClientRes {
         models: Vec<ClientWriteModel>,
         options: ClientBulkWriteOptions<'_>,
     ) -> Result<ClientBulkWriteResult, ClientBulkWriteError> {
-        let models = models
-            .into_iter()
-            .map(|m| {
-                Ok(crate::ClientWriteModel {
-                    namespace: m.namespace,
-                    model: super::collection::write_model(m.model)?,
-                    sort: super::opt_doc(m.sort)?,
+        crate::runtime::block_on(async move {
+            let models = models
+                .into_iter()
+                .map(|m| {
+                    Ok(crate::ClientWriteModel {
+                        namespace: m.namespace,
+                        model: super::collection::write_model(m.model)?,
+                        sort: super::opt_doc(m.sort)?,
+                    })
                 })
-            })
-            .collect::<WitResult<Vec<_>>>()?;
-        let opts = crate::ClientBulkWriteOptions {
-            timeout_ms: options.timeout_ms,
-            session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
-            ordered: options.ordered,
-            bypass_document_validation: options.bypass_document_validation,
-            comment: super::collection::opt_value(options.comment)?,
-            let_vars: super::opt_doc(options.let_)?,
-            write_concern: options.write_concern.map(super::write_concern),
-            verbose_results: options.verbose_results,
-            extra: super::opt_doc(options.extra)?,
-        };
-        let r = self.0.bulk_write(&models, &opts);
-        Ok(super::client_bulk_write_result(
-            r.map_err(super::to_wit_client_bulk)?,
-        ))
+                .collect::<WitResult<Vec<_>>>()?;
+            let opts = crate::ClientBulkWriteOptions {
+                timeout_ms: options.timeout_ms,
+                session: options.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+                ordered: options.ordered,
+                bypass_document_validation: options.bypass_document_validation,
+                comment: super::collection::opt_value(options.comment)?,
+                let_vars: super::opt_doc(options.let_)?,
+                write_concern: options.write_concern.map(super::write_concern),
+                verbose_results: options.verbose_results,
+                extra: super::opt_doc(options.extra)?,
+            };
+            let r = self.0.bulk_write(&models, &opts).await;
+            Ok(super::client_bulk_write_result(
+                r.map_err(super::to_wit_client_bulk)?,
+            ))
+        })
     }
 
     fn database(&self, name: String, options: CollectionOptions) -> Database {
@@ -130,9 +132,11 @@ impl GuestClient for ClientRes {
     }
 
     fn list_databases(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<Vec<Vec<u8>>> {
-        let opts = super::collection::op_options(&options)?;
-        let dbs = wrap(self.0.list_databases(doc(filter)?, false, &opts))?;
-        Ok(dbs.into_iter().map(|d| d.into_bytes()).collect())
+        crate::runtime::block_on(async move {
+            let opts = super::collection::op_options(&options)?;
+            let dbs = wrap(self.0.list_databases(doc(filter)?, false, &opts).await)?;
+            Ok(dbs.into_iter().map(|d| d.into_bytes()).collect())
+        })
     }
 
     fn list_database_names(
@@ -140,18 +144,22 @@ impl GuestClient for ClientRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        let opts = super::collection::op_options(&options)?;
-        wrap(self.0.list_database_names(doc(filter)?, &opts))
+        crate::runtime::block_on(async move {
+            let opts = super::collection::op_options(&options)?;
+            wrap(self.0.list_database_names(doc(filter)?, &opts).await)
+        })
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = super::collection::aggregate_parts(&options)?;
-        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
-        Ok(super::collection::CursorRes::wit(wrap(self.0.watch(
-            &super::docs(pipeline)?,
-            batch_size,
-            &opts,
-        ))?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = super::collection::aggregate_parts(&options)?;
+            wrap(crate::change_stream::refuse_timeout_mode(mode))?;
+            Ok(super::collection::CursorRes::wit(wrap(
+                self.0
+                    .watch(&super::docs(pipeline)?, batch_size, &opts)
+                    .await,
+            )?))
+        })
     }
 
     fn take_command_events(&self) -> Vec<CommandEvent> {
@@ -233,7 +241,7 @@ impl GuestClient for ClientRes {
     }
 
     fn check_servers(&self) -> WitResult<()> {
-        wrap(self.0.check_servers())
+        crate::runtime::block_on(async move { wrap(self.0.check_servers().await) })
     }
 
     fn take_sdam_events(&self) -> Vec<SdamEvent> {
@@ -253,7 +261,7 @@ impl GuestClient for ClientRes {
     }
 
     fn close(&self) {
-        self.0.close()
+        crate::runtime::block_on(async move { self.0.close().await })
     }
 }
 

@@ -203,12 +203,14 @@ impl GuestCollection for CollectionRes {
     }
 
     fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
-        // Checked, and its _id found, in one pass; not copied when it has one.
-        let doc =
-            checked_with_id(document, &crate::runtime::object_ids()).map_err(super::to_wit)?;
-        let id = wrap(self.0.insert_one_with_id(doc, &op_options(&options)?))?;
-        Ok(InsertOneResult {
-            inserted_id: to_value(id),
+        crate::runtime::block_on(async move {
+            // Checked, and its _id found, in one pass; not copied when it has one.
+            let doc =
+                checked_with_id(document, &crate::runtime::object_ids()).map_err(super::to_wit)?;
+            let id = wrap(self.0.insert_one_with_id(doc, &op_options(&options)?).await)?;
+            Ok(InsertOneResult {
+                inserted_id: to_value(id),
+            })
         })
     }
 
@@ -217,17 +219,20 @@ impl GuestCollection for CollectionRes {
         documents: Vec<Vec<u8>>,
         options: OpOptions<'_>,
     ) -> Result<InsertManyResult, BulkWriteError> {
-        let oids = crate::runtime::object_ids();
-        let docs = documents.into_iter().map(|d| checked_with_id(d, &oids));
-        let docs = docs
-            .collect::<crate::error::Result<_>>()
-            .map_err(super::to_wit_bulk)?;
-        let ids = self
-            .0
-            .insert_many_with_ids(docs, &op_options(&options)?)
-            .map_err(super::to_wit_bulk)?;
-        Ok(InsertManyResult {
-            inserted_ids: ids.into_iter().map(to_value).collect(),
+        crate::runtime::block_on(async move {
+            let oids = crate::runtime::object_ids();
+            let docs = documents.into_iter().map(|d| checked_with_id(d, &oids));
+            let docs = docs
+                .collect::<crate::error::Result<_>>()
+                .map_err(super::to_wit_bulk)?;
+            let ids = self
+                .0
+                .insert_many_with_ids(docs, &op_options(&options)?)
+                .await
+                .map_err(super::to_wit_bulk)?;
+            Ok(InsertManyResult {
+                inserted_ids: ids.into_iter().map(to_value).collect(),
+            })
         })
     }
 
@@ -236,45 +241,54 @@ impl GuestCollection for CollectionRes {
         documents: Vec<u8>,
         options: OpOptions<'_>,
     ) -> Result<Vec<u8>, BulkWriteError> {
-        let oids = crate::runtime::object_ids();
-        // Laid out once, back to back, as the insert command carries them:
-        // no buffer per document, and room for a new 17-byte `_id` element
-        // in front of each.
-        let count = crate::wire::raw::packed(&documents).count();
-        let mut docs = Documents::with_capacity(documents.len() + 17 * count, count);
-        let mut ids = Vec::with_capacity(count);
-        for d in crate::wire::raw::packed(&documents) {
-            let d = d.map_err(|e| {
-                Error::invalid_argument(format!("insert-many-packed's documents: {e}"))
-            });
-            let id = d.and_then(|d| push_checked_with_id(&mut docs, d, &oids));
-            ids.push(id.map_err(super::to_wit_bulk)?);
-        }
-        drop(documents);
-        let ids = self
-            .0
-            .insert_documents(docs, ids, &op_options(&options)?)
-            .map_err(super::to_wit_bulk)?;
-        let mut out = Vec::with_capacity(ids.len() * 20);
-        for id in ids {
-            match id {
-                bson::RawBson::ObjectId(id) => {
-                    crate::wire::raw::push_value_doc(&mut out, 0x07, &id.bytes())
-                }
-                id => out.extend_from_slice(&to_value(id)),
+        crate::runtime::block_on(async move {
+            let oids = crate::runtime::object_ids();
+            // Laid out once, back to back, as the insert command carries them:
+            // no buffer per document, and room for a new 17-byte `_id` element
+            // in front of each.
+            let count = crate::wire::raw::packed(&documents).count();
+            let mut docs = Documents::with_capacity(documents.len() + 17 * count, count);
+            let mut ids = Vec::with_capacity(count);
+            for d in crate::wire::raw::packed(&documents) {
+                let d = d.map_err(|e| {
+                    Error::invalid_argument(format!("insert-many-packed's documents: {e}"))
+                });
+                let id = d.and_then(|d| push_checked_with_id(&mut docs, d, &oids));
+                ids.push(id.map_err(super::to_wit_bulk)?);
             }
-        }
-        Ok(out)
+            drop(documents);
+            let ids = self
+                .0
+                .insert_documents(docs, ids, &op_options(&options)?)
+                .await
+                .map_err(super::to_wit_bulk)?;
+            let mut out = Vec::with_capacity(ids.len() * 20);
+            for id in ids {
+                match id {
+                    bson::RawBson::ObjectId(id) => {
+                        crate::wire::raw::push_value_doc(&mut out, 0x07, &id.bytes())
+                    }
+                    id => out.extend_from_slice(&to_value(id)),
+                }
+            }
+            Ok(out)
+        })
     }
 
     fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {
-        let opts = find_options(&options, false)?;
-        Ok(CursorRes::wit(wrap(self.0.find(doc(filter)?, &opts))?))
+        crate::runtime::block_on(async move {
+            let opts = find_options(&options, false)?;
+            Ok(CursorRes::wit(wrap(
+                self.0.find(doc(filter)?, &opts).await,
+            )?))
+        })
     }
 
     fn find_one(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<Option<Vec<u8>>> {
-        let opts = find_options(&options, true)?;
-        Ok(wrap(self.0.find_one(doc(filter)?, &opts))?.map(|d| d.into_bytes()))
+        crate::runtime::block_on(async move {
+            let opts = find_options(&options, true)?;
+            Ok(wrap(self.0.find_one(doc(filter)?, &opts).await)?.map(|d| d.into_bytes()))
+        })
     }
 
     fn update_one(
@@ -283,10 +297,13 @@ impl GuestCollection for CollectionRes {
         update: UpdateSpec,
         options: OpOptions<'_>,
     ) -> WitResult<UpdateResult> {
-        let r = self
-            .0
-            .update_one(doc(filter)?, update_spec(update)?, &op_options(&options)?);
-        wrap(r).map(update_result)
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .update_one(doc(filter)?, update_spec(update)?, &op_options(&options)?)
+                .await;
+            wrap(r).map(update_result)
+        })
     }
 
     fn update_many(
@@ -295,10 +312,13 @@ impl GuestCollection for CollectionRes {
         update: UpdateSpec,
         options: OpOptions<'_>,
     ) -> WitResult<UpdateResult> {
-        let r = self
-            .0
-            .update_many(doc(filter)?, update_spec(update)?, &op_options(&options)?);
-        wrap(r).map(update_result)
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .update_many(doc(filter)?, update_spec(update)?, &op_options(&options)?)
+                .await;
+            wrap(r).map(update_result)
+        })
     }
 
     fn replace_one(
@@ -307,20 +327,35 @@ impl GuestCollection for CollectionRes {
         replacement: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<UpdateResult> {
-        let r = self
-            .0
-            .replace_one(doc(filter)?, doc(replacement)?, &op_options(&options)?);
-        wrap(r).map(update_result)
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .replace_one(doc(filter)?, doc(replacement)?, &op_options(&options)?)
+                .await;
+            wrap(r).map(update_result)
+        })
     }
 
     fn delete_one(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
-        let n = wrap(self.0.delete_one(doc(filter)?, &op_options(&options)?))?;
-        Ok(DeleteResult { deleted_count: n })
+        crate::runtime::block_on(async move {
+            let n = wrap(
+                self.0
+                    .delete_one(doc(filter)?, &op_options(&options)?)
+                    .await,
+            )?;
+            Ok(DeleteResult { deleted_count: n })
+        })
     }
 
     fn delete_many(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
-        let n = wrap(self.0.delete_many(doc(filter)?, &op_options(&options)?))?;
-        Ok(DeleteResult { deleted_count: n })
+        crate::runtime::block_on(async move {
+            let n = wrap(
+                self.0
+                    .delete_many(doc(filter)?, &op_options(&options)?)
+                    .await,
+            )?;
+            Ok(DeleteResult { deleted_count: n })
+        })
     }
 
     fn find_one_and_delete(
@@ -328,10 +363,13 @@ impl GuestCollection for CollectionRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
-        let r = self
-            .0
-            .find_one_and_delete(doc(filter)?, &op_options(&options)?);
-        Ok(wrap(r)?.map(|d| d.into_bytes()))
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .find_one_and_delete(doc(filter)?, &op_options(&options)?)
+                .await;
+            Ok(wrap(r)?.map(|d| d.into_bytes()))
+        })
     }
 
     fn find_one_and_update(
@@ -340,10 +378,13 @@ impl GuestCollection for CollectionRes {
         update: UpdateSpec,
         options: OpOptions<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
-        let r =
-            self.0
-                .find_one_and_update(doc(filter)?, update_spec(update)?, &op_options(&options)?);
-        Ok(wrap(r)?.map(|d| d.into_bytes()))
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .find_one_and_update(doc(filter)?, update_spec(update)?, &op_options(&options)?)
+                .await;
+            Ok(wrap(r)?.map(|d| d.into_bytes()))
+        })
     }
 
     fn find_one_and_replace(
@@ -352,10 +393,13 @@ impl GuestCollection for CollectionRes {
         replacement: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
-        let r =
-            self.0
-                .find_one_and_replace(doc(filter)?, doc(replacement)?, &op_options(&options)?);
-        Ok(wrap(r)?.map(|d| d.into_bytes()))
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .find_one_and_replace(doc(filter)?, doc(replacement)?, &op_options(&options)?)
+                .await;
+            Ok(wrap(r)?.map(|d| d.into_bytes()))
+        })
     }
 
     fn aggregate(
@@ -363,25 +407,40 @@ impl GuestCollection for CollectionRes {
         pipeline: Vec<Vec<u8>>,
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = aggregate_parts(&options)?;
-        Ok(CursorRes::wit(wrap(self.0.aggregate(
-            &docs(pipeline)?,
-            batch_size,
-            &opts,
-            mode,
-        ))?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = aggregate_parts(&options)?;
+            Ok(CursorRes::wit(wrap(
+                self.0
+                    .aggregate(&docs(pipeline)?, batch_size, &opts, mode)
+                    .await,
+            )?))
+        })
     }
 
     fn count_documents(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
-        wrap(self.0.count_documents(doc(filter)?, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .count_documents(doc(filter)?, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn estimated_document_count(&self, options: OpOptions<'_>) -> WitResult<i64> {
-        wrap(self.0.estimated_document_count(&op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .estimated_document_count(&op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn count(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
-        wrap(self.0.count(doc(filter)?, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(self.0.count(doc(filter)?, &op_options(&options)?).await)
+        })
     }
 
     fn distinct(
@@ -390,11 +449,14 @@ impl GuestCollection for CollectionRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<Vec<u8>>> {
-        let values = wrap(
-            self.0
-                .distinct(&field_name, doc(filter)?, &op_options(&options)?),
-        )?;
-        Ok(values.into_iter().map(to_value).collect())
+        crate::runtime::block_on(async move {
+            let values = wrap(
+                self.0
+                    .distinct(&field_name, doc(filter)?, &op_options(&options)?)
+                    .await,
+            )?;
+            Ok(values.into_iter().map(to_value).collect())
+        })
     }
 
     fn map_reduce(
@@ -404,13 +466,18 @@ impl GuestCollection for CollectionRes {
         out: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<u8>> {
-        let r = self.0.map_reduce(
-            &map_function,
-            &reduce_function,
-            doc(out)?,
-            &op_options(&options)?,
-        );
-        Ok(wrap(r)?.into_bytes())
+        crate::runtime::block_on(async move {
+            let r = self
+                .0
+                .map_reduce(
+                    &map_function,
+                    &reduce_function,
+                    doc(out)?,
+                    &op_options(&options)?,
+                )
+                .await;
+            Ok(wrap(r)?.into_bytes())
+        })
     }
 
     fn bulk_write(
@@ -418,16 +485,24 @@ impl GuestCollection for CollectionRes {
         models: Vec<WriteModel>,
         options: OpOptions<'_>,
     ) -> Result<BulkWriteResult, BulkWriteError> {
-        let models = models
-            .into_iter()
-            .map(write_model)
-            .collect::<WitResult<Vec<_>>>()?;
-        let r = self.0.bulk_write(&models, &op_options(&options)?);
-        Ok(super::bulk_write_result(r.map_err(super::to_wit_bulk)?))
+        crate::runtime::block_on(async move {
+            let models = models
+                .into_iter()
+                .map(write_model)
+                .collect::<WitResult<Vec<_>>>()?;
+            let r = self.0.bulk_write(&models, &op_options(&options)?).await;
+            Ok(super::bulk_write_result(r.map_err(super::to_wit_bulk)?))
+        })
     }
 
     fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
-        wrap(self.0.create_index(&doc(keys)?, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .create_index(&doc(keys)?, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn create_indexes(
@@ -435,25 +510,34 @@ impl GuestCollection for CollectionRes {
         models: Vec<Vec<u8>>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        wrap(
-            self.0
-                .create_indexes(&docs(models)?, &op_options(&options)?),
-        )
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .create_indexes(&docs(models)?, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn list_indexes(&self, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = aggregate_parts(&options)?;
-        Ok(CursorRes::wit(wrap(
-            self.0.list_indexes(batch_size, &opts, mode),
-        )?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = aggregate_parts(&options)?;
+            Ok(CursorRes::wit(wrap(
+                self.0.list_indexes(batch_size, &opts, mode).await,
+            )?))
+        })
     }
 
     fn drop_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
-        wrap(self.0.drop_index(&name, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(self.0.drop_index(&name, &op_options(&options)?).await)
+        })
     }
 
     fn drop_indexes(&self, options: OpOptions<'_>) -> WitResult<()> {
-        wrap(self.0.drop_index("*", &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(self.0.drop_index("*", &op_options(&options)?).await)
+        })
     }
 
     fn create_search_index(
@@ -461,11 +545,14 @@ impl GuestCollection for CollectionRes {
         model: SearchIndexModel,
         options: OpOptions<'_>,
     ) -> WitResult<String> {
-        let names = wrap(
-            self.0
-                .create_search_indexes(&[search_model(model)?], &op_options(&options)?),
-        )?;
-        Ok(names.into_iter().next().unwrap_or_default())
+        crate::runtime::block_on(async move {
+            let names = wrap(
+                self.0
+                    .create_search_indexes(&[search_model(model)?], &op_options(&options)?)
+                    .await,
+            )?;
+            Ok(names.into_iter().next().unwrap_or_default())
+        })
     }
 
     fn create_search_indexes(
@@ -473,14 +560,17 @@ impl GuestCollection for CollectionRes {
         models: Vec<SearchIndexModel>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        let models = models
-            .into_iter()
-            .map(search_model)
-            .collect::<WitResult<Vec<_>>>()?;
-        wrap(
-            self.0
-                .create_search_indexes(&models, &op_options(&options)?),
-        )
+        crate::runtime::block_on(async move {
+            let models = models
+                .into_iter()
+                .map(search_model)
+                .collect::<WitResult<Vec<_>>>()?;
+            wrap(
+                self.0
+                    .create_search_indexes(&models, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn list_search_indexes(
@@ -488,13 +578,14 @@ impl GuestCollection for CollectionRes {
         name: Option<String>,
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = aggregate_parts(&options)?;
-        Ok(CursorRes::wit(wrap(self.0.list_search_indexes(
-            name.as_deref(),
-            batch_size,
-            &opts,
-            mode,
-        ))?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = aggregate_parts(&options)?;
+            Ok(CursorRes::wit(wrap(
+                self.0
+                    .list_search_indexes(name.as_deref(), batch_size, &opts, mode)
+                    .await,
+            )?))
+        })
     }
 
     fn update_search_index(
@@ -503,56 +594,71 @@ impl GuestCollection for CollectionRes {
         definition: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<()> {
-        let definition = doc(definition)?;
-        wrap(
-            self.0
-                .update_search_index(&name, &definition, &op_options(&options)?),
-        )
+        crate::runtime::block_on(async move {
+            let definition = doc(definition)?;
+            wrap(
+                self.0
+                    .update_search_index(&name, &definition, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn drop_search_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
-        wrap(self.0.drop_search_index(&name, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .drop_search_index(&name, &op_options(&options)?)
+                    .await,
+            )
+        })
     }
 
     fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
-        wrap(self.0.drop(&op_options(&options)?))
+        crate::runtime::block_on(async move { wrap(self.0.drop(&op_options(&options)?).await) })
     }
 
     fn rename(&self, to_name: String, options: OpOptions<'_>) -> WitResult<()> {
-        wrap(self.0.rename(&to_name, &op_options(&options)?))
+        crate::runtime::block_on(async move {
+            wrap(self.0.rename(&to_name, &op_options(&options)?).await)
+        })
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = aggregate_parts(&options)?;
-        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
-        Ok(CursorRes::wit(wrap(self.0.watch(
-            &docs(pipeline)?,
-            batch_size,
-            &opts,
-        ))?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = aggregate_parts(&options)?;
+            wrap(crate::change_stream::refuse_timeout_mode(mode))?;
+            Ok(CursorRes::wit(wrap(
+                self.0.watch(&docs(pipeline)?, batch_size, &opts).await,
+            )?))
+        })
     }
 }
 
 impl GuestCursor for CursorRes {
     fn next_batch(&self) -> WitResult<Batch> {
-        let batch = wrap(self.0.borrow_mut().next_batch())?;
-        Ok(Batch {
-            documents: batch
-                .documents
-                .into_iter()
-                .map(|d| d.into_bytes())
-                .collect(),
-            exhausted: batch.exhausted,
+        crate::runtime::block_on(async move {
+            let batch = wrap(self.0.borrow_mut().next_batch().await)?;
+            Ok(Batch {
+                documents: batch
+                    .documents
+                    .into_iter()
+                    .map(|d| d.into_bytes())
+                    .collect(),
+                exhausted: batch.exhausted,
+            })
         })
     }
 
     fn next_batch_packed(&self) -> WitResult<PackedBatch> {
-        let batch = wrap(self.0.borrow_mut().next_batch_packed())?;
-        Ok(PackedBatch {
-            documents: batch.documents,
-            // A reply holds at most 48 MB of documents of 5 bytes or more.
-            count: u32::try_from(batch.count).unwrap_or(u32::MAX),
-            exhausted: batch.exhausted,
+        crate::runtime::block_on(async move {
+            let batch = wrap(self.0.borrow_mut().next_batch_packed().await)?;
+            Ok(PackedBatch {
+                documents: batch.documents,
+                // A reply holds at most 48 MB of documents of 5 bytes or more.
+                count: u32::try_from(batch.count).unwrap_or(u32::MAX),
+                exhausted: batch.exhausted,
+            })
         })
     }
 
@@ -565,16 +671,20 @@ impl GuestCursor for CursorRes {
     }
 
     fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        wrap(self.0.borrow_mut().close(timeout_ms))
+        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().close(timeout_ms).await) })
     }
 
     fn next(&self) -> WitResult<Option<Vec<u8>>> {
-        Ok(wrap(self.0.borrow_mut().next())?.map(|d| d.into_bytes()))
+        crate::runtime::block_on(async move {
+            Ok(wrap(self.0.borrow_mut().next().await)?.map(|d| d.into_bytes()))
+        })
     }
 
     fn collect(&self, max: u32) -> WitResult<Vec<Vec<u8>>> {
-        let docs = wrap(self.0.borrow_mut().collect(max))?;
-        Ok(docs.into_iter().map(|d| d.into_bytes()).collect())
+        crate::runtime::block_on(async move {
+            let docs = wrap(self.0.borrow_mut().collect(max).await)?;
+            Ok(docs.into_iter().map(|d| d.into_bytes()).collect())
+        })
     }
 }
 

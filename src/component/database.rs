@@ -45,17 +45,19 @@ impl GuestDatabase for DatabaseRes {
     }
 
     fn run_command(&self, command: Vec<u8>, options: RunCommandOptions<'_>) -> WitResult<Vec<u8>> {
-        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
-        let run = crate::RunCommandOptions {
-            timeout_ms: options.timeout_ms,
-            session,
-            read_preference: options
-                .read_preference
-                .as_ref()
-                .map(super::read_preference)
-                .transpose()?,
-        };
-        Ok(wrap(self.0.run_command(doc(command)?, &run))?.into_bytes())
+        crate::runtime::block_on(async move {
+            let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+            let run = crate::RunCommandOptions {
+                timeout_ms: options.timeout_ms,
+                session,
+                read_preference: options
+                    .read_preference
+                    .as_ref()
+                    .map(super::read_preference)
+                    .transpose()?,
+            };
+            Ok(wrap(self.0.run_command(doc(command)?, &run).await)?.into_bytes())
+        })
     }
 
     fn run_cursor_command(
@@ -63,12 +65,15 @@ impl GuestDatabase for DatabaseRes {
         command: Vec<u8>,
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
-        let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let cursor = wrap(
-            self.0
-                .run_cursor_command(doc(command)?, batch_size, &o, mode),
-        )?;
-        Ok(CursorRes::wit(cursor))
+        crate::runtime::block_on(async move {
+            let (o, batch_size, mode) = aggregate_parts(&options)?;
+            let cursor = wrap(
+                self.0
+                    .run_cursor_command(doc(command)?, batch_size, &o, mode)
+                    .await,
+            )?;
+            Ok(CursorRes::wit(cursor))
+        })
     }
 
     fn list_collections(
@@ -76,9 +81,15 @@ impl GuestDatabase for DatabaseRes {
         filter: Vec<u8>,
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
-        let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let cursor = wrap(self.0.list_collections(doc(filter)?, batch_size, &o, mode))?;
-        Ok(CursorRes::wit(cursor))
+        crate::runtime::block_on(async move {
+            let (o, batch_size, mode) = aggregate_parts(&options)?;
+            let cursor = wrap(
+                self.0
+                    .list_collections(doc(filter)?, batch_size, &o, mode)
+                    .await,
+            )?;
+            Ok(CursorRes::wit(cursor))
+        })
     }
 
     fn list_collection_names(
@@ -86,31 +97,37 @@ impl GuestDatabase for DatabaseRes {
         filter: Vec<u8>,
         options: OpOptions<'_>,
     ) -> WitResult<Vec<String>> {
-        let opts = super::collection::op_options(&options)?;
-        wrap(self.0.list_collection_names(doc(filter)?, &opts))
+        crate::runtime::block_on(async move {
+            let opts = super::collection::op_options(&options)?;
+            wrap(self.0.list_collection_names(doc(filter)?, &opts).await)
+        })
     }
 
     fn create_collection(&self, name: String, options: OpOptions<'_>) -> WitResult<Collection> {
-        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
-        let mut cmd = rawdoc! { "create": name.as_str() };
-        wrap(crate::operation::merge_extra(
-            &mut cmd,
-            opt_doc(options.extra)?.as_deref(),
-        ))?;
-        let run = crate::RunCommandOptions {
-            timeout_ms: options.timeout_ms,
-            session,
-            read_preference: None,
-        };
-        wrap(self.0.run_command(cmd, &run))?;
-        Ok(Collection::new(CollectionRes(
-            self.0.collection(&name, None),
-        )))
+        crate::runtime::block_on(async move {
+            let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+            let mut cmd = rawdoc! { "create": name.as_str() };
+            wrap(crate::operation::merge_extra(
+                &mut cmd,
+                opt_doc(options.extra)?.as_deref(),
+            ))?;
+            let run = crate::RunCommandOptions {
+                timeout_ms: options.timeout_ms,
+                session,
+                read_preference: None,
+            };
+            wrap(self.0.run_command(cmd, &run).await)?;
+            Ok(Collection::new(CollectionRes(
+                self.0.collection(&name, None),
+            )))
+        })
     }
 
     fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
-        let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
-        wrap(self.0.drop(options.timeout_ms, session))
+        crate::runtime::block_on(async move {
+            let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
+            wrap(self.0.drop(options.timeout_ms, session).await)
+        })
     }
 
     fn aggregate(
@@ -118,18 +135,24 @@ impl GuestDatabase for DatabaseRes {
         pipeline: Vec<Vec<u8>>,
         options: AggregateOptions<'_>,
     ) -> WitResult<WitCursor> {
-        let (o, batch_size, mode) = aggregate_parts(&options)?;
-        let cursor = wrap(self.0.aggregate(&docs(pipeline)?, batch_size, &o, mode))?;
-        Ok(CursorRes::wit(cursor))
+        crate::runtime::block_on(async move {
+            let (o, batch_size, mode) = aggregate_parts(&options)?;
+            let cursor = wrap(
+                self.0
+                    .aggregate(&docs(pipeline)?, batch_size, &o, mode)
+                    .await,
+            )?;
+            Ok(CursorRes::wit(cursor))
+        })
     }
 
     fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        let (opts, batch_size, mode) = aggregate_parts(&options)?;
-        wrap(crate::change_stream::refuse_timeout_mode(mode))?;
-        Ok(CursorRes::wit(wrap(self.0.watch(
-            &docs(pipeline)?,
-            batch_size,
-            &opts,
-        ))?))
+        crate::runtime::block_on(async move {
+            let (opts, batch_size, mode) = aggregate_parts(&options)?;
+            wrap(crate::change_stream::refuse_timeout_mode(mode))?;
+            Ok(CursorRes::wit(wrap(
+                self.0.watch(&docs(pipeline)?, batch_size, &opts).await,
+            )?))
+        })
     }
 }

@@ -61,11 +61,14 @@ impl GuestBucket for BucketRes {
         data: Vec<u8>,
         options: UploadOptions<'_>,
     ) -> WitResult<Vec<u8>> {
-        let file_id = wrap(
-            self.0
-                .upload_from_bytes(&filename, &data, upload_options(&options)?),
-        )?;
-        Ok(id_doc(&file_id))
+        crate::runtime::block_on(async move {
+            let file_id = wrap(
+                self.0
+                    .upload_from_bytes(&filename, &data, upload_options(&options)?)
+                    .await,
+            )?;
+            Ok(id_doc(&file_id))
+        })
     }
 
     fn open_upload_stream(
@@ -73,15 +76,20 @@ impl GuestBucket for BucketRes {
         filename: String,
         options: UploadOptions<'_>,
     ) -> WitResult<UploadStream> {
-        let stream = wrap(
-            self.0
-                .open_upload_stream(&filename, upload_options(&options)?),
-        )?;
-        Ok(UploadStream::new(UploadStreamRes(RefCell::new(stream))))
+        crate::runtime::block_on(async move {
+            let stream = wrap(
+                self.0
+                    .open_upload_stream(&filename, upload_options(&options)?)
+                    .await,
+            )?;
+            Ok(UploadStream::new(UploadStreamRes(RefCell::new(stream))))
+        })
     }
 
     fn download_to_bytes(&self, file_id: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<Vec<u8>> {
-        wrap(self.0.download_to_bytes(&id(file_id)?, &options(&o)))
+        crate::runtime::block_on(async move {
+            wrap(self.0.download_to_bytes(&id(file_id)?, &options(&o)).await)
+        })
     }
 
     fn open_download_stream(
@@ -89,8 +97,14 @@ impl GuestBucket for BucketRes {
         file_id: Vec<u8>,
         o: GridfsOptions<'_>,
     ) -> WitResult<DownloadStream> {
-        let stream = wrap(self.0.open_download_stream(&id(file_id)?, &options(&o)))?;
-        Ok(DownloadStream::new(DownloadStreamRes(RefCell::new(stream))))
+        crate::runtime::block_on(async move {
+            let stream = wrap(
+                self.0
+                    .open_download_stream(&id(file_id)?, &options(&o))
+                    .await,
+            )?;
+            Ok(DownloadStream::new(DownloadStreamRes(RefCell::new(stream))))
+        })
     }
 
     fn download_by_name(
@@ -98,24 +112,31 @@ impl GuestBucket for BucketRes {
         filename: String,
         o: DownloadByNameOptions<'_>,
     ) -> WitResult<Vec<u8>> {
-        let opts = gridfs::GridfsOptions {
-            timeout_ms: o.timeout_ms,
-            session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
-        };
-        wrap(
-            self.0
-                .download_by_name(&filename, o.revision.unwrap_or(-1), &opts),
-        )
+        crate::runtime::block_on(async move {
+            let opts = gridfs::GridfsOptions {
+                timeout_ms: o.timeout_ms,
+                session: o.session.as_ref().map(|s| &s.get::<SessionRes>().0),
+            };
+            wrap(
+                self.0
+                    .download_by_name(&filename, o.revision.unwrap_or(-1), &opts)
+                    .await,
+            )
+        })
     }
 
     fn delete(&self, file_id: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<()> {
-        wrap(self.0.delete(&id(file_id)?, &options(&o)))
+        crate::runtime::block_on(
+            async move { wrap(self.0.delete(&id(file_id)?, &options(&o)).await) },
+        )
     }
 
     fn find(&self, filter: Vec<u8>, o: GridfsOptions<'_>) -> WitResult<WitCursor> {
-        Ok(CursorRes::wit(wrap(
-            self.0.find(doc(filter)?, &options(&o)),
-        )?))
+        crate::runtime::block_on(async move {
+            Ok(CursorRes::wit(wrap(
+                self.0.find(doc(filter)?, &options(&o)).await,
+            )?))
+        })
     }
 
     fn rename(
@@ -124,11 +145,19 @@ impl GuestBucket for BucketRes {
         new_filename: String,
         o: GridfsOptions<'_>,
     ) -> WitResult<()> {
-        wrap(self.0.rename(&id(file_id)?, &new_filename, &options(&o)))
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .rename(&id(file_id)?, &new_filename, &options(&o))
+                    .await,
+            )
+        })
     }
 
     fn delete_by_name(&self, filename: String, o: GridfsOptions<'_>) -> WitResult<()> {
-        wrap(self.0.delete_by_name(&filename, &options(&o)))
+        crate::runtime::block_on(async move {
+            wrap(self.0.delete_by_name(&filename, &options(&o)).await)
+        })
     }
 
     fn rename_by_name(
@@ -137,14 +166,17 @@ impl GuestBucket for BucketRes {
         new_filename: String,
         o: GridfsOptions<'_>,
     ) -> WitResult<()> {
-        wrap(
-            self.0
-                .rename_by_name(&filename, &new_filename, &options(&o)),
-        )
+        crate::runtime::block_on(async move {
+            wrap(
+                self.0
+                    .rename_by_name(&filename, &new_filename, &options(&o))
+                    .await,
+            )
+        })
     }
 
     fn drop(&self, o: GridfsOptions<'_>) -> WitResult<()> {
-        wrap(self.0.drop(&options(&o)))
+        crate::runtime::block_on(async move { wrap(self.0.drop(&options(&o)).await) })
     }
 }
 
@@ -154,24 +186,24 @@ impl GuestUploadStream for UploadStreamRes {
     }
 
     fn write(&self, data: Vec<u8>) -> WitResult<()> {
-        wrap(self.0.borrow_mut().write(&data))
+        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().write(&data).await) })
     }
 
     fn close(&self) -> WitResult<()> {
-        wrap(self.0.borrow_mut().close())
+        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().close().await) })
     }
 
     fn abort(&self) -> WitResult<()> {
-        wrap(self.0.borrow_mut().abort())
+        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().abort().await) })
     }
 }
 
 impl GuestDownloadStream for DownloadStreamRes {
     fn read(&self, max: u32) -> WitResult<Vec<u8>> {
-        wrap(self.0.borrow_mut().read(max as usize))
+        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().read(max as usize).await) })
     }
 
     fn close(&self, timeout_ms: Option<u64>) {
-        self.0.borrow_mut().close(timeout_ms)
+        crate::runtime::block_on(async move { self.0.borrow_mut().close(timeout_ms).await })
     }
 }

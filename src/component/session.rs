@@ -19,11 +19,13 @@ impl wit_session::Guest for Component {
 
 impl GuestTransactionRunner for RunnerRes {
     fn step(&self) -> WitResult<RunnerStep> {
-        match self.0.borrow_mut().step() {
-            Ok(crate::RunnerStep::RunBody) => Ok(RunnerStep::RunBody),
-            Ok(crate::RunnerStep::Done) => Ok(RunnerStep::Done),
-            Err(e) => Err(to_wit(e)),
-        }
+        crate::runtime::block_on(async move {
+            match self.0.borrow_mut().step().await {
+                Ok(crate::RunnerStep::RunBody) => Ok(RunnerStep::RunBody),
+                Ok(crate::RunnerStep::Done) => Ok(RunnerStep::Done),
+                Err(e) => Err(to_wit(e)),
+            }
+        })
     }
 
     fn report(&self, outcome: Result<(), wit::Error>) -> WitResult<()> {
@@ -130,11 +132,11 @@ impl GuestSession for SessionRes {
     }
 
     fn commit_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        wrap(self.0.commit_transaction(timeout_ms))
+        crate::runtime::block_on(async move { wrap(self.0.commit_transaction(timeout_ms).await) })
     }
 
     fn abort_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        wrap(self.0.abort_transaction(timeout_ms))
+        crate::runtime::block_on(async move { wrap(self.0.abort_transaction(timeout_ms).await) })
     }
 
     fn with_transaction(&self, options: WithTransactionOptions) -> WitRunner {
@@ -150,7 +152,7 @@ impl GuestSession for SessionRes {
     }
 
     fn end(&self) {
-        self.0.end()
+        crate::runtime::block_on(async move { self.0.end().await })
     }
 }
 

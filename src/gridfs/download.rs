@@ -79,7 +79,7 @@ impl DownloadStream {
     }
 
     /// Sends the chunks' `find`, once.
-    fn open_cursor(&mut self) -> Result<()> {
+    async fn open_cursor(&mut self) -> Result<()> {
         let Some(ChunkQuery {
             bucket,
             files_id,
@@ -93,7 +93,8 @@ impl DownloadStream {
         let mut op = CursorCommand(RunCommand::read(&bucket.db, body));
         let reply = bucket
             .client
-            .execute_within(&mut op, &self.budget, Some(&session), None)?;
+            .execute_within(&mut op, &self.budget, Some(&session), None)
+            .await?;
         // The stream's budget bounds its chunk reads (a lifetime cursor).
         self.cursor = Some(Cursor::new(
             bucket.client.clone(),
@@ -107,8 +108,8 @@ impl DownloadStream {
     }
 
     /// Up to `max` bytes; empty at the end of the file.
-    pub fn read(&mut self, max: usize) -> Result<Vec<u8>> {
-        if self.offset == self.current.len() && !self.next_chunk()? {
+    pub async fn read(&mut self, max: usize) -> Result<Vec<u8>> {
+        if self.offset == self.current.len() && !self.next_chunk().await? {
             return Ok(Vec::new());
         }
         let end = (self.offset + max.max(1)).min(self.current.len());
@@ -117,10 +118,10 @@ impl DownloadStream {
         Ok(out)
     }
 
-    pub fn read_to_end(&mut self) -> Result<Vec<u8>> {
+    pub async fn read_to_end(&mut self) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(usize::try_from(self.length).unwrap_or(0));
         while self.next_n < self.chunk_count || self.offset < self.current.len() {
-            if self.offset == self.current.len() && !self.next_chunk()? {
+            if self.offset == self.current.len() && !self.next_chunk().await? {
                 break;
             }
             out.extend_from_slice(&self.current[self.offset..]);
@@ -130,19 +131,19 @@ impl DownloadStream {
     }
 
     /// Loads the next chunk into `current`; false at the end of the file.
-    fn next_chunk(&mut self) -> Result<bool> {
+    async fn next_chunk(&mut self) -> Result<bool> {
         if self.next_n == self.chunk_count {
-            self.close(None);
+            self.close(None).await;
             return Ok(false);
         }
-        self.open_cursor()?;
+        self.open_cursor().await?;
         // A batch may be empty while the cursor stays open: ask again (each
         // getMore is bounded by the stream's deadline).
         while self.pending.is_empty() {
             let Some(cursor) = self.cursor.as_mut() else {
                 break;
             };
-            let batch = cursor.next_batch()?;
+            let batch = cursor.next_batch().await?;
             self.pending = batch.documents.into();
             if batch.exhausted {
                 break;
@@ -182,11 +183,11 @@ impl DownloadStream {
 
     /// Closes the chunk cursor within what is left of the stream's budget,
     /// or under a fresh `timeout_ms` when given.
-    pub fn close(&mut self, timeout_ms: Option<u64>) {
+    pub async fn close(&mut self, timeout_ms: Option<u64>) {
         if let Some(mut c) = self.cursor.take() {
             let _ = match timeout_ms {
-                Some(_) => c.close(timeout_ms),
-                None => c.close_within(&self.budget),
+                Some(_) => c.close(timeout_ms).await,
+                None => c.close_within(&self.budget).await,
             };
         }
     }
@@ -196,7 +197,8 @@ impl Drop for DownloadStream {
     /// A stream dropped unclosed still closes within its own budget, not
     /// under the legacy timeouts its chunk cursor would fall back to.
     fn drop(&mut self) {
-        self.close(None);
+        // Drop cannot await: the 0.2 face blocks here as it always did.
+        crate::runtime::block_on(self.close(None));
     }
 }
 

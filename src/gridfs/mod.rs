@@ -87,28 +87,30 @@ impl Bucket {
         }
     }
 
-    pub(crate) fn run<O: Operation>(&self, op: &mut O, call: &Call) -> Result<O::Output> {
+    pub(crate) async fn run<O: Operation>(&self, op: &mut O, call: &Call<'_>) -> Result<O::Output> {
         self.client
             .execute_within(op, &call.budget, call.session, None)
+            .await
     }
 
-    fn command(&self, body: RawDocumentBuf, call: &Call) -> Result<RawDocumentBuf> {
+    async fn command(&self, body: RawDocumentBuf, call: &Call<'_>) -> Result<RawDocumentBuf> {
         let mut op = RunCommand::new(&self.db, body, Criteria::Write);
-        self.run(&mut op, call)
+        self.run(&mut op, call).await
     }
 
     /// The files document with this `_id`, or FileNotFound.
-    fn file_by_id(&self, id: &RawBson, call: &Call) -> Result<RawDocumentBuf> {
-        self.find_file(rawdoc! { "_id": id.clone() }, None, 0, call)?
+    async fn file_by_id(&self, id: &RawBson, call: &Call<'_>) -> Result<RawDocumentBuf> {
+        self.find_file(rawdoc! { "_id": id.clone() }, None, 0, call)
+            .await?
             .ok_or_else(|| Error::invalid_argument(format!("FileNotFound: no file with id {id:?}")))
     }
 
-    fn find_file(
+    async fn find_file(
         &self,
         filter: RawDocumentBuf,
         sort: Option<RawDocumentBuf>,
         skip: i64,
-        call: &Call,
+        call: &Call<'_>,
     ) -> Result<Option<RawDocumentBuf>> {
         let mut op = Find {
             db: self.db.clone(),
@@ -123,27 +125,27 @@ impl Bucket {
             max_time: true,
             read_preference: crate::sdam::selection::ReadPreference::primary(),
         };
-        let reply: CursorReply = self.run(&mut op, call)?;
+        let reply: CursorReply = self.run(&mut op, call).await?;
         let first = reply.batch.iter().next().map(RawDocument::to_owned);
         Ok(first)
     }
 
-    pub fn upload_from_bytes(
+    pub async fn upload_from_bytes(
         &self,
         filename: &str,
         data: &[u8],
-        options: UploadOptions,
+        options: UploadOptions<'_>,
     ) -> Result<RawBson> {
-        let mut stream = self.open_upload_stream(filename, options)?;
-        stream.write(data)?;
-        stream.close()?;
+        let mut stream = self.open_upload_stream(filename, options).await?;
+        stream.write(data).await?;
+        stream.close().await?;
         Ok(stream.id().clone())
     }
 
-    pub fn open_upload_stream(
+    pub async fn open_upload_stream(
         &self,
         filename: &str,
-        options: UploadOptions,
+        options: UploadOptions<'_>,
     ) -> Result<UploadStream> {
         let call = self.call(&GridfsOptions {
             timeout_ms: options.timeout_ms,
@@ -151,29 +153,36 @@ impl Bucket {
         });
         let budget = call.budget;
         let session = options.session.cloned();
-        UploadStream::open(self.clone(), filename, options, budget, session)
+        UploadStream::open(self.clone(), filename, options, budget, session).await
     }
 
-    pub fn open_download_stream(
+    pub async fn open_download_stream(
         &self,
         id: &RawBson,
-        options: &GridfsOptions,
+        options: &GridfsOptions<'_>,
     ) -> Result<DownloadStream> {
         let call = self.call(options);
-        let file = self.file_by_id(id, &call)?;
+        let file = self.file_by_id(id, &call).await?;
         DownloadStream::open(self.clone(), file, call.budget, options.session.cloned())
     }
 
-    pub fn download_to_bytes(&self, id: &RawBson, options: &GridfsOptions) -> Result<Vec<u8>> {
-        self.open_download_stream(id, options)?.read_to_end()
+    pub async fn download_to_bytes(
+        &self,
+        id: &RawBson,
+        options: &GridfsOptions<'_>,
+    ) -> Result<Vec<u8>> {
+        self.open_download_stream(id, options)
+            .await?
+            .read_to_end()
+            .await
     }
 
     /// `revision` 0 is the first upload, -1 (the default) the newest.
-    pub fn download_by_name(
+    pub async fn download_by_name(
         &self,
         filename: &str,
         revision: i32,
-        options: &GridfsOptions,
+        options: &GridfsOptions<'_>,
     ) -> Result<Vec<u8>> {
         let call = self.call(options);
         let (direction, skip) = if revision >= 0 {
@@ -183,7 +192,8 @@ impl Bucket {
         };
         let sort = rawdoc! { "uploadDate": direction };
         let file = self
-            .find_file(rawdoc! { "filename": filename }, Some(sort), skip, &call)?
+            .find_file(rawdoc! { "filename": filename }, Some(sort), skip, &call)
+            .await?
             .ok_or_else(|| {
                 Error::invalid_argument(format!(
                     "FileNotFound: no file {filename:?} at revision {revision}"
@@ -191,13 +201,17 @@ impl Bucket {
             })?;
         DownloadStream::open(self.clone(), file, call.budget, options.session.cloned())?
             .read_to_end()
+            .await
     }
 
     /// Deletes the files document, then its chunks (FileNotFound if there was none).
-    pub fn delete(&self, id: &RawBson, options: &GridfsOptions) -> Result<()> {
+    pub async fn delete(&self, id: &RawBson, options: &GridfsOptions<'_>) -> Result<()> {
         let call = self.call(options);
-        let deleted = self.delete_where(&self.files(), rawdoc! { "_id": id.clone() }, &call)?;
-        self.delete_where(&self.chunks(), rawdoc! { "files_id": id.clone() }, &call)?;
+        let deleted = self
+            .delete_where(&self.files(), rawdoc! { "_id": id.clone() }, &call)
+            .await?;
+        self.delete_where(&self.chunks(), rawdoc! { "files_id": id.clone() }, &call)
+            .await?;
         if deleted == 0 {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file with id {id:?}"
@@ -206,22 +220,32 @@ impl Bucket {
         Ok(())
     }
 
-    fn delete_where(&self, coll: &str, filter: RawDocumentBuf, call: &Call) -> Result<i64> {
+    async fn delete_where(
+        &self,
+        coll: &str,
+        filter: RawDocumentBuf,
+        call: &Call<'_>,
+    ) -> Result<i64> {
         let body = rawdoc! { "delete": coll, "deletes": [{ "q": filter, "limit": 0 }] };
-        let reply = self.command(body, call)?;
+        let reply = self.command(body, call).await?;
         crate::operation::check_write_errors(&reply)?;
         Ok(reply.get_i32("n").map(i64::from).unwrap_or(0))
     }
 
     /// A cursor over the files collection.
-    pub fn find(&self, filter: RawDocumentBuf, options: &GridfsOptions) -> Result<Cursor> {
+    pub async fn find(
+        &self,
+        filter: RawDocumentBuf,
+        options: &GridfsOptions<'_>,
+    ) -> Result<Cursor> {
         let call = self.call(options);
         let body = rawdoc! { "find": self.files(), "filter": filter };
         let session = self.client.session_for(options.session);
         let mut op = CursorCommand(RunCommand::read(&self.db, body));
         let reply = self
             .client
-            .execute_within(&mut op, &call.budget, Some(&session), None)?;
+            .execute_within(&mut op, &call.budget, Some(&session), None)
+            .await?;
         let timeout_ms =
             crate::csot::resolve_timeout_ms(options.timeout_ms, None, &[self.timeout_ms]);
         let settings = crate::cursor::CursorSettings {
@@ -238,9 +262,18 @@ impl Bucket {
         )
     }
 
-    pub fn rename(&self, id: &RawBson, new_filename: &str, options: &GridfsOptions) -> Result<()> {
+    pub async fn rename(
+        &self,
+        id: &RawBson,
+        new_filename: &str,
+        options: &GridfsOptions<'_>,
+    ) -> Result<()> {
         let call = self.call(options);
-        if self.set_filename(rawdoc! { "_id": id.clone() }, false, new_filename, &call)? == 0 {
+        if self
+            .set_filename(rawdoc! { "_id": id.clone() }, false, new_filename, &call)
+            .await?
+            == 0
+        {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file with id {id:?}"
             )));
@@ -250,22 +283,24 @@ impl Bucket {
 
     /// Sets the filename of the files documents `filter` matches (the first,
     /// or all when `multi`); how many matched.
-    fn set_filename(
+    async fn set_filename(
         &self,
         filter: RawDocumentBuf,
         multi: bool,
         new_filename: &str,
-        call: &Call,
+        call: &Call<'_>,
     ) -> Result<i32> {
         let update = rawdoc! {
             "q": filter,
             "u": { "$set": { "filename": new_filename } },
             "multi": multi,
         };
-        let reply = self.command(
-            rawdoc! { "update": self.files(), "updates": [update] },
-            call,
-        )?;
+        let reply = self
+            .command(
+                rawdoc! { "update": self.files(), "updates": [update] },
+                call,
+            )
+            .await?;
         crate::operation::check_write_errors(&reply)?;
         Ok(reply.get_i32("n").unwrap_or(0))
     }
@@ -273,9 +308,9 @@ impl Bucket {
     /// Every revision named `filename`: finds their ids, deletes those files
     /// documents, then their chunks (GridFS spec: delete_by_name);
     /// FileNotFound when there is none. One budget for all of it.
-    pub fn delete_by_name(&self, filename: &str, options: &GridfsOptions) -> Result<()> {
+    pub async fn delete_by_name(&self, filename: &str, options: &GridfsOptions<'_>) -> Result<()> {
         let call = self.call(options);
-        let ids = self.ids_named(filename, &call)?;
+        let ids = self.ids_named(filename, &call).await?;
         if ids.is_empty() {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file named {filename:?}"
@@ -286,18 +321,20 @@ impl Bucket {
             &self.files(),
             rawdoc! { "_id": { "$in": ids.clone() } },
             &call,
-        )?;
+        )
+        .await?;
         self.delete_where(
             &self.chunks(),
             rawdoc! { "files_id": { "$in": ids } },
             &call,
-        )?;
+        )
+        .await?;
         Ok(())
     }
 
     /// The `_id` of every files document named `filename`, the cursor
     /// iterated to its end under the call's budget.
-    fn ids_named(&self, filename: &str, call: &Call) -> Result<bson::RawArrayBuf> {
+    async fn ids_named(&self, filename: &str, call: &Call<'_>) -> Result<bson::RawArrayBuf> {
         let mut op = Find {
             db: self.db.clone(),
             coll: self.files(),
@@ -313,9 +350,10 @@ impl Bucket {
         };
         // The cursor's getMores need the session its find ran under.
         let session = self.client.session_for(call.session);
-        let reply: CursorReply =
-            self.client
-                .execute_within(&mut op, &call.budget, Some(&session), None)?;
+        let reply: CursorReply = self
+            .client
+            .execute_within(&mut op, &call.budget, Some(&session), None)
+            .await?;
         let settings = crate::cursor::CursorSettings::default();
         let mut cursor = Cursor::new(
             self.client.clone(),
@@ -327,7 +365,7 @@ impl Bucket {
         )?;
         let mut ids = bson::RawArrayBuf::new();
         loop {
-            let batch = cursor.next_batch()?;
+            let batch = cursor.next_batch().await?;
             for d in &batch.documents {
                 let id = d
                     .get("_id")
@@ -343,15 +381,15 @@ impl Bucket {
 
     /// Sets the filename of every revision named `filename` (GridFS spec:
     /// rename_by_name, one update of them all); FileNotFound when none matched.
-    pub fn rename_by_name(
+    pub async fn rename_by_name(
         &self,
         filename: &str,
         new_filename: &str,
-        options: &GridfsOptions,
+        options: &GridfsOptions<'_>,
     ) -> Result<()> {
         let call = self.call(options);
         let filter = rawdoc! { "filename": filename };
-        if self.set_filename(filter, true, new_filename, &call)? == 0 {
+        if self.set_filename(filter, true, new_filename, &call).await? == 0 {
             return Err(Error::invalid_argument(format!(
                 "FileNotFound: no file named {filename:?}"
             )));
@@ -360,10 +398,10 @@ impl Bucket {
     }
 
     /// Drops both collections.
-    pub fn drop(&self, options: &GridfsOptions) -> Result<()> {
+    pub async fn drop(&self, options: &GridfsOptions<'_>) -> Result<()> {
         let call = self.call(options);
         for coll in [self.files(), self.chunks()] {
-            match self.command(rawdoc! { "drop": coll }, &call) {
+            match self.command(rawdoc! { "drop": coll }, &call).await {
                 Err(e) if e.code == Some(26) || e.message.contains("ns not found") => {}
                 other => {
                     other?;
@@ -375,7 +413,7 @@ impl Bucket {
 
     /// The spec's index check before the first upload: when the files
     /// collection is empty, create the two indexes it needs if missing.
-    fn ensure_indexes(&self, call: &Call) -> Result<()> {
+    async fn ensure_indexes(&self, call: &Call<'_>) -> Result<()> {
         if self.indexes_checked.get() {
             return Ok(());
         }
@@ -392,36 +430,38 @@ impl Bucket {
             max_time: true,
             read_preference: crate::sdam::selection::ReadPreference::primary(),
         };
-        if self.run(&mut probe, call)?.batch.is_empty() {
+        if self.run(&mut probe, call).await?.batch.is_empty() {
             self.ensure_index(
                 &self.files(),
                 rawdoc! { "filename": 1, "uploadDate": 1 },
                 false,
                 call,
-            )?;
+            )
+            .await?;
             self.ensure_index(
                 &self.chunks(),
                 rawdoc! { "files_id": 1, "n": 1 },
                 true,
                 call,
-            )?;
+            )
+            .await?;
         }
         self.indexes_checked.set(true);
         Ok(())
     }
 
-    fn ensure_index(
+    async fn ensure_index(
         &self,
         coll: &str,
         key: RawDocumentBuf,
         unique: bool,
-        call: &Call,
+        call: &Call<'_>,
     ) -> Result<()> {
         let mut list = CursorCommand(RunCommand::read(
             &self.db,
             rawdoc! { "listIndexes": coll, "cursor": {} },
         ));
-        let existing = match self.run(&mut list, call) {
+        let existing = match self.run(&mut list, call).await {
             Ok(reply) => reply.batch,
             // NamespaceNotFound: the collection does not exist yet.
             Err(e) if e.code == Some(26) => Default::default(),
@@ -443,6 +483,7 @@ impl Bucket {
             index.append(bson::cstr!("unique"), true);
         }
         self.command(rawdoc! { "createIndexes": coll, "indexes": [index] }, call)
+            .await
             .map(|_| ())
     }
 }

@@ -32,10 +32,10 @@ enum State {
 }
 
 impl UploadStream {
-    pub(super) fn open(
+    pub(super) async fn open(
         bucket: Bucket,
         filename: &str,
-        options: UploadOptions,
+        options: UploadOptions<'_>,
         budget: OpTimeout,
         session: Option<Session>,
     ) -> Result<UploadStream> {
@@ -58,7 +58,7 @@ impl UploadStream {
             state: State::Open,
             bucket,
         };
-        stream.bucket.ensure_indexes(&stream.call())?;
+        stream.bucket.ensure_indexes(&stream.call()).await?;
         Ok(stream)
     }
 
@@ -82,7 +82,7 @@ impl UploadStream {
     }
 
     /// Buffers `data` and inserts every chunk it completes (one command).
-    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
         self.check_open()?;
         self.length += data.len() as u64;
         // A partly filled chunk is topped up; the whole chunks after it are
@@ -102,12 +102,12 @@ impl UploadStream {
         pieces.extend(rest[..whole].chunks(self.chunk_size));
         match pieces.is_empty() {
             true => Ok(()),
-            false => self.insert_chunks(&pieces),
+            false => self.insert_chunks(&pieces).await,
         }
     }
 
     /// Inserts one chunk per piece, in order (one command).
-    fn insert_chunks(&mut self, pieces: &[&[u8]]) -> Result<()> {
+    async fn insert_chunks(&mut self, pieces: &[&[u8]]) -> Result<()> {
         // Written straight into the insert's one buffer, sized exactly:
         // every chunk's bytes besides its data are those of an empty one.
         let mut empty = Vec::new();
@@ -122,14 +122,14 @@ impl UploadStream {
             self.next_n += 1;
         }
         let chunks_coll = self.bucket.chunks();
-        self.insert(&chunks_coll, chunks)
+        self.insert(&chunks_coll, chunks).await
     }
 
-    fn insert(&self, coll: &str, docs: impl Into<Documents>) -> Result<()> {
+    async fn insert(&self, coll: &str, docs: impl Into<Documents>) -> Result<()> {
         let mut op = WriteCommand::new(&self.bucket.db, coll, WriteKind::Insert, docs, 0);
         let call = self.call();
         while op.remaining() > 0 {
-            let r = self.bucket.run(&mut op, &call);
+            let r = self.bucket.run(&mut op, &call).await;
             op.finish_batch();
             r?;
         }
@@ -140,12 +140,12 @@ impl UploadStream {
     }
 
     /// Writes the last (short) chunk and the files document.
-    pub fn close(&mut self) -> Result<()> {
+    pub async fn close(&mut self) -> Result<()> {
         self.check_open()?;
         self.state = State::Closed;
         if !self.buffer.is_empty() {
             let last = std::mem::take(&mut self.buffer);
-            self.insert_chunks(&[&last])?;
+            self.insert_chunks(&[&last]).await?;
         }
         let mut file = rawdoc! {
             "_id": self.id.clone(),
@@ -158,11 +158,11 @@ impl UploadStream {
             file.append(bson::cstr!("metadata"), m.clone());
         }
         let files = self.bucket.files();
-        self.insert(&files, vec![file])
+        self.insert(&files, vec![file]).await
     }
 
     /// Deletes the chunks written so far.
-    pub fn abort(&mut self) -> Result<()> {
+    pub async fn abort(&mut self) -> Result<()> {
         self.check_open()?;
         self.state = State::Aborted;
         let chunks = self.bucket.chunks();
@@ -172,6 +172,7 @@ impl UploadStream {
                 rawdoc! { "files_id": self.id.clone() },
                 &self.call(),
             )
+            .await
             .map(|_| ())
     }
 }

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use wasi::sockets::instance_network::instance_network;
 use wasi::sockets::ip_name_lookup::{resolve_addresses, ErrorCode};
 
-pub fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
+pub async fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
     let literal = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = literal.parse::<IpAddr>() {
         return Ok(vec![ip]);
@@ -53,18 +53,18 @@ fn is_localhost(host: &str) -> bool {
 /// ip-name-lookup when they know none or cannot be reached (the host denied
 /// UDP to them, say). `localhost` names never go to DNS (RFC 6761), and no
 /// servers means ip-name-lookup alone.
-pub fn resolve_via(
+pub async fn resolve_via(
     host: &str,
     name_servers: &[SocketAddr],
     deadline: Deadline,
 ) -> Result<Vec<IpAddr>> {
     let literal = host.trim_start_matches('[').trim_end_matches(']');
     if name_servers.is_empty() || is_localhost(host) || literal.parse::<IpAddr>().is_ok() {
-        return resolve(host, deadline);
+        return resolve(host, deadline).await;
     }
     let mut unreachable = None;
     for rtype in [RecordType::A, RecordType::Aaaa] {
-        let answer = match super::udp::lookup(name_servers, host, rtype, deadline) {
+        let answer = match super::udp::lookup(name_servers, host, rtype, deadline).await {
             Ok(answer) => answer,
             Err(e) if e.is_timeout() => return Err(e),
             Err(e) => {
@@ -90,15 +90,17 @@ pub fn resolve_via(
             Err(_) => {}
         }
     }
-    resolve(host, deadline).map_err(|e| match unreachable {
-        // Neither way worked: say both.
-        Some(dns) => Error {
-            message: format!(
-                "{}; the DNS servers were not reachable either: {}",
-                e.message, dns.message
-            ),
-            ..e
-        },
-        None => e,
-    })
+    resolve(host, deadline)
+        .await
+        .map_err(|e| match unreachable {
+            // Neither way worked: say both.
+            Some(dns) => Error {
+                message: format!(
+                    "{}; the DNS servers were not reachable either: {}",
+                    e.message, dns.message
+                ),
+                ..e
+            },
+            None => e,
+        })
 }

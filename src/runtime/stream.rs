@@ -14,7 +14,7 @@ pub enum Stream {
 impl Stream {
     /// Connects to `host:port` and, given a TLS configuration, completes the
     /// TLS handshake; all within `deadline`.
-    pub fn connect(
+    pub async fn connect(
         address: &str,
         host: &str,
         port: u16,
@@ -22,31 +22,27 @@ impl Stream {
         tls: Option<&Arc<rustls::ClientConfig>>,
         deadline: Deadline,
     ) -> Result<Stream> {
-        let tcp = TcpStream::connect_via(host, port, name_servers, deadline)?;
+        let tcp = TcpStream::connect_via(host, port, name_servers, deadline).await?;
         Ok(match tls {
             None => Stream::Plain(tcp),
-            Some(config) => Stream::Tls(Box::new(TlsStream::handshake(
-                tcp,
-                config.clone(),
-                host,
-                address,
-                deadline,
-            )?)),
+            Some(config) => Stream::Tls(Box::new(
+                TlsStream::handshake(tcp, config.clone(), host, address, deadline).await?,
+            )),
         })
     }
 
     /// Writes one whole message, in one write on the socket.
-    pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         match self {
-            Stream::Plain(s) => s.write_all(bytes, deadline),
-            Stream::Tls(s) => s.write_all(bytes, deadline),
+            Stream::Plain(s) => s.write_all(bytes, deadline).await,
+            Stream::Tls(s) => s.write_all(bytes, deadline).await,
         }
     }
 
     /// Appends to `buf` until it holds at least `want` bytes, taking what
     /// has arrived up to `max` (at least `want`) in all: a reply's length
     /// and body usually come in one read.
-    pub fn read_up_to(
+    pub async fn read_up_to(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
@@ -54,9 +50,9 @@ impl Stream {
         deadline: Deadline,
     ) -> Result<()> {
         match self {
-            Stream::Plain(s) => s.read_up_to(buf, want, max, deadline),
+            Stream::Plain(s) => s.read_up_to(buf, want, max, deadline).await,
             // rustls holds what follows: no socket call is saved by taking more.
-            Stream::Tls(s) => s.read_to_len(buf, want, deadline),
+            Stream::Tls(s) => s.read_to_len(buf, want, deadline).await,
         }
     }
 }

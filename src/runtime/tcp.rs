@@ -41,25 +41,28 @@ struct Parts {
 
 impl TcpStream {
     /// Resolves `host` and connects to the first address that answers.
-    pub fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        Self::connect_via(host, port, &[], deadline)
+    pub async fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        Self::connect_via(host, port, &[], deadline).await
     }
 
     /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
     /// first: the servers that answered a `mongodb+srv` lookup know its targets.
-    pub fn connect_via(
+    pub async fn connect_via(
         host: &str,
         port: u16,
         name_servers: &[std::net::SocketAddr],
         deadline: Deadline,
     ) -> Result<TcpStream> {
         let mut last: Option<Error> = None;
-        for ip in dns::resolve_via(host, name_servers, deadline).map_err(|mut e| {
-            // Name the address the lookup was for.
-            e.message = format!("{} (for {host}:{port})", e.message);
-            e
-        })? {
-            match Self::connect_ip(ip, port, deadline) {
+        for ip in dns::resolve_via(host, name_servers, deadline)
+            .await
+            .map_err(|mut e| {
+                // Name the address the lookup was for.
+                e.message = format!("{} (for {host}:{port})", e.message);
+                e
+            })?
+        {
+            match Self::connect_ip(ip, port, deadline).await {
                 Ok(s) => return Ok(s),
                 Err(e) if e.is_timeout() => return Err(e),
                 // A denied address is reported only if no other failed for another reason.
@@ -76,7 +79,8 @@ impl TcpStream {
         Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
     }
 
-    fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
+    /// One address, no lookup (DNS over TCP connects here: no recursion).
+    pub async fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
         let peer = match ip {
             IpAddr::V6(_) => format!("[{ip}]:{port}"),
             IpAddr::V4(_) => format!("{ip}:{port}"),
@@ -126,12 +130,23 @@ impl TcpStream {
 
     /// Writes all of `bytes`: one `write` when the permit allows (it usually
     /// does). Every pass checks the deadline, the flush wait's included.
-    pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        self.write_all_as(bytes, deadline, "socket write")
+    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        self.write_all_now(bytes, deadline, "socket write")
     }
 
     /// `write_all`, its waits named `section` (e.g. "TLS handshake").
-    pub fn write_all_as(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
+    pub async fn write_all_as(
+        &mut self,
+        bytes: &[u8],
+        deadline: Deadline,
+        section: &str,
+    ) -> Result<()> {
+        self.write_all_now(bytes, deadline, section)
+    }
+
+    /// `write_all_as`, blocking: WASI 0.2 has one caller at a time (and a
+    /// `Drop` that sends a TLS close_notify cannot await).
+    pub fn write_all_now(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
         let mut permit = std::mem::take(&mut self.permit);
         let p = self.parts()?;
         let mut off = 0;
@@ -168,13 +183,13 @@ impl TcpStream {
     /// Appends to `buf` until it holds at least `want` bytes, never reading
     /// past `want` nor growing `buf` beyond it. Every pass checks the
     /// deadline, so a reply trickled or flooded past it fails in time.
-    pub fn read_to_len(
+    pub async fn read_to_len(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
         deadline: Deadline,
     ) -> Result<()> {
-        self.read_up_to(buf, want, want, deadline)
+        self.read_up_to(buf, want, want, deadline).await
     }
 
     /// Appends to `buf` until it holds at least `want` bytes, each read
@@ -182,7 +197,7 @@ impl TcpStream {
     /// read can bring a frame's length and its body together. `buf` never
     /// grows past `max`. Every pass checks the deadline, so a reply trickled
     /// or flooded past it fails in time.
-    pub fn read_up_to(
+    pub async fn read_up_to(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
@@ -226,7 +241,7 @@ fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
 impl TcpStream {
     /// Appends what has arrived (at least one byte) to `buf`, waiting as
     /// `section` until `deadline`, which is checked even when data is ready.
-    pub fn read_some(
+    pub async fn read_some(
         &mut self,
         buf: &mut Vec<u8>,
         deadline: Deadline,
@@ -243,6 +258,14 @@ impl TcpStream {
             let ready = p.input_ready.get_or_insert_with(|| p.input.subscribe());
             wait(ready, deadline, section)?;
         }
+    }
+}
+
+impl TcpStream {
+    /// Sends `bytes` only as far as the socket takes them without waiting
+    /// (a TLS close_notify from `Drop`, which cannot wait).
+    pub fn send_now(&mut self, bytes: &[u8]) -> Result<()> {
+        self.write_all_now(bytes, Deadline::At(super::now()), "socket write")
     }
 }
 

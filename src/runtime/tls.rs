@@ -28,7 +28,7 @@ pub struct TlsStream {
 impl TlsStream {
     /// Runs the TLS handshake over `tcp` (a blocking section named "TLS
     /// handshake"), verifying the server as `config` says for `host`.
-    pub fn handshake(
+    pub async fn handshake(
         tcp: TcpStream,
         config: Arc<ClientConfig>,
         host: &str,
@@ -48,9 +48,9 @@ impl TlsStream {
         let section = format!("TLS handshake with {address}");
         while s.conn.is_handshaking() {
             check(deadline, &section)?;
-            s.send_pending(deadline, &section)?;
+            s.send_pending(deadline, &section).await?;
             if s.conn.is_handshaking() {
-                s.receive(deadline, &section)?;
+                s.receive(deadline, &section).await?;
             }
         }
         // TLS 1.3: the client's last flight (its Finished) is still queued; it
@@ -61,7 +61,7 @@ impl TlsStream {
 
     /// Encrypts `bytes` and sends the records (after any queued handshake
     /// records) in one write.
-    pub fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         self.out.clear();
         self.drain_records()?;
         let mut off = 0;
@@ -81,12 +81,12 @@ impl TlsStream {
                 )));
             }
         }
-        self.tcp.write_all(&self.out, deadline)
+        self.tcp.write_all(&self.out, deadline).await
     }
 
     /// Appends decrypted bytes to `buf` until it holds at least `want` bytes
     /// (never more: what follows stays in rustls for the next reply).
-    pub fn read_to_len(
+    pub async fn read_to_len(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
@@ -100,9 +100,9 @@ impl TlsStream {
             check(deadline, "socket read")?;
             if self.conn.wants_write() {
                 // The handshake's last flight, a key update's answer, an alert.
-                self.send_pending(deadline, "socket write")?;
+                self.send_pending(deadline, "socket write").await?;
             }
-            self.receive(deadline, "socket read")?;
+            self.receive(deadline, "socket read").await?;
         }
     }
 
@@ -132,11 +132,11 @@ impl TlsStream {
 
     /// Hands rustls the next TLS bytes (ones already read, else the socket's)
     /// and processes them.
-    fn receive(&mut self, deadline: Deadline, section: &str) -> Result<()> {
+    async fn receive(&mut self, deadline: Deadline, section: &str) -> Result<()> {
         if self.raw_at == self.raw.len() {
             self.raw.clear();
             self.raw_at = 0;
-            self.tcp.read_some(&mut self.raw, deadline, section)?;
+            self.tcp.read_some(&mut self.raw, deadline, section).await?;
         }
         let mut pending = &self.raw[self.raw_at..];
         let n = self
@@ -146,20 +146,20 @@ impl TlsStream {
         self.raw_at += n;
         if let Err(e) = self.conn.process_new_packets() {
             // Tell the server why (rustls queued an alert); best effort.
-            let _ = self.send_pending(deadline, section);
+            let _ = self.send_pending(deadline, section).await;
             return Err(self.refused(e));
         }
         Ok(())
     }
 
     /// Sends what rustls has queued (handshake messages, alerts).
-    fn send_pending(&mut self, deadline: Deadline, section: &str) -> Result<()> {
+    async fn send_pending(&mut self, deadline: Deadline, section: &str) -> Result<()> {
         self.out.clear();
         self.drain_records()?;
         if self.out.is_empty() {
             return Ok(());
         }
-        self.tcp.write_all_as(&self.out, deadline, section)
+        self.tcp.write_all_as(&self.out, deadline, section).await
     }
 
     fn drain_records(&mut self) -> Result<()> {
@@ -204,7 +204,7 @@ impl Drop for TlsStream {
         self.conn.send_close_notify();
         self.out.clear();
         if self.drain_records().is_ok() {
-            let _ = self.tcp.write_all(&self.out, Deadline::At(super::now()));
+            let _ = self.tcp.send_now(&self.out);
         }
     }
 }

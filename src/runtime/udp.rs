@@ -25,7 +25,7 @@ const BATCH: u64 = 8;
 /// Asks `servers` for `name`'s `rtype` records. The outer error is I/O (no
 /// server answered in time, none reachable); the inner one is the answer's
 /// (NXDOMAIN, SERVFAIL, a malformed reply).
-pub fn lookup(
+pub async fn lookup(
     servers: &[SocketAddr],
     name: &str,
     rtype: RecordType,
@@ -54,18 +54,20 @@ pub fn lookup(
                     Err(DnsError::NotOurs(_))
                 )
             };
-            let answer = ask(
+            let answer = match ask(
                 &mut channels[i],
                 *server,
                 &query,
                 &is_ours,
                 interval,
                 deadline,
-            )
-            .and_then(|reply| match reply {
-                Some(bytes) => read_reply(&bytes, *server, id, name, rtype, &query, deadline),
-                None => Ok(None),
-            });
+            ) {
+                Ok(Some(bytes)) => {
+                    read_reply(&bytes, *server, id, name, rtype, &query, deadline).await
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            };
             match answer {
                 Ok(Some(result)) => return Ok(result),
                 Ok(None) => {}
@@ -97,7 +99,7 @@ fn no_answer(servers: &[SocketAddr], what: &str, timed_out: bool) -> Error {
 
 /// A validated reply, asking over TCP when it was truncated; `None` when the
 /// bytes were not a reply to our query (keep waiting).
-fn read_reply(
+async fn read_reply(
     bytes: &[u8],
     server: SocketAddr,
     id: u16,
@@ -108,7 +110,7 @@ fn read_reply(
 ) -> Result<Option<std::result::Result<Vec<Record>, DnsError>>> {
     match dns::parse_reply(bytes, id, name, rtype) {
         Ok(reply) if reply.truncated => {
-            let bytes = over_tcp(server, query, deadline)?;
+            let bytes = over_tcp(server, query, deadline).await?;
             match dns::parse_reply(&bytes, id, name, rtype) {
                 Ok(reply) if reply.truncated => Ok(Some(Err(DnsError::Malformed(
                     "the answer over TCP is truncated too".into(),
@@ -127,16 +129,16 @@ fn read_reply(
 }
 
 /// RFC 1035 4.2.2: the same message with a two-byte length prefix.
-fn over_tcp(server: SocketAddr, query: &[u8], deadline: Deadline) -> Result<Vec<u8>> {
-    let mut stream = TcpStream::connect(&server.ip().to_string(), server.port(), deadline)?;
+async fn over_tcp(server: SocketAddr, query: &[u8], deadline: Deadline) -> Result<Vec<u8>> {
+    let mut stream = TcpStream::connect_ip(server.ip(), server.port(), deadline).await?;
     let mut framed = Vec::with_capacity(query.len() + 2);
     framed.extend_from_slice(&(query.len() as u16).to_be_bytes());
     framed.extend_from_slice(query);
-    stream.write_all(&framed, deadline)?;
+    stream.write_all(&framed, deadline).await?;
     let mut buf = Vec::with_capacity(dns::UDP_MAX);
-    stream.read_to_len(&mut buf, 2, deadline)?;
+    stream.read_to_len(&mut buf, 2, deadline).await?;
     let len = usize::from(u16::from_be_bytes([buf[0], buf[1]]));
-    stream.read_to_len(&mut buf, 2 + len, deadline)?;
+    stream.read_to_len(&mut buf, 2 + len, deadline).await?;
     buf.drain(..2);
     Ok(buf)
 }

@@ -46,9 +46,23 @@ pub fn wait(pollable: &Pollable, deadline: Deadline, section: &str) -> Result<()
 }
 
 /// Sleeps until `deadline` (a retry backoff, a blockConnection-style wait).
-pub fn sleep_until(deadline: Deadline) {
+pub async fn sleep_until(deadline: Deadline) {
     if let Deadline::At(at) = deadline {
         until(at, None);
+    }
+}
+
+/// Runs an operation of the async core to its end on WASI 0.2. Every wait of
+/// the 0.2 runtime blocks inside `wait` (one caller per instance: the sync
+/// exports), so the future is ready at its first poll; the loop is only for
+/// a foreign future that is not.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
     }
 }
 

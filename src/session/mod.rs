@@ -161,9 +161,9 @@ impl Session {
 
     /// Ends the session: an open transaction is aborted (best effort), and
     /// the server session returns to the pool.
-    pub fn end(&self) {
+    pub async fn end(&self) {
         if self.in_transaction() {
-            let _ = self.abort_transaction(None);
+            let _ = self.abort_transaction(None).await;
         }
         // A committed transaction's connection goes back to the pool.
         self.unpin();
@@ -323,7 +323,7 @@ impl Session {
 
     /// Commits; nothing is sent if the transaction ran no command. Errors
     /// that leave the outcome unknown carry `UnknownTransactionCommitResult`.
-    pub fn commit_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
+    pub async fn commit_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
         let (action, options) = {
             let mut s = self.state.borrow_mut();
             (s.txn.commit()?, s.txn.options.clone())
@@ -337,7 +337,7 @@ impl Session {
             }
             _ => EndTransaction::commit(options.write_concern, options.max_commit_time_ms),
         };
-        self.run_end(&mut op, timeout_ms).map_err(|mut e| {
+        self.run_end(&mut op, timeout_ms).await.map_err(|mut e| {
             if unknown_commit_result(&e) {
                 e.add_label("UnknownTransactionCommitResult");
             }
@@ -353,21 +353,21 @@ impl Session {
     }
 
     /// Aborts; errors from the server are ignored, as the spec requires.
-    pub fn abort_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
+    pub async fn abort_transaction(&self, timeout_ms: Option<u64>) -> Result<()> {
         let (action, options) = {
             let mut s = self.state.borrow_mut();
             (s.txn.abort()?, s.txn.options.clone())
         };
         if action == EndAction::Send {
             let mut op = EndTransaction::abort(options.write_concern);
-            let _ = self.run_end(&mut op, timeout_ms);
+            let _ = self.run_end(&mut op, timeout_ms).await;
         }
         // Unpinned whatever the abort's outcome (Transactions spec).
         self.unpin();
         Ok(())
     }
 
-    fn run_end(&self, op: &mut EndTransaction, timeout_ms: Option<u64>) -> Result<()> {
+    async fn run_end(&self, op: &mut EndTransaction, timeout_ms: Option<u64>) -> Result<()> {
         let client = self
             .client
             .as_ref()
@@ -380,7 +380,7 @@ impl Session {
         if timeout.is_some() {
             op.under_csot()?;
         }
-        client.execute(op, timeout, Some(self))
+        client.execute(op, timeout, Some(self)).await
     }
 
     /// The timeoutMS of commit, abort and withTransaction: the call's, else
@@ -411,7 +411,7 @@ impl Session {
     /// timeoutMS the body's operations on this session share the call's
     /// deadline and must not set their own `timeout_ms` (an
     /// `invalid-argument` error); operations without the session do not get it.
-    pub fn with_transaction<T>(
+    pub async fn with_transaction<T>(
         &self,
         options: WithTransactionOptions,
         mut body: impl FnMut(&Session) -> Result<T>,
@@ -419,7 +419,7 @@ impl Session {
         let mut runner = self.transaction_runner(options);
         let mut value = None;
         loop {
-            match runner.step()? {
+            match runner.step().await? {
                 RunnerStep::RunBody => {
                     let outcome = body(self).map(|v| value = Some(v));
                     runner.report(outcome)?;

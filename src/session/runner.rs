@@ -75,7 +75,7 @@ impl TransactionRunner {
     /// Runs the loop up to the next body attempt (waiting its backoff and
     /// starting its transaction) or to its end (committing, retrying the
     /// commit as the spec allows). After the end it repeats the outcome.
-    pub fn step(&mut self) -> Result<RunnerStep> {
+    pub async fn step(&mut self) -> Result<RunnerStep> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Body) {
                 Phase::Ended(r) => {
@@ -93,13 +93,13 @@ impl TransactionRunner {
                 }
                 Phase::Reported(Err(e)) => {
                     if self.session.in_transaction() {
-                        self.abort();
+                        self.abort().await;
                     }
                     let next = self.machine.body_failed(runtime::now(), e);
                     self.phase = Phase::Next(next);
                 }
                 Phase::Next(Next::RunBody) => {
-                    if let Err(e) = self.start_attempt() {
+                    if let Err(e) = self.start_attempt().await {
                         self.end(Err(e));
                         continue;
                     }
@@ -107,7 +107,7 @@ impl TransactionRunner {
                     return Ok(RunnerStep::RunBody);
                 }
                 Phase::Next(Next::Commit) => {
-                    let next = match self.commit() {
+                    let next = match self.commit().await {
                         Ok(()) => Next::Done,
                         Err(e) => self.machine.commit_failed(runtime::now(), e),
                     };
@@ -135,11 +135,11 @@ impl TransactionRunner {
 
     /// Backoff, then startTransaction; the body's operations then run
     /// under the call's deadline (CSOT).
-    fn start_attempt(&mut self) -> Result<()> {
+    async fn start_attempt(&mut self) -> Result<()> {
         let now = runtime::now();
         let backoff = self.machine.begin(now, runtime::jitter())?;
         if !backoff.is_zero() {
-            runtime::sleep_until(Deadline::after(now, backoff));
+            runtime::sleep_until(Deadline::after(now, backoff)).await;
         }
         self.session.start_transaction(self.options.clone())?;
         self.session.set_callback_deadline(self.machine.deadline());
@@ -148,15 +148,15 @@ impl TransactionRunner {
 
     /// Commit under what is left of the call's deadline (the session still
     /// carries it, see `Session::callback_timeout`).
-    fn commit(&mut self) -> Result<()> {
-        self.session.commit_transaction(None)
+    async fn commit(&mut self) -> Result<()> {
+        self.session.commit_transaction(None).await
     }
 
     /// Abort with a fresh timeoutMS (CSOT spec: "withTransaction refreshes
     /// the timeout for abortTransaction"); its errors are ignored.
-    fn abort(&mut self) {
+    async fn abort(&mut self) {
         self.session.set_callback_deadline(None);
-        let _ = self.session.abort_transaction(self.timeout_ms);
+        let _ = self.session.abort_transaction(self.timeout_ms).await;
     }
 
     fn end(&mut self, outcome: Result<()>) {
@@ -181,6 +181,7 @@ mod tests {
     //! transaction with no command commits and aborts without I/O.
     use super::*;
     use crate::error::ErrorKind;
+    use crate::runtime::block_on;
     use crate::Client;
 
     fn session() -> Session {
@@ -192,12 +193,12 @@ mod tests {
     fn an_empty_body_commits_and_done_stays_done() {
         let s = session();
         let mut r = s.transaction_runner(WithTransactionOptions::default());
-        assert_eq!(r.step().unwrap(), RunnerStep::RunBody);
+        assert_eq!(block_on(r.step()).unwrap(), RunnerStep::RunBody);
         assert!(s.in_transaction(), "step started the transaction");
         r.report(Ok(())).unwrap();
-        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert_eq!(block_on(r.step()).unwrap(), RunnerStep::Done);
         assert!(!s.in_transaction());
-        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert_eq!(block_on(r.step()).unwrap(), RunnerStep::Done);
     }
 
     #[test]
@@ -209,9 +210,9 @@ mod tests {
             ErrorKind::InvalidArgument,
             "no body is running yet"
         );
-        r.step().unwrap();
+        block_on(r.step()).unwrap();
         assert_eq!(
-            r.step().unwrap_err().kind,
+            block_on(r.step()).unwrap_err().kind,
             ErrorKind::InvalidArgument,
             "a report is due"
         );
@@ -223,22 +224,26 @@ mod tests {
     fn a_non_transient_body_error_aborts_and_ends_the_loop() {
         let s = session();
         let mut r = s.transaction_runner(WithTransactionOptions::default());
-        r.step().unwrap();
+        block_on(r.step()).unwrap();
         let mine = Error::invalid_argument("the caller's own error");
         r.report(Err(mine.clone())).unwrap();
-        assert_eq!(r.step().unwrap_err(), mine);
+        assert_eq!(block_on(r.step()).unwrap_err(), mine);
         assert!(!s.in_transaction(), "aborted");
-        assert_eq!(r.step().unwrap_err(), mine, "the same outcome again");
+        assert_eq!(
+            block_on(r.step()).unwrap_err(),
+            mine,
+            "the same outcome again"
+        );
     }
 
     #[test]
     fn a_body_that_ends_the_transaction_itself_is_done_without_a_commit() {
         let s = session();
         let mut r = s.transaction_runner(WithTransactionOptions::default());
-        r.step().unwrap();
-        s.abort_transaction(None).unwrap();
+        block_on(r.step()).unwrap();
+        block_on(s.abort_transaction(None)).unwrap();
         r.report(Ok(())).unwrap();
-        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert_eq!(block_on(r.step()).unwrap(), RunnerStep::Done);
     }
 
     #[test]
@@ -246,7 +251,10 @@ mod tests {
         let s = session();
         s.start_transaction(TransactionOptions::default()).unwrap();
         let mut r = s.transaction_runner(WithTransactionOptions::default());
-        assert_eq!(r.step().unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            block_on(r.step()).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
     }
 
     #[test]
@@ -257,7 +265,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(s.callback_timeout(None).unwrap(), None, "not started yet");
-        r.step().unwrap();
+        block_on(r.step()).unwrap();
         let left = s.callback_timeout(None).unwrap().unwrap();
         assert!(left > 0 && left <= 60_000, "{left}");
         assert_eq!(
@@ -266,7 +274,7 @@ mod tests {
             "an operation's own timeoutMS inside the body"
         );
         r.report(Ok(())).unwrap();
-        assert_eq!(r.step().unwrap(), RunnerStep::Done);
+        assert_eq!(block_on(r.step()).unwrap(), RunnerStep::Done);
         assert_eq!(s.callback_timeout(Some(5)).unwrap(), None, "over");
     }
 
@@ -274,18 +282,16 @@ mod tests {
     fn the_closure_returns_the_body_value_and_its_errors() {
         let s = session();
         let mut runs = 0;
-        let v = s
-            .with_transaction(Default::default(), |_| {
-                runs += 1;
-                Ok(42)
-            })
-            .unwrap();
+        let v = s.with_transaction(Default::default(), |_| {
+            runs += 1;
+            Ok(42)
+        });
+        let v = block_on(v).unwrap();
         assert_eq!((v, runs), (42, 1));
-        let e = s
-            .with_transaction(Default::default(), |_| -> Result<()> {
-                Err(Error::invalid_argument("no"))
-            })
-            .unwrap_err();
+        let e = s.with_transaction(Default::default(), |_| -> Result<()> {
+            Err(Error::invalid_argument("no"))
+        });
+        let e = block_on(e).unwrap_err();
         assert_eq!(e.message, "no");
         assert!(!s.in_transaction());
     }

@@ -22,13 +22,14 @@ fn main() {
         println!("{USAGE}");
         std::process::exit(0);
     }
-    if let Err(e) = run(uri, &args[1..]) {
+    // The sync form: one block_on around the async API.
+    if let Err(e) = mongo_wasi::block_on(run(uri, &args[1..])) {
         eprintln!("notes: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(uri: &str, command: &[String]) -> Result<()> {
+async fn run(uri: &str, command: &[String]) -> Result<()> {
     // Every operation gets at most two seconds, end to end.
     let client = Client::with_options(
         uri,
@@ -41,11 +42,13 @@ fn run(uri: &str, command: &[String]) -> Result<()> {
         .database("notes_demo", None)
         .collection("notes", None);
     match command.first().map(String::as_str) {
-        None | Some("demo") => demo(&notes),
-        Some("add") => add(&notes, &command[1..].join(" ")).map(|n| println!("added note #{n}")),
-        Some("list") => list(&notes),
-        Some("done") => set_done(&notes, number(command.get(1))?),
-        Some("rm") => remove(&notes, number(command.get(1))?),
+        None | Some("demo") => demo(&notes).await,
+        Some("add") => add(&notes, &command[1..].join(" "))
+            .await
+            .map(|n| println!("added note #{n}")),
+        Some("list") => list(&notes).await,
+        Some("done") => set_done(&notes, number(command.get(1))?).await,
+        Some("rm") => remove(&notes, number(command.get(1))?).await,
         Some(other) => Err(mongo_wasi::Error::invalid_argument(format!(
             "unknown command {other}"
         ))),
@@ -57,9 +60,9 @@ fn number(arg: Option<&String>) -> Result<i32> {
         .ok_or_else(|| mongo_wasi::Error::invalid_argument("expected a note number"))
 }
 
-fn demo(notes: &Collection) -> Result<()> {
+async fn demo(notes: &Collection) -> Result<()> {
     let started = Instant::now();
-    notes.drop(&OpOptions::default())?;
+    notes.drop(&OpOptions::default()).await?;
     println!("== a fresh notebook in notes_demo.notes");
     for text in [
         "buy oat milk",
@@ -67,17 +70,21 @@ fn demo(notes: &Collection) -> Result<()> {
         "ship mongo-wasi",
         "water the plants",
     ] {
-        let n = add(notes, text)?;
+        let n = add(notes, text).await?;
         println!("added note #{n}: {text}");
     }
-    set_done(notes, 2)?;
-    set_done(notes, 4)?;
-    list(notes)?;
-    remove(notes, 1)?;
-    let open = notes.count_documents(rawdoc! { "done": false }, &OpOptions::default())?;
-    let all = notes.count_documents(rawdoc! {}, &OpOptions::default())?;
+    set_done(notes, 2).await?;
+    set_done(notes, 4).await?;
+    list(notes).await?;
+    remove(notes, 1).await?;
+    let open = notes
+        .count_documents(rawdoc! { "done": false }, &OpOptions::default())
+        .await?;
+    let all = notes
+        .count_documents(rawdoc! {}, &OpOptions::default())
+        .await?;
     println!("{all} notes left, {open} still open");
-    list(notes)?;
+    list(notes).await?;
     println!(
         "== done in {} ms, every operation under a 2000 ms deadline",
         started.elapsed().as_millis()
@@ -86,34 +93,40 @@ fn demo(notes: &Collection) -> Result<()> {
 }
 
 /// Adds a note numbered one past the highest; returns its number.
-fn add(notes: &Collection, text: &str) -> Result<i32> {
-    let last = notes.find_one(
-        rawdoc! {},
-        &FindOptions {
-            sort: Some(rawdoc! { "n": -1 }),
-            ..Default::default()
-        },
-    )?;
+async fn add(notes: &Collection, text: &str) -> Result<i32> {
+    let last = notes
+        .find_one(
+            rawdoc! {},
+            &FindOptions {
+                sort: Some(rawdoc! { "n": -1 }),
+                ..Default::default()
+            },
+        )
+        .await?;
     let n = last.and_then(|d| d.get_i32("n").ok()).unwrap_or(0) + 1;
-    notes.insert_one(
-        &rawdoc! { "n": n, "text": text, "done": false },
-        &OpOptions::default(),
-    )?;
+    notes
+        .insert_one(
+            &rawdoc! { "n": n, "text": text, "done": false },
+            &OpOptions::default(),
+        )
+        .await?;
     Ok(n)
 }
 
-fn list(notes: &Collection) -> Result<()> {
-    let mut cursor = notes.find(
-        rawdoc! {},
-        &FindOptions {
-            sort: Some(rawdoc! { "n": 1 }),
-            batch_size: Some(2),
-            ..Default::default()
-        },
-    )?;
+async fn list(notes: &Collection) -> Result<()> {
+    let mut cursor = notes
+        .find(
+            rawdoc! {},
+            &FindOptions {
+                sort: Some(rawdoc! { "n": 1 }),
+                batch_size: Some(2),
+                ..Default::default()
+            },
+        )
+        .await?;
     println!("-- notes");
     loop {
-        let batch = cursor.next_batch()?;
+        let batch = cursor.next_batch().await?;
         for doc in &batch.documents {
             print_note(doc);
         }
@@ -136,18 +149,22 @@ fn print_note(doc: &RawDocumentBuf) {
     println!("  [{mark}] #{n} {text}");
 }
 
-fn set_done(notes: &Collection, n: i32) -> Result<()> {
-    let r = notes.update_one(
-        rawdoc! { "n": n },
-        UpdateSpec::Document(rawdoc! { "$set": { "done": true } }),
-        &OpOptions::default(),
-    )?;
+async fn set_done(notes: &Collection, n: i32) -> Result<()> {
+    let r = notes
+        .update_one(
+            rawdoc! { "n": n },
+            UpdateSpec::Document(rawdoc! { "$set": { "done": true } }),
+            &OpOptions::default(),
+        )
+        .await?;
     println!("marked #{n} done ({} matched)", r.matched);
     Ok(())
 }
 
-fn remove(notes: &Collection, n: i32) -> Result<()> {
-    let deleted = notes.delete_one(rawdoc! { "n": n }, &OpOptions::default())?;
+async fn remove(notes: &Collection, n: i32) -> Result<()> {
+    let deleted = notes
+        .delete_one(rawdoc! { "n": n }, &OpOptions::default())
+        .await?;
     println!("removed #{n} ({deleted} deleted)");
     Ok(())
 }
