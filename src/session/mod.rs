@@ -603,7 +603,7 @@ mod tests {
         s.unpin();
         assert_eq!(s.pinned_server(), None);
         s.pin("m:2");
-        s.end();
+        crate::runtime::block_on(s.end());
         assert_eq!(s.pinned_server(), None, "ending a session unpins it");
     }
 
@@ -614,7 +614,7 @@ mod tests {
         let mut body = RawDocumentBuf::new();
         s.apply_to(&mut body).unwrap();
         assert_eq!(body.get_document("lsid").unwrap(), &*s.id());
-        s.end();
+        crate::runtime::block_on(s.end());
         assert!(s.is_ended());
         assert!(s.apply_to(&mut RawDocumentBuf::new()).is_err());
         assert_eq!(pool.drain().len(), 1, "ending returned the server session");
