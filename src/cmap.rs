@@ -12,8 +12,9 @@ use crate::deadline::{Deadline, Instant};
 use crate::error::{Error, ErrorKind};
 use crate::logging::{Component, Context, Fields, LogMessage, Loggable};
 use bson::cstr;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 /// CMAP, establishing a connection: a network error or timeout in the TCP
@@ -221,6 +222,9 @@ pub struct InUse {
     total: Cell<usize>,
     cursors: Cell<usize>,
     transactions: Cell<usize>,
+    /// How many times the pool changed, and who waits for the next change.
+    changes: Cell<u64>,
+    waiters: RefCell<Vec<Waker>>,
 }
 
 /// What a checked-out connection is kept for.
@@ -251,6 +255,30 @@ impl InUse {
 
     pub fn total(&self) -> usize {
         self.total.get()
+    }
+
+    /// The pool changed (a connection came back, was closed, or an
+    /// establishment ended): the checkouts waiting on it look again.
+    pub fn notify(&self) {
+        self.changes.set(self.changes.get() + 1);
+        for waker in self.waiters.take() {
+            waker.wake();
+        }
+    }
+
+    /// Ready at the pool's next change after this call.
+    pub fn changed(pool: &Rc<InUse>) -> impl std::future::Future<Output = ()> {
+        let (pool, seen) = (Rc::clone(pool), pool.changes.get());
+        std::future::poll_fn(move |cx| {
+            if pool.changes.get() != seen {
+                return Poll::Ready(());
+            }
+            let mut waiters = pool.waiters.borrow_mut();
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
     }
 
     fn counter(&self, purpose: Purpose) -> Option<&Cell<usize>> {
@@ -295,6 +323,7 @@ impl Drop for Lease {
         self.set_purpose(Purpose::Operation);
         let total = &self.pool.total;
         total.set(total.get().saturating_sub(1));
+        self.pool.notify();
     }
 }
 

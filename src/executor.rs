@@ -250,7 +250,9 @@ async fn attempt<O: Operation>(
     kind: Retryability,
     state: &mut Attempts,
 ) -> Result<O::Output> {
-    let mut topology = client.topology.borrow_mut();
+    // The topology is borrowed a statement at a time: other operations of
+    // this client run while this one waits on I/O.
+    let topology = &client.topology;
     // computedServerSelectionTimeout: selection, then checkout and connect.
     let selection = ctx.timeout.selection_deadline(runtime::now());
     let criteria = op.criteria();
@@ -276,7 +278,8 @@ async fn attempt<O: Operation>(
             // The topology type is known once selection found a server. A
             // commit or abort after an unpin is not pinned again.
             let starts_pin = txn_session.filter(|s| s.in_transaction());
-            if let (Some(s), true) = (starts_pin, pins_transactions(topology.description.kind)) {
+            let pins = pins_transactions(topology.borrow().description.kind);
+            if let (Some(s), true) = (starts_pin, pins) {
                 s.pin(&a);
             }
             a
@@ -285,12 +288,12 @@ async fn attempt<O: Operation>(
     state.failed_on = Some(address.clone());
     // Behind a load balancer a pinned transaction keeps its connection too,
     // and so does an open cursor (Load Balancer spec).
-    let lb = topology.description.kind == TopologyType::LoadBalanced;
+    let lb = topology.borrow().description.kind == TopologyType::LoadBalanced;
     let holder = txn_session.filter(|_| lb);
     let cursor = op.cursor_id().filter(|_| lb && holder.is_none());
     let held = match holder {
         Some(s) => s.take_connection(),
-        None => cursor.and_then(|id| topology.take_cursor_connection(id)),
+        None => cursor.and_then(|id| topology.borrow_mut().take_cursor_connection(id)),
     };
     let mut conn = match held {
         Some(held) => held,
@@ -305,21 +308,21 @@ async fn attempt<O: Operation>(
             .hold_cursor_connection(id, conn),
         _ => client.topology.borrow_mut().checkin(conn),
     };
-    let min_rtt = topology.min_rtt(&address);
-    // getMore/killCursors go where their cursor is, as they are.
-    let read_preference = match ctx.pinned {
-        Some(_) => None,
-        None => crate::sdam::selection::read_preference_document(
-            topology.description.kind,
-            topology
-                .description
-                .server(&address)
-                .map_or(crate::sdam::ServerType::Unknown, |s| s.kind),
-            &criteria.resolve(&topology.description),
-        ),
+    let (min_rtt, read_preference) = {
+        let mut t = topology.borrow_mut();
+        // getMore/killCursors go where their cursor is, as they are.
+        let read_preference = match ctx.pinned {
+            Some(_) => None,
+            None => crate::sdam::selection::read_preference_document(
+                t.description.kind,
+                t.description
+                    .server(&address)
+                    .map_or(crate::sdam::ServerType::Unknown, |s| s.kind),
+                &criteria.resolve(&t.description),
+            ),
+        };
+        (t.min_rtt(&address), read_preference)
     };
-    // Pools are not shared with anything else while the round trip runs.
-    drop(topology);
 
     let cmd = match op.build(&conn.hello) {
         Ok(cmd) => cmd,

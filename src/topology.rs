@@ -21,6 +21,7 @@ use crate::sdam::{
 };
 use crate::uri::{self, HostAddress};
 use bson::oid::ObjectId;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -49,8 +50,11 @@ pub struct TopologySettings {
     /// first selection, under its deadline); `None` once they are.
     pub srv: Option<crate::uri::ConnectionString>,
     pub local_threshold: Duration,
-    pub connect: ConnectSettings,
+    /// Shared with the establishments in flight (cloned per connect, not copied).
+    pub connect: Rc<ConnectSettings>,
     pub max_pool_size: usize,
+    /// CMAP maxConnecting: establishments in flight per pool (with concurrent callers).
+    pub max_connecting: usize,
     /// CMAP minPoolSize: filled by `check_due_servers` (the host's idle time;
     /// a single-threaded client has no background thread).
     pub min_pool_size: usize,
@@ -84,6 +88,8 @@ struct ServerState {
     service_clears: Vec<(ObjectId, u64)>,
     /// Its connections checked out (maxPoolSize counts them).
     in_use: Rc<cmap::InUse>,
+    /// Its connections being established (maxConnecting counts them).
+    connecting: usize,
 }
 
 pub struct Topology {
@@ -103,7 +109,7 @@ pub struct Topology {
 impl Topology {
     /// New connections' handshakes name `info` too (`Client::append_metadata`).
     pub fn append_driver_info(&mut self, info: &crate::handshake::DriverInfo) -> Result<()> {
-        let metadata = &mut self.settings.connect.metadata;
+        let metadata = &mut Rc::make_mut(&mut self.settings.connect).metadata;
         *metadata = crate::handshake::with_driver_info(metadata, info)?;
         Ok(())
     }
@@ -129,101 +135,6 @@ impl Topology {
         &self.settings.connect
     }
 
-    /// Selects a server for `criteria`, checking servers as needed, within
-    /// the operation's selection deadline (`OpTimeout::selection_deadline`).
-    /// `deprioritized`: servers a retried operation's earlier attempts failed
-    /// on, avoided where another server is suitable (the executor decides
-    /// which, by `retryable::deprioritizes`).
-    /// `log`: the selection's log messages (started, waiting, succeeded or failed).
-    pub async fn select(
-        &mut self,
-        criteria: &Criteria,
-        timeout: &OpTimeout,
-        deadline: Deadline,
-        deprioritized: &[String],
-        log: &selection::SelectionLog<'_>,
-    ) -> Result<String> {
-        log.started(&self.description);
-        let result = self
-            .select_server(criteria, timeout, deadline, deprioritized, log)
-            .await;
-        match &result {
-            Ok(address) => log.succeeded(&self.description, address),
-            Err(e) => log.failed(&self.description, e),
-        }
-        result
-    }
-
-    async fn select_server(
-        &mut self,
-        criteria: &Criteria,
-        timeout: &OpTimeout,
-        deadline: Deadline,
-        deprioritized: &[String],
-        log: &selection::SelectionLog<'_>,
-    ) -> Result<String> {
-        let mut waiting = false;
-        if self.settings.srv.is_some() {
-            self.discover_seeds(timeout, deadline).await?;
-        } else {
-            self.configure_name_servers()?;
-        }
-        // Whether unknown servers were checked because only deprioritized ones suited.
-        let mut looked_further = false;
-        loop {
-            let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
-            let window = selection::suitable(
-                &self.description,
-                criteria,
-                self.settings.local_threshold,
-                self.settings.heartbeat,
-                &avoid,
-            )
-            .map_err(|e| selection_error(e, criteria))?;
-            let found: Vec<String> = window.iter().map(|s| s.address.clone()).collect();
-            let mut rng = self.rng;
-            // Single-threaded: no operation is in progress elsewhere.
-            let choice = selection::choose(&window, |_| 0, |_| next_random(&mut rng) as usize)
-                .map(|s| s.address.clone());
-            self.rng = rng;
-            if let Some(pick) = choice {
-                // Only deprioritized servers suit: a member this client has not
-                // checked yet may suit too (single-threaded SDAM learns of
-                // members lazily), so check those once before going back.
-                let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
-                if only_avoided && !avoid.is_empty() && !looked_further {
-                    looked_further = true;
-                    if self.scan(criteria, timeout, deadline).await? {
-                        continue;
-                    }
-                }
-                if !self.check_due(&pick) {
-                    return Ok(pick);
-                }
-                // Due for its heartbeat: check it, then select again on what it said.
-                self.check(&pick, criteria, timeout, deadline).await?;
-                continue;
-            }
-            let now = runtime::now();
-            if !std::mem::replace(&mut waiting, true) {
-                log.waiting(&self.description, deadline.remaining(now));
-            }
-            if deadline.is_expired(now) {
-                return Err(timeout.selection_error(now, self.selection_failure(criteria)));
-            }
-            let checked = self.scan(criteria, timeout, deadline).await?;
-            if let Some(failed) = self.failed_for_good_everywhere() {
-                // The host's policy, an address or a peer will not change
-                // while selection waits.
-                return Err(failed);
-            }
-            if !checked {
-                // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
-                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline)).await;
-            }
-        }
-    }
-
     /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
     /// from the hosts found. A failure leaves it pending for the next operation.
     /// A plain URI's DNS servers: those the host configured (the
@@ -237,7 +148,7 @@ impl Topology {
         }
         let (env, file) = runtime::dns_config();
         match crate::dns::config::name_servers(env.as_deref(), file.as_deref()) {
-            Ok(servers) => self.settings.connect.name_servers = servers,
+            Ok(servers) => Rc::make_mut(&mut self.settings.connect).name_servers = servers,
             // The variable is set but wrong: say so rather than ignore it.
             Err(e) if env.is_some() => return Err(Error::invalid_argument(e)),
             Err(_) => {} // no resolv.conf, or no nameserver line in it
@@ -245,55 +156,35 @@ impl Topology {
         Ok(())
     }
 
-    async fn discover_seeds(&mut self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
-        let Some(cs) = &self.settings.srv else {
-            return Ok(());
-        };
-        let found = crate::discovery::discover(cs, deadline)
-            .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    let cause = e
-                        .cause
-                        .as_ref()
-                        .map_or(e.message.clone(), |c| c.to_string());
-                    timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
-                } else {
-                    e
-                }
-            })?;
-        check_supported(&found.cs)?;
-        let seeds = seeds(&found.cs)?;
-        let set_name = found.cs.options.replica_set.clone();
-        // SRV seeds are never a direct connection, even when there is one.
-        self.settings.direct = Some(false);
-        self.settings.seeds = seeds;
-        self.settings.replica_set = set_name;
-        // A TXT record may say loadBalanced=true.
-        self.settings.connect.load_balanced = found.cs.options.load_balanced == Some(true);
-        self.description.restart(describe(&self.settings));
-        self.settings.connect.name_servers = found.name_servers;
-        if let Some(credential) = found.cs.credential.clone() {
-            // A TXT record's authSource says where the user is defined.
-            let auth = crate::auth::Authenticator::new(credential)?;
-            self.settings.connect.auth = Some(std::rc::Rc::new(auth));
-        }
-        self.settings.srv = None;
-        Ok(())
-    }
-
-    /// The single-threaded scan (Server Selection: nothing suitable, so the
-    /// topology is stale): checks every server not checked within
-    /// minHeartbeatFrequencyMS, Unknown ones first. Known ones too: after a
-    /// step-down the new primary is still described as the secondary it was,
-    /// and only its own hello says otherwise. Returns whether it checked any.
-    async fn scan(
+    /// Selection's window for `criteria` (avoiding `avoid` where it can) and
+    /// its pick: the addresses that suit, and the one chosen.
+    fn pick(
         &mut self,
         criteria: &Criteria,
-        timeout: &OpTimeout,
-        deadline: Deadline,
-    ) -> Result<bool> {
-        let now = runtime::now();
+        avoid: &[&str],
+    ) -> Result<(Vec<String>, Option<String>)> {
+        let window = selection::suitable(
+            &self.description,
+            criteria,
+            self.settings.local_threshold,
+            self.settings.heartbeat,
+            avoid,
+        )
+        .map_err(|e| selection_error(e, criteria))?;
+        let found: Vec<String> = window.iter().map(|s| s.address.clone()).collect();
+        let mut rng = self.rng;
+        // Of two random suitable servers, the one with fewer operations in progress.
+        let servers = &self.servers;
+        let in_progress = |a: &str| servers.get(a).map_or(0, |s| s.in_use.total() as u64);
+        let choice = selection::choose(&window, in_progress, |_| next_random(&mut rng) as usize)
+            .map(|s| s.address.clone());
+        self.rng = rng;
+        Ok((found, choice))
+    }
+
+    /// The servers a scan checks: each not checked within
+    /// minHeartbeatFrequencyMS, Unknown ones first.
+    fn due_for_scan(&self, now: crate::deadline::Instant) -> Vec<String> {
         let mut due: Vec<(u8, String)> = self
             .description
             .servers
@@ -305,29 +196,13 @@ impl Topology {
             .map(|s| (scan_order(s.kind), s.address.clone()))
             .collect();
         due.sort_by_key(|(order, _)| *order);
-        for (_, address) in &due {
-            self.check(address, criteria, timeout, deadline).await?;
-        }
-        Ok(!due.is_empty())
+        due.into_iter().map(|(_, a)| a).collect()
     }
 
-    /// The checks a background monitor would have run by now (a
-    /// single-threaded client has none): each server never checked, due for
-    /// its heartbeat, or Unknown and not checked within
-    /// minHeartbeatFrequencyMS, within `deadline`. For a host with idle time.
-    pub async fn check_due_servers(
-        &mut self,
-        timeout: &OpTimeout,
-        deadline: Deadline,
-    ) -> Result<()> {
-        if self.settings.srv.is_some() {
-            self.discover_seeds(timeout, deadline).await?;
-        } else {
-            self.configure_name_servers()?;
-        }
-        let (now, heartbeat) = (runtime::now(), self.settings.heartbeat);
-        let due: Vec<String> = self
-            .description
+    /// The servers a background monitor would have checked by now.
+    fn due_for_heartbeat(&self, now: crate::deadline::Instant) -> Vec<String> {
+        let heartbeat = self.settings.heartbeat;
+        self.description
             .servers
             .iter()
             .filter(|s| s.kind != ServerType::LoadBalancer)
@@ -340,62 +215,88 @@ impl Topology {
                 last.is_none_or(|t| now.since(t) >= every)
             })
             .map(|s| s.address.clone())
-            .collect();
-        let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
-        for address in &due {
-            self.check(address, &criteria, timeout, deadline).await?;
-        }
-        self.fill_pools(timeout, deadline).await;
-        Ok(())
+            .collect()
     }
 
-    /// CMAP minPoolSize: each ready pool short of it gets new connections,
-    /// fully established (hello and authentication), one at a time within
-    /// `deadline`. A failure ends that pool's filling; it is the pool's
-    /// (events, SDAM error handling as for a checkout), not the caller's.
-    async fn fill_pools(&mut self, timeout: &OpTimeout, deadline: Deadline) {
-        let min = self.settings.min_pool_size;
-        if min == 0 || self.settings.connect.load_balanced {
-            return;
+    /// The pools minPoolSize applies to now (known servers; never behind a load balancer).
+    fn to_fill(&self) -> Vec<String> {
+        if self.settings.min_pool_size == 0 || self.settings.connect.load_balanced {
+            return Vec::new();
         }
-        let addresses: Vec<String> = self
-            .description
+        self.description
             .servers
             .iter()
             .filter(|s| s.kind.is_known())
             .map(|s| s.address.clone())
-            .collect();
-        for address in addresses {
-            // A check's connection no checkout took yet is the monitor's in
-            // CMAP terms, not yet the pool's: it does not count.
-            while {
-                let state = self.state(&address);
-                let pooled = state.idle.len() - state.unannounced.len().min(state.idle.len());
-                state.ready && pooled < min.min(self.settings.max_pool_size.max(1))
-            } {
-                let now = runtime::now();
-                if deadline.is_expired(now) {
-                    return;
-                }
-                let (connect, handshake) = timeout.establish_deadlines(deadline, now);
-                let id = self.next_id();
-                self.events
-                    .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
-                let result = self
-                    .establish(
-                        &address,
-                        id,
-                        connect.min(deadline),
-                        handshake.min(deadline),
-                        true,
-                    )
-                    .await;
-                match self.handshake_done(&address, id, now, result, timeout) {
-                    Ok(conn) => self.keep_or_close(conn),
-                    Err(_) => break,
-                }
+            .collect()
+    }
+
+    /// Whether the ready pool of `address` is short of minPoolSize. A
+    /// check's connection no checkout took yet is the monitor's in CMAP
+    /// terms, not yet the pool's: it does not count.
+    fn short_of_min(&mut self, address: &str) -> bool {
+        let min = self
+            .settings
+            .min_pool_size
+            .min(self.settings.max_pool_size.max(1));
+        let state = self.state(address);
+        let pooled = state.idle.len() - state.unannounced.len().min(state.idle.len());
+        state.ready && pooled < min
+    }
+
+    /// A new connection's id, announced as created (CMAP).
+    fn created(&mut self, address: &str) -> u64 {
+        let id = self.next_id();
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
+        id
+    }
+
+    /// An idle connection a heartbeat may use, taken out with its place
+    /// (not a check's connection still to authenticate: its conversation is open).
+    fn take_for_heartbeat(&mut self, address: &str) -> Option<(usize, Connection)> {
+        let state = self.state(address);
+        let generation = state.generation;
+        let usable = |c: &Connection| {
+            c.generation == generation
+                && !c.is_broken()
+                && c.pending().is_none()
+                && !state.unannounced.contains(&c.id)
+        };
+        let at = state.idle.iter().rposition(usable)?;
+        Some((at, state.idle.remove(at)))
+    }
+
+    /// The most recent idle connection still current; stale and broken ones
+    /// met on the way are closed.
+    fn take_idle(&mut self, address: &str) -> Option<Connection> {
+        while let Some(conn) = self.state(address).idle.pop() {
+            let generation = self.generation_of(address, conn.hello.service_id);
+            if conn.generation == generation && !conn.is_broken() {
+                return Some(conn);
             }
+            let reason = match conn.is_broken() {
+                true => CloseReason::Error,
+                false => CloseReason::Stale,
+            };
+            self.closed(&conn, reason);
         }
+        None
+    }
+
+    /// Whether a checkout must wait before opening a connection: maxPoolSize
+    /// connections are checked out, or (with concurrent callers)
+    /// maxConnecting are being established.
+    fn pool_full(&mut self, address: &str) -> Option<Full> {
+        let (max, max_connecting) = (self.settings.max_pool_size, self.settings.max_connecting);
+        let state = self.state(address);
+        if max != 0 && state.in_use.total() + state.connecting >= max {
+            return Some(Full::InUse);
+        }
+        if runtime::CONCURRENT && state.connecting >= max_connecting.max(1) {
+            return Some(Full::Connecting);
+        }
+        None
     }
 
     /// Whether `address` was last checked a heartbeat ago or more.
@@ -407,250 +308,6 @@ impl Topology {
             .is_some_and(|t| now.since(t) >= heartbeat)
     }
 
-    /// One server check (an RTT sample, and the server's description): a
-    /// hello on an idle pooled connection, else a new connection's handshake
-    /// (the hello; authentication waits for its first checkout), which then
-    /// joins the pool.
-    async fn check(
-        &mut self,
-        address: &str,
-        criteria: &Criteria,
-        timeout: &OpTimeout,
-        deadline: Deadline,
-    ) -> Result<()> {
-        self.state(address).last_check = Some(runtime::now());
-        let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
-        if self.heartbeat(address, handshake.min(deadline)).await {
-            self.state(address).permanent = None;
-            return Ok(());
-        }
-        let id = self.next_id();
-        // The check's hello only: its connection authenticates at its first checkout.
-        let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
-        let result = self.establish(address, id, connect, handshake, false).await;
-        self.state(address).permanent = match &result {
-            Err(e) if e.is_permanent() => Some(e.clone()),
-            _ => None,
-        };
-        match result {
-            // Scans repeat every minHeartbeatFrequencyMS while nothing is suitable
-            // (no primary for a while): their connections must not pile up idle,
-            // so one joins an empty pool only, unannounced (no checkout asked for
-            // it yet); otherwise it is dropped, never having been announced.
-            Ok(conn) if self.state(address).idle.is_empty() => {
-                self.state(address).unannounced.push(conn.id);
-                self.keep_or_close(conn);
-            }
-            Ok(_) => {}
-            Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
-                let now = runtime::now();
-                if timeout.csot.is_some_and(|op| op.is_expired(now)) {
-                    // The caller's timeoutMS cut the check short: that says
-                    // nothing of the server (CSOT), so its description stays
-                    // and the check does not count, and the next operation
-                    // checks it at once rather than after
-                    // minHeartbeatFrequencyMS (docs/csot.md). The error names
-                    // the section that was waiting (e.g. the handshake).
-                    self.state(address).last_check = None;
-                    return Err(e);
-                }
-                // The selection budget (serverSelectionTimeoutMS) ran out
-                // mid-check: the server did not answer in that time.
-                self.check_failed(address, &e);
-                return Err(timeout.selection_error(now, self.selection_failure(criteria)));
-            }
-            // An incompatible server (its wire versions): `establish`
-            // recorded its description, so selection now fails at once with
-            // the SDAM spec's compatibility error instead of waiting.
-            Err(e) if e.kind == ErrorKind::ServerSelection => {}
-            Err(e) if e.kind == ErrorKind::Authentication => {
-                // The auth spec: mark the server Unknown and clear its pool,
-                // and fail with the auth error rather than wait out selection
-                // (it would only repeat it, and then hide it).
-                self.mark_unknown(address, &e);
-                return Err(e);
-            }
-            // SDAM "network or command error during server check": the
-            // server is Unknown and its pool cleared (after the retry on a
-            // new connection, for a known server's pooled check).
-            Err(e) => self.mark_unknown(address, &e),
-        }
-        Ok(())
-    }
-
-    /// A check on an idle pooled connection, when there is one (no new
-    /// connection per heartbeat). Returns whether it answered; a connection
-    /// that failed is closed, and the caller checks on a new one (so a
-    /// known server's failed check is retried once, as SDAM asks).
-    async fn heartbeat(&mut self, address: &str, deadline: Deadline) -> bool {
-        let state = self.state(address);
-        let generation = state.generation;
-        // Not a check's connection still to authenticate: its conversation is open.
-        let usable = |c: &Connection| {
-            c.generation == generation
-                && !c.is_broken()
-                && c.pending().is_none()
-                && !state.unannounced.contains(&c.id)
-        };
-        let Some(at) = state.idle.iter().rposition(usable) else {
-            return false;
-        };
-        let mut conn = state.idle.remove(at);
-        let (id, started) = (conn.id, runtime::now());
-        self.description.emit(|| Heartbeat::started(address, id));
-        match conn.heartbeat(&self.settings.connect, deadline).await {
-            Ok((rtt, reply)) => {
-                let server_id = conn.hello.connection_id;
-                self.description
-                    .emit(|| Heartbeat::succeeded(address, id, rtt, server_id, reply));
-                let hello = conn.hello.clone();
-                let state = self.state(address);
-                state.rtt.add(rtt);
-                let average = state.rtt.average();
-                state.idle.insert(at, conn);
-                self.checked(address, hello, average);
-                true
-            }
-            Err(e) => {
-                let took = runtime::now().since(started);
-                self.description
-                    .emit(|| Heartbeat::failed(address, id, took, e.to_string()));
-                conn.abandon_pending();
-                self.closed(&conn, CloseReason::Error);
-                false
-            }
-        }
-    }
-
-    /// A connection to `address`: an idle one, or a new one. An idle one
-    /// still pending a reply is drained first (cmap.rs); one whose drain
-    /// fails is closed and the next is tried, while one whose operation ran
-    /// out of time inside the window stays pending in the pool.
-    /// `selection` is the deadline selection ran under: under CSOT what is
-    /// left of it bounds the checkout (CSOT spec, "Server Selection").
-    pub async fn checkout(
-        &mut self,
-        address: &str,
-        timeout: &OpTimeout,
-        selection: Deadline,
-    ) -> Result<Connection> {
-        let started = runtime::now();
-        let event = |kind, id| PoolEvent::new(kind, address, id);
-        self.events
-            .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
-        let mut result = self.check_out(address, timeout, selection).await;
-        if let Ok(conn) = &mut result {
-            conn.lease = Some(cmap::InUse::lease(&self.state(address).in_use));
-        }
-        let took = runtime::now().since(started);
-        match &result {
-            Ok(conn) => self
-                .events
-                .emit(|| event(PoolEventKind::ConnectionCheckedOut, conn.id).took(took)),
-            Err(e) => self.events.emit(|| {
-                event(PoolEventKind::ConnectionCheckOutFailed, 0)
-                    .took(took)
-                    .because(CheckOutFailedReason::of(e).as_str())
-                    .error(e)
-            }),
-        }
-        result
-    }
-
-    async fn check_out(
-        &mut self,
-        address: &str,
-        timeout: &OpTimeout,
-        selection: Deadline,
-    ) -> Result<Connection> {
-        while let Some(mut conn) = self.state(address).idle.pop() {
-            let generation = self.generation_of(address, conn.hello.service_id);
-            if conn.generation != generation || conn.is_broken() {
-                let reason = match conn.is_broken() {
-                    true => CloseReason::Error,
-                    false => CloseReason::Stale,
-                };
-                self.closed(&conn, reason);
-                continue;
-            }
-            match self.drain(&mut conn, timeout).await {
-                Ok(true) if self.unannounced(&conn) => {
-                    return self.announce(conn, timeout, selection).await;
-                }
-                Ok(true) => return Ok(conn),
-                Ok(false) => {
-                    self.closed(&conn, CloseReason::Error);
-                    continue;
-                }
-                Err(e) => {
-                    self.state(address).idle.push(conn);
-                    return Err(e);
-                }
-            }
-        }
-        // maxPoolSize: every connection is in use. Single-threaded, none can
-        // come back while this checkout waits, so it fails at once.
-        let (max, in_use) = (self.settings.max_pool_size, &self.state(address).in_use);
-        if max != 0 && in_use.total() >= max {
-            return Err(in_use.wait_queue_timeout(max));
-        }
-        let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
-        let id = self.next_id();
-        let created = runtime::now();
-        self.events
-            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, address, id));
-        if self.settings.connect.load_balanced {
-            return self
-                .establish_behind_load_balancer(address, id, created, (connect, handshake), timeout)
-                .await;
-        }
-        let result = self.establish(address, id, connect, handshake, true).await;
-        self.handshake_done(address, id, created, result, timeout)
-    }
-
-    /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
-    /// completes gets no SDAM error handling; one after it (authentication) clears
-    /// the pool but never marks the load balancer Unknown.
-    async fn establish_behind_load_balancer(
-        &mut self,
-        address: &str,
-        id: u64,
-        created: crate::deadline::Instant,
-        (connect, handshake): (Deadline, Deadline),
-        timeout: &OpTimeout,
-    ) -> Result<Connection> {
-        let failed = |t: &mut Self, e: Error| {
-            t.events.emit(|| {
-                PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
-                    .because(CloseReason::Error.as_str())
-                    .error(&e)
-            });
-            Err(e)
-        };
-        let mut conn = match self.establish(address, id, connect, handshake, false).await {
-            Ok(conn) => conn,
-            Err(e) => return failed(self, e),
-        };
-        // Its generation is its service's, known from the hello (Load Balancer spec).
-        let service = conn.hello.service_id;
-        conn.generation = self.generation_of(address, service);
-        match conn
-            .finish_handshake(&self.settings.connect, handshake)
-            .await
-        {
-            Ok(()) => self.handshake_done(address, id, created, Ok(conn), timeout),
-            // Load Balancer spec: an error after the hello goes through SDAM
-            // error handling, clearing only its service's connections.
-            Err(e) => {
-                let expired = timeout.deadline().is_expired(runtime::now());
-                if crate::sdam::establishment_marks_unknown(&e, expired) {
-                    self.clear(address, service);
-                }
-                failed(self, e)
-            }
-        }
-    }
-
     /// Whether `conn` is a server check's connection no checkout took yet
     /// (it is then no longer counted as such).
     fn unannounced(&mut self, conn: &Connection) -> bool {
@@ -660,36 +317,6 @@ impl Topology {
         };
         state.unannounced.swap_remove(at);
         true
-    }
-
-    /// A check's connection at its first checkout: CMAP sees it created now,
-    /// and it authenticates (the rest of its handshake) before it is ready,
-    /// so a failure there is the checkout's, as the specs expect.
-    async fn announce(
-        &mut self,
-        mut conn: Connection,
-        timeout: &OpTimeout,
-        selection: Deadline,
-    ) -> Result<Connection> {
-        let (address, id, created) = (conn.address.clone(), conn.id, runtime::now());
-        self.events
-            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
-        // Bounded by selection, as when the check ran the whole handshake.
-        let (_, handshake) = timeout.establish_deadlines(selection, created);
-        let result = conn
-            .finish_handshake(&self.settings.connect, handshake.min(selection))
-            .await
-            .map(|()| conn);
-        let result = self.handshake_done(&address, id, created, result, timeout);
-        let now = runtime::now();
-        result.map_err(|e| match timeout.csot {
-            // Out of computedServerSelectionTimeout (CSOT spec): selection's
-            // timeout, not a retryable network one; the operation's own
-            // deadline's expiry stays the section's.
-            _ if !e.is_timeout() || !selection.is_expired(now) => e,
-            Some(op) if op.is_expired(now) => e,
-            _ => timeout.selection_error(now, format!("{address}: {e}")),
-        })
     }
 
     /// The end of a checkout's handshake: the connection is ready, or it is
@@ -738,63 +365,6 @@ impl Topology {
         });
     }
 
-    /// The drain step of a checkout. `Ok(true)`: the connection is ready;
-    /// `Ok(false)`: it was closed (dropped with `conn` by the caller);
-    /// `Err`: the operation's deadline ran out, the connection stays pending.
-    async fn drain(&mut self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
-        let Some(pending) = conn.pending() else {
-            return Ok(true);
-        };
-        let started = runtime::now();
-        let (connection_id, address) = (conn.id, conn.address.clone());
-        let event = |kind, duration, reason, closed| PoolEvent {
-            request_id: pending.request_id,
-            duration,
-            reason,
-            closed,
-            ..PoolEvent::new(kind, &address, connection_id)
-        };
-        self.events
-            .emit(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
-        let deadline = match pending.step(started, timeout) {
-            DrainStep::Drain(deadline) => Ok(deadline),
-            DrainStep::AlivenessCheck => match conn.probe_pending().await {
-                // Bytes came: the window restarted.
-                Ok(true) => Ok(conn
-                    .pending()
-                    .unwrap_or(pending)
-                    .drain_deadline(runtime::now(), timeout)),
-                Ok(false) => Err(Error::network(
-                    "pending reply never arrived (aliveness check)",
-                )),
-                Err(e) => Err(e),
-            },
-        };
-        let result = match deadline {
-            Ok(deadline) => conn.drain_pending(deadline).await,
-            Err(e) => Err(e),
-        };
-        let now = runtime::now();
-        let took = Some(now.since(started));
-        let Err(e) = result else {
-            let kind = PoolEventKind::PendingResponseSucceeded;
-            self.events.emit(|| event(kind, took, None, false));
-            return Ok(true);
-        };
-        let keep = conn
-            .pending()
-            .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
-        let kind = PoolEventKind::PendingResponseFailed;
-        self.events
-            .emit(|| event(kind, took, Some(e.to_string()), !keep));
-        if keep {
-            Err(Error::timeout("pending response drain").with_cause(e.to_string()))
-        } else {
-            conn.abandon_pending();
-            Ok(false)
-        }
-    }
-
     /// Drains the recorded pool events.
     pub fn take_pool_events(&mut self) -> Vec<PoolEvent> {
         self.events.take()
@@ -809,65 +379,6 @@ impl Topology {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
         id
-    }
-
-    async fn establish(
-        &mut self,
-        address: &str,
-        id: u64,
-        connect: Deadline,
-        handshake: Deadline,
-        authenticate: bool,
-    ) -> Result<Connection> {
-        let (host, port) = split_address(address)?;
-        let generation = self.state(address).generation;
-        // A server check's new connection (not a checkout's): the monitor's
-        // heartbeat, announced before its socket is opened.
-        let check = !authenticate;
-        let started = runtime::now();
-        if check {
-            self.description.emit(|| Heartbeat::started(address, id));
-        }
-        let result = Connection::establish(
-            address,
-            &host,
-            port,
-            &self.settings.connect,
-            id,
-            generation,
-            (connect, handshake),
-            authenticate,
-        )
-        .await;
-        if check {
-            self.description.emit(|| match &result {
-                Ok(c) => {
-                    let server_id = c.conn.hello.connection_id;
-                    Heartbeat::succeeded(address, id, c.rtt, server_id, c.reply.clone())
-                }
-                Err(e) => {
-                    Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
-                }
-            });
-        }
-        let Established { conn, rtt, .. } = result?;
-        let state = self.state(address);
-        state.rtt.add(rtt);
-        let average = state.rtt.average();
-        self.checked(address, conn.hello.clone(), average);
-        // A check's hello is recorded first, even from a server this driver
-        // cannot use: its description's compatibility error then fails
-        // selection at once, with the spec's message (SDAM). A pool's
-        // connection was refused before authenticating (conn.rs).
-        if check {
-            conn.hello.check_wire_version(address)?;
-        }
-        let state = self.state(address);
-        if !std::mem::replace(&mut state.ready, true) {
-            self.events
-                .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
-        }
-        Ok(conn)
     }
 
     /// A checked-out connection comes back: it stays idle, or is closed
@@ -1129,6 +640,682 @@ impl Topology {
     }
 }
 
+/// The topology as concurrent operations share it (one per client). Its
+/// state is borrowed only between awaits: a borrow held across one panics
+/// when another operation runs meanwhile, and a panic ends every request of
+/// the instance. What needs I/O (selection's checks, checkout's connects and
+/// drains, seedlist discovery) is here; what only changes state is on
+/// `Topology`, reached through `Deref` for a statement at a time.
+pub struct Shared(RefCell<Topology>);
+
+impl std::ops::Deref for Shared {
+    type Target = RefCell<Topology>;
+    fn deref(&self) -> &RefCell<Topology> {
+        &self.0
+    }
+}
+
+impl Shared {
+    pub fn new(topology: Topology) -> Shared {
+        Shared(RefCell::new(topology))
+    }
+
+    /// Selects a server for `criteria`, checking servers as needed, within
+    /// the operation's selection deadline (`OpTimeout::selection_deadline`).
+    /// `deprioritized`: servers a retried operation's earlier attempts failed
+    /// on, avoided where another server is suitable (the executor decides
+    /// which, by `retryable::deprioritizes`).
+    /// `log`: the selection's log messages (started, waiting, succeeded or failed).
+    pub async fn select(
+        &self,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+        deprioritized: &[String],
+        log: &selection::SelectionLog<'_>,
+    ) -> Result<String> {
+        log.started(&self.borrow().description);
+        let result = self
+            .select_server(criteria, timeout, deadline, deprioritized, log)
+            .await;
+        let t = self.borrow();
+        match &result {
+            Ok(address) => log.succeeded(&t.description, address),
+            Err(e) => log.failed(&t.description, e),
+        }
+        drop(t);
+        result
+    }
+
+    async fn select_server(
+        &self,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+        deprioritized: &[String],
+        log: &selection::SelectionLog<'_>,
+    ) -> Result<String> {
+        let mut waiting = false;
+        let srv = self.borrow().settings.srv.is_some();
+        if srv {
+            self.discover_seeds(timeout, deadline).await?;
+        } else {
+            self.borrow_mut().configure_name_servers()?;
+        }
+        // Whether unknown servers were checked because only deprioritized ones suited.
+        let mut looked_further = false;
+        loop {
+            let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
+            let (found, choice) = self.borrow_mut().pick(criteria, &avoid)?;
+            if let Some(pick) = choice {
+                // Only deprioritized servers suit: a member this client has not
+                // checked yet may suit too (SDAM here learns of members lazily),
+                // so check those once before going back.
+                let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
+                if only_avoided && !avoid.is_empty() && !looked_further {
+                    looked_further = true;
+                    if self.scan(criteria, timeout, deadline).await? {
+                        continue;
+                    }
+                }
+                let due = self.borrow_mut().check_due(&pick);
+                if !due {
+                    return Ok(pick);
+                }
+                // Due for its heartbeat: check it, then select again on what it said.
+                self.check(&pick, criteria, timeout, deadline).await?;
+                continue;
+            }
+            let now = runtime::now();
+            if !std::mem::replace(&mut waiting, true) {
+                log.waiting(&self.borrow().description, deadline.remaining(now));
+            }
+            if deadline.is_expired(now) {
+                let failure = self.borrow().selection_failure(criteria);
+                return Err(timeout.selection_error(now, failure));
+            }
+            let checked = self.scan(criteria, timeout, deadline).await?;
+            let failed = self.borrow().failed_for_good_everywhere();
+            if let Some(failed) = failed {
+                // The host's policy, an address or a peer will not change
+                // while selection waits.
+                return Err(failed);
+            }
+            if !checked {
+                // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
+                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline)).await;
+            }
+        }
+    }
+
+    /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
+    /// from the hosts found. A failure leaves it pending for the next operation.
+    async fn discover_seeds(&self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+        let Some(cs) = self.borrow().settings.srv.clone() else {
+            return Ok(());
+        };
+        let found = crate::discovery::discover(&cs, deadline)
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    let cause = e
+                        .cause
+                        .as_ref()
+                        .map_or(e.message.clone(), |c| c.to_string());
+                    timeout.selection_error(runtime::now(), format!("mongodb+srv: {cause}"))
+                } else {
+                    e
+                }
+            })?;
+        check_supported(&found.cs)?;
+        let seeds = seeds(&found.cs)?;
+        let auth = match found.cs.credential.clone() {
+            // A TXT record's authSource says where the user is defined.
+            Some(credential) => Some(Rc::new(crate::auth::Authenticator::new(credential)?)),
+            None => None,
+        };
+        let mut t = self.borrow_mut();
+        if t.settings.srv.is_none() {
+            // Another operation's discovery finished first.
+            return Ok(());
+        }
+        let set_name = found.cs.options.replica_set.clone();
+        // SRV seeds are never a direct connection, even when there is one.
+        t.settings.direct = Some(false);
+        t.settings.seeds = seeds;
+        t.settings.replica_set = set_name;
+        let connect = Rc::make_mut(&mut t.settings.connect);
+        // A TXT record may say loadBalanced=true.
+        connect.load_balanced = found.cs.options.load_balanced == Some(true);
+        connect.name_servers = found.name_servers;
+        if auth.is_some() {
+            connect.auth = auth;
+        }
+        let described = describe(&t.settings);
+        t.description.restart(described);
+        t.settings.srv = None;
+        Ok(())
+    }
+
+    /// The scan when nothing suits (Server Selection: the topology is
+    /// stale): checks every server not checked within
+    /// minHeartbeatFrequencyMS, Unknown ones first. Known ones too: after a
+    /// step-down the new primary is still described as the secondary it was,
+    /// and only its own hello says otherwise. Returns whether it checked any.
+    async fn scan(
+        &self,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let due = self.borrow().due_for_scan(runtime::now());
+        for address in &due {
+            self.check(address, criteria, timeout, deadline).await?;
+        }
+        Ok(!due.is_empty())
+    }
+
+    /// The checks a background monitor would have run by now (this client
+    /// has none): each server never checked, due for its heartbeat, or
+    /// Unknown and not checked within minHeartbeatFrequencyMS, within
+    /// `deadline`. For a host with idle time.
+    pub async fn check_due_servers(&self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
+        let srv = self.borrow().settings.srv.is_some();
+        if srv {
+            self.discover_seeds(timeout, deadline).await?;
+        } else {
+            self.borrow_mut().configure_name_servers()?;
+        }
+        let due = self.borrow().due_for_heartbeat(runtime::now());
+        let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
+        for address in &due {
+            self.check(address, &criteria, timeout, deadline).await?;
+        }
+        self.fill_pools(timeout, deadline).await;
+        Ok(())
+    }
+
+    /// CMAP minPoolSize: each ready pool short of it gets new connections,
+    /// fully established (hello and authentication), one at a time within
+    /// `deadline`. A failure ends that pool's filling; it is the pool's
+    /// (events, SDAM error handling as for a checkout), not the caller's.
+    async fn fill_pools(&self, timeout: &OpTimeout, deadline: Deadline) {
+        let addresses = self.borrow().to_fill();
+        for address in addresses {
+            while self.borrow_mut().short_of_min(&address) {
+                let now = runtime::now();
+                if deadline.is_expired(now) {
+                    return;
+                }
+                let (connect, handshake) = timeout.establish_deadlines(deadline, now);
+                let id = self.borrow_mut().created(&address);
+                let result = self
+                    .establish(
+                        &address,
+                        id,
+                        connect.min(deadline),
+                        handshake.min(deadline),
+                        true,
+                    )
+                    .await;
+                let mut t = self.borrow_mut();
+                match t.handshake_done(&address, id, now, result, timeout) {
+                    Ok(conn) => t.keep_or_close(conn),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// One server check (an RTT sample, and the server's description): a
+    /// hello on an idle pooled connection, else a new connection's handshake
+    /// (the hello; authentication waits for its first checkout), which then
+    /// joins the pool.
+    async fn check(
+        &self,
+        address: &str,
+        criteria: &Criteria,
+        timeout: &OpTimeout,
+        deadline: Deadline,
+    ) -> Result<()> {
+        self.borrow_mut().state(address).last_check = Some(runtime::now());
+        let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
+        if self.heartbeat(address, handshake.min(deadline)).await {
+            self.borrow_mut().state(address).permanent = None;
+            return Ok(());
+        }
+        let id = self.borrow_mut().next_id();
+        // The check's hello only: its connection authenticates at its first checkout.
+        let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
+        let result = self.establish(address, id, connect, handshake, false).await;
+        let mut t = self.borrow_mut();
+        t.state(address).permanent = match &result {
+            Err(e) if e.is_permanent() => Some(e.clone()),
+            _ => None,
+        };
+        match result {
+            // Scans repeat every minHeartbeatFrequencyMS while nothing is suitable
+            // (no primary for a while): their connections must not pile up idle,
+            // so one joins an empty pool only, unannounced (no checkout asked for
+            // it yet); otherwise it is dropped, never having been announced.
+            Ok(conn) if t.state(address).idle.is_empty() => {
+                t.state(address).unannounced.push(conn.id);
+                t.keep_or_close(conn);
+            }
+            Ok(_) => {}
+            Err(e) if e.is_timeout() && deadline.is_expired(runtime::now()) => {
+                let now = runtime::now();
+                if timeout.csot.is_some_and(|op| op.is_expired(now)) {
+                    // The caller's timeoutMS cut the check short: that says
+                    // nothing of the server (CSOT), so its description stays
+                    // and the check does not count, and the next operation
+                    // checks it at once rather than after
+                    // minHeartbeatFrequencyMS (docs/csot.md). The error names
+                    // the section that was waiting (e.g. the handshake).
+                    t.state(address).last_check = None;
+                    return Err(e);
+                }
+                // The selection budget (serverSelectionTimeoutMS) ran out
+                // mid-check: the server did not answer in that time.
+                t.check_failed(address, &e);
+                return Err(timeout.selection_error(now, t.selection_failure(criteria)));
+            }
+            // An incompatible server (its wire versions): `establish`
+            // recorded its description, so selection now fails at once with
+            // the SDAM spec's compatibility error instead of waiting.
+            Err(e) if e.kind == ErrorKind::ServerSelection => {}
+            Err(e) if e.kind == ErrorKind::Authentication => {
+                // The auth spec: mark the server Unknown and clear its pool,
+                // and fail with the auth error rather than wait out selection
+                // (it would only repeat it, and then hide it).
+                t.mark_unknown(address, &e);
+                return Err(e);
+            }
+            // SDAM "network or command error during server check": the
+            // server is Unknown and its pool cleared (after the retry on a
+            // new connection, for a known server's pooled check).
+            Err(e) => t.mark_unknown(address, &e),
+        }
+        Ok(())
+    }
+
+    /// A check on an idle pooled connection, when there is one (no new
+    /// connection per heartbeat). Returns whether it answered; a connection
+    /// that failed is closed, and the caller checks on a new one (so a
+    /// known server's failed check is retried once, as SDAM asks).
+    async fn heartbeat(&self, address: &str, deadline: Deadline) -> bool {
+        let Some((at, mut conn)) = self.borrow_mut().take_for_heartbeat(address) else {
+            return false;
+        };
+        let (id, started) = (conn.id, runtime::now());
+        self.borrow_mut()
+            .description
+            .emit(|| Heartbeat::started(address, id));
+        let connect = self.borrow().settings.connect.clone();
+        let result = conn.heartbeat(&connect, deadline).await;
+        let mut t = self.borrow_mut();
+        match result {
+            Ok((rtt, reply)) => {
+                let server_id = conn.hello.connection_id;
+                t.description
+                    .emit(|| Heartbeat::succeeded(address, id, rtt, server_id, reply));
+                let hello = conn.hello.clone();
+                let state = t.state(address);
+                state.rtt.add(rtt);
+                let average = state.rtt.average();
+                let at = at.min(state.idle.len());
+                state.idle.insert(at, conn);
+                t.checked(address, hello, average);
+                true
+            }
+            Err(e) => {
+                let took = runtime::now().since(started);
+                t.description
+                    .emit(|| Heartbeat::failed(address, id, took, e.to_string()));
+                conn.abandon_pending();
+                t.closed(&conn, CloseReason::Error);
+                false
+            }
+        }
+    }
+
+    /// A connection to `address`: an idle one, or a new one. An idle one
+    /// still pending a reply is drained first (cmap.rs); one whose drain
+    /// fails is closed and the next is tried, while one whose operation ran
+    /// out of time inside the window stays pending in the pool.
+    /// `selection` is the deadline selection ran under: under CSOT what is
+    /// left of it bounds the checkout (CSOT spec, "Server Selection").
+    pub async fn checkout(
+        &self,
+        address: &str,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
+        let started = runtime::now();
+        let event = |kind, id| PoolEvent::new(kind, address, id);
+        self.borrow_mut()
+            .events
+            .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
+        let mut result = self.check_out(address, timeout, selection).await;
+        let mut t = self.borrow_mut();
+        if let Ok(conn) = &mut result {
+            conn.lease = Some(cmap::InUse::lease(&t.state(address).in_use));
+        }
+        let took = runtime::now().since(started);
+        match &result {
+            Ok(conn) => t
+                .events
+                .emit(|| event(PoolEventKind::ConnectionCheckedOut, conn.id).took(took)),
+            Err(e) => t.events.emit(|| {
+                event(PoolEventKind::ConnectionCheckOutFailed, 0)
+                    .took(took)
+                    .because(CheckOutFailedReason::of(e).as_str())
+                    .error(e)
+            }),
+        }
+        drop(t);
+        result
+    }
+
+    async fn check_out(
+        &self,
+        address: &str,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
+        loop {
+            let idle = self.borrow_mut().take_idle(address);
+            if let Some(mut conn) = idle {
+                match self.drain(&mut conn, timeout).await {
+                    Ok(true) if self.borrow_mut().unannounced(&conn) => {
+                        return self.announce(conn, timeout, selection).await;
+                    }
+                    Ok(true) => return Ok(conn),
+                    Ok(false) => {
+                        self.borrow_mut().closed(&conn, CloseReason::Error);
+                        continue;
+                    }
+                    Err(e) => {
+                        self.borrow_mut().state(address).idle.push(conn);
+                        return Err(e);
+                    }
+                }
+            }
+            // maxPoolSize, and maxConnecting (CMAP): wait for a connection to
+            // come back or an establishment to end, within the selection deadline.
+            let full = self.borrow_mut().pool_full(address);
+            match full {
+                None => break,
+                Some(Full::InUse) if !runtime::CONCURRENT => {
+                    // One caller at a time: none can come back while this waits.
+                    let mut t = self.borrow_mut();
+                    let max = t.settings.max_pool_size;
+                    return Err(t.state(address).in_use.wait_queue_timeout(max));
+                }
+                Some(full) => {
+                    let changed = cmap::InUse::changed(&self.borrow_mut().state(address).in_use);
+                    let waited = runtime::within(selection, "connection pool wait queue", async {
+                        changed.await;
+                        Ok(())
+                    })
+                    .await;
+                    if let Err(e) = waited {
+                        let mut t = self.borrow_mut();
+                        let max = t.settings.max_pool_size;
+                        return Err(match full {
+                            Full::InUse => t.state(address).in_use.wait_queue_timeout(max),
+                            Full::Connecting => e,
+                        });
+                    }
+                }
+            }
+        }
+        let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
+        let created = runtime::now();
+        let (id, load_balanced) = {
+            let mut t = self.borrow_mut();
+            t.state(address).connecting += 1;
+            (t.created(address), t.settings.connect.load_balanced)
+        };
+        // Counted as connecting until the handshake ends, however it ends
+        // (a dropped future included).
+        let _connecting = Connecting(self, address);
+        if load_balanced {
+            return self
+                .establish_behind_load_balancer(address, id, created, (connect, handshake), timeout)
+                .await;
+        }
+        let result = self.establish(address, id, connect, handshake, true).await;
+        self.borrow_mut()
+            .handshake_done(address, id, created, result, timeout)
+    }
+
+    /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
+    /// completes gets no SDAM error handling; one after it (authentication) clears
+    /// the pool but never marks the load balancer Unknown.
+    async fn establish_behind_load_balancer(
+        &self,
+        address: &str,
+        id: u64,
+        created: crate::deadline::Instant,
+        (connect, handshake): (Deadline, Deadline),
+        timeout: &OpTimeout,
+    ) -> Result<Connection> {
+        let failed = |t: &mut Topology, e: Error| {
+            t.events.emit(|| {
+                PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                    .because(CloseReason::Error.as_str())
+                    .error(&e)
+            });
+            Err(e)
+        };
+        let mut conn = match self.establish(address, id, connect, handshake, false).await {
+            Ok(conn) => conn,
+            Err(e) => return failed(&mut self.borrow_mut(), e),
+        };
+        // Its generation is its service's, known from the hello (Load Balancer spec).
+        let service = conn.hello.service_id;
+        conn.generation = self.borrow_mut().generation_of(address, service);
+        let settings = self.borrow().settings.connect.clone();
+        let result = conn.finish_handshake(&settings, handshake).await;
+        let mut t = self.borrow_mut();
+        match result {
+            Ok(()) => t.handshake_done(address, id, created, Ok(conn), timeout),
+            // Load Balancer spec: an error after the hello goes through SDAM
+            // error handling, clearing only its service's connections.
+            Err(e) => {
+                let expired = timeout.deadline().is_expired(runtime::now());
+                if crate::sdam::establishment_marks_unknown(&e, expired) {
+                    t.clear(address, service);
+                }
+                failed(&mut t, e)
+            }
+        }
+    }
+
+    /// A check's connection at its first checkout: CMAP sees it created now,
+    /// and it authenticates (the rest of its handshake) before it is ready,
+    /// so a failure there is the checkout's, as the specs expect.
+    async fn announce(
+        &self,
+        mut conn: Connection,
+        timeout: &OpTimeout,
+        selection: Deadline,
+    ) -> Result<Connection> {
+        let (address, id, created) = (conn.address.clone(), conn.id, runtime::now());
+        let settings = {
+            let mut t = self.borrow_mut();
+            t.events
+                .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &address, id));
+            t.settings.connect.clone()
+        };
+        // Bounded by selection, as when the check ran the whole handshake.
+        let (_, handshake) = timeout.establish_deadlines(selection, created);
+        let result = conn
+            .finish_handshake(&settings, handshake.min(selection))
+            .await
+            .map(|()| conn);
+        let result = self
+            .borrow_mut()
+            .handshake_done(&address, id, created, result, timeout);
+        let now = runtime::now();
+        result.map_err(|e| match timeout.csot {
+            // Out of computedServerSelectionTimeout (CSOT spec): selection's
+            // timeout, not a retryable network one; the operation's own
+            // deadline's expiry stays the section's.
+            _ if !e.is_timeout() || !selection.is_expired(now) => e,
+            Some(op) if op.is_expired(now) => e,
+            _ => timeout.selection_error(now, format!("{address}: {e}")),
+        })
+    }
+
+    /// The drain step of a checkout. `Ok(true)`: the connection is ready;
+    /// `Ok(false)`: it was closed (dropped with `conn` by the caller);
+    /// `Err`: the operation's deadline ran out, the connection stays pending.
+    async fn drain(&self, conn: &mut Connection, timeout: &OpTimeout) -> Result<bool> {
+        let Some(pending) = conn.pending() else {
+            return Ok(true);
+        };
+        let started = runtime::now();
+        let (connection_id, address) = (conn.id, conn.address.clone());
+        let event = |kind, duration, reason, closed| PoolEvent {
+            request_id: pending.request_id,
+            duration,
+            reason,
+            closed,
+            ..PoolEvent::new(kind, &address, connection_id)
+        };
+        self.borrow_mut()
+            .events
+            .emit(|| event(PoolEventKind::PendingResponseStarted, None, None, false));
+        let deadline = match pending.step(started, timeout) {
+            DrainStep::Drain(deadline) => Ok(deadline),
+            DrainStep::AlivenessCheck => match conn.probe_pending().await {
+                // Bytes came: the window restarted.
+                Ok(true) => Ok(conn
+                    .pending()
+                    .unwrap_or(pending)
+                    .drain_deadline(runtime::now(), timeout)),
+                Ok(false) => Err(Error::network(
+                    "pending reply never arrived (aliveness check)",
+                )),
+                Err(e) => Err(e),
+            },
+        };
+        let result = match deadline {
+            Ok(deadline) => conn.drain_pending(deadline).await,
+            Err(e) => Err(e),
+        };
+        let now = runtime::now();
+        let took = Some(now.since(started));
+        let mut t = self.borrow_mut();
+        let Err(e) = result else {
+            let kind = PoolEventKind::PendingResponseSucceeded;
+            t.events.emit(|| event(kind, took, None, false));
+            return Ok(true);
+        };
+        let keep = conn
+            .pending()
+            .is_some_and(|p| p.after_failure(&e, now) == AfterDrain::KeepPending);
+        let kind = PoolEventKind::PendingResponseFailed;
+        t.events
+            .emit(|| event(kind, took, Some(e.to_string()), !keep));
+        if keep {
+            Err(Error::timeout("pending response drain").with_cause(e.to_string()))
+        } else {
+            conn.abandon_pending();
+            Ok(false)
+        }
+    }
+
+    async fn establish(
+        &self,
+        address: &str,
+        id: u64,
+        connect: Deadline,
+        handshake: Deadline,
+        authenticate: bool,
+    ) -> Result<Connection> {
+        let (host, port) = split_address(address)?;
+        // A server check's new connection (not a checkout's): the monitor's
+        // heartbeat, announced before its socket is opened.
+        let check = !authenticate;
+        let started = runtime::now();
+        let (generation, settings) = {
+            let mut t = self.borrow_mut();
+            if check {
+                t.description.emit(|| Heartbeat::started(address, id));
+            }
+            (t.state(address).generation, t.settings.connect.clone())
+        };
+        let result = Connection::establish(
+            address,
+            &host,
+            port,
+            &settings,
+            id,
+            generation,
+            (connect, handshake),
+            authenticate,
+        )
+        .await;
+        let mut t = self.borrow_mut();
+        if check {
+            t.description.emit(|| match &result {
+                Ok(c) => {
+                    let server_id = c.conn.hello.connection_id;
+                    Heartbeat::succeeded(address, id, c.rtt, server_id, c.reply.clone())
+                }
+                Err(e) => {
+                    Heartbeat::failed(address, id, runtime::now().since(started), e.to_string())
+                }
+            });
+        }
+        let Established { conn, rtt, .. } = result?;
+        let state = t.state(address);
+        state.rtt.add(rtt);
+        let average = state.rtt.average();
+        t.checked(address, conn.hello.clone(), average);
+        // A check's hello is recorded first, even from a server this driver
+        // cannot use: its description's compatibility error then fails
+        // selection at once, with the spec's message (SDAM). A pool's
+        // connection was refused before authenticating (conn.rs).
+        if check {
+            conn.hello.check_wire_version(address)?;
+        }
+        let state = t.state(address);
+        if !std::mem::replace(&mut state.ready, true) {
+            t.events
+                .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
+        }
+        Ok(conn)
+    }
+}
+
+/// Why a checkout must wait before it may open a connection (CMAP).
+#[derive(Clone, Copy)]
+enum Full {
+    /// maxPoolSize connections are checked out.
+    InUse,
+    /// maxConnecting connections are being established.
+    Connecting,
+}
+
+/// An establishment in progress, counted against maxConnecting until it is
+/// dropped, which wakes the checkouts waiting on it.
+struct Connecting<'a>(&'a Shared, &'a str);
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        // `try_`: a drop during a panic's unwinding must not panic again.
+        if let Ok(mut t) = self.0.try_borrow_mut() {
+            let state = t.state(self.1);
+            state.connecting = state.connecting.saturating_sub(1);
+            state.in_use.notify();
+        }
+    }
+}
+
 /// xorshift: enough to spread load across the latency window.
 fn next_random(rng: &mut u64) -> u64 {
     *rng ^= *rng << 13;
@@ -1230,11 +1417,12 @@ mod tests {
             replica_set: None,
             srv: None,
             local_threshold: Duration::from_millis(15),
-            connect: ConnectSettings {
+            connect: Rc::new(ConnectSettings {
                 load_balanced,
                 ..Default::default()
-            },
+            }),
             max_pool_size: 10,
+            max_connecting: 2,
             min_pool_size: 0,
             heartbeat: Duration::from_secs(60),
             monitor_pool: false,

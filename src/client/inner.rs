@@ -11,7 +11,7 @@ use crate::monitoring::CommandEvent;
 use crate::operation::{Operation, RunCommand};
 use crate::sdam::selection::{Criteria, ReadMode, ReadPreference};
 use crate::session::{Session, SessionPool};
-use crate::topology::{check_supported, seeds, Topology, TopologySettings};
+use crate::topology::{check_supported, seeds, Shared, Topology, TopologySettings};
 use crate::uri;
 use crate::versioned_api::ServerApi;
 use bson::{rawdoc, RawDocumentBuf};
@@ -39,7 +39,7 @@ pub struct ClientOptions {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) topology: RefCell<Topology>,
+    pub(crate) topology: Shared,
     pub(crate) legacy: LegacyTimeouts,
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) retry_reads: bool,
@@ -150,15 +150,16 @@ impl ClientInner {
             replica_set: o.replica_set.clone(),
             srv: cs.srv.then(|| cs.clone()),
             local_threshold: Duration::from_millis(o.local_threshold_ms.unwrap_or(15)),
-            connect: crate::conn::ConnectSettings {
+            connect: Rc::new(crate::conn::ConnectSettings {
                 metadata: crate::handshake::client_metadata(app_name, platform.as_deref()),
                 server_api: options.server_api.clone(),
                 name_servers: Vec::new(),
                 auth,
                 tls,
                 load_balanced: o.load_balanced == Some(true),
-            },
+            }),
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
+            max_connecting: o.max_connecting.unwrap_or(2) as usize,
             min_pool_size: o.min_pool_size.unwrap_or(0) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
@@ -174,7 +175,7 @@ impl ClientInner {
             socket_ms: o.socket_timeout_ms.unwrap_or(defaults.socket_ms),
         };
         Ok(ClientInner {
-            topology: RefCell::new(Topology::new(settings)),
+            topology: Shared::new(Topology::new(settings)),
             legacy,
             // The client's own level: its options over the URI's.
             timeout_ms: crate::csot::resolve_timeout_ms(

@@ -113,7 +113,6 @@ impl Client {
         let deadline = timeout.selection_deadline(crate::runtime::now());
         self.inner
             .topology
-            .borrow_mut()
             .check_due_servers(&timeout, deadline)
             .await
     }

@@ -18,7 +18,7 @@ pub use stream::Stream;
 pub use tcp::TcpStream;
 pub use tls::TlsStream;
 pub use udp::lookup as dns_lookup;
-pub use wait::{block_on, sleep_until, wait};
+pub use wait::{block_on, sleep_until, wait, within, CONCURRENT};
 
 use crate::error::{Error, ErrorKind};
 use wasi::sockets::network::ErrorCode;

@@ -52,6 +52,23 @@ pub async fn sleep_until(deadline: Deadline) {
     }
 }
 
+/// Whether operations of one instance run concurrently. Not on WASI 0.2:
+/// one export call at a time, so a checkout that would wait for another
+/// caller's connection fails at once instead.
+pub const CONCURRENT: bool = false;
+
+/// `io` within `deadline`, the timeout naming `section`. On WASI 0.2 every
+/// wait blocks inside `wait`, so `io` is ready at its first poll; nothing
+/// waits on another caller (`CONCURRENT`).
+pub async fn within<T>(
+    deadline: Deadline,
+    section: &str,
+    io: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    check(deadline, section)?;
+    io.await
+}
+
 /// Runs an operation of the async core to its end on WASI 0.2. Every wait of
 /// the 0.2 runtime blocks inside `wait` (one caller per instance: the sync
 /// exports), so the future is ready at its first poll; the loop is only for
