@@ -12,6 +12,9 @@ mod tls;
 mod udp;
 mod wait;
 
+#[cfg(feature = "p3")]
+pub mod p3;
+
 pub use clock::now;
 pub use host::{env_var, read_file};
 pub use stream::Stream;

@@ -1,0 +1,375 @@
+//! A TCP stream over wasi:sockets 0.3 whose every await honours a `Deadline`.
+//!
+//! Cancellation (the future of any method dropped at an await):
+//! - A read loses no bytes. The host read is cancelled synchronously and what
+//!   it had delivered is kept in the stream for the next read; bytes already
+//!   appended to the caller's `buf` stay there. The stream stays usable, but
+//!   the caller's framing is wherever its `buf` left it.
+//! - A write dropped before it finished may have sent part of the message, so
+//!   the stream is then broken: later calls fail with "connection closed".
+//! - Connecting: the socket is dropped with the future; nothing lingers.
+
+use super::{check, dns, within};
+use crate::deadline::Deadline;
+use crate::error::{Error, ErrorKind, Result};
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use wasip3::sockets::types::{
+    ErrorCode, IpAddress, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress, Ipv6SocketAddress,
+    TcpSocket,
+};
+use wasip3::wit_bindgen::{FutureReader, StreamRead, StreamReader, StreamResult, StreamWriter};
+
+/// Most bytes asked of one host read: large replies come in few calls.
+const READ_CHUNK: usize = 64 * 1024;
+/// Least bytes asked of one host read, and the most an idle stream keeps
+/// allocated (a pool of idle connections holds no 64 KiB buffers).
+const READ_MIN: usize = 4 * 1024;
+
+/// Closing is dropping, which never blocks: it drops handles only, and the
+/// host finishes (or abandons) a send in flight on its own (0.2 needed parking).
+pub struct TcpStream {
+    /// Bytes received but not yet handed out: `rx[rx_off..]`.
+    rx: Vec<u8>,
+    rx_off: usize,
+    input: StreamReader<u8>,
+    /// How the receive side ended (read once the input stream is dropped).
+    input_result: Option<FutureReader<std::result::Result<(), ErrorCode>>>,
+    /// Written into by us, read by the host's `send`.
+    output: StreamWriter<u8>,
+    output_result: Option<FutureReader<std::result::Result<(), ErrorCode>>>,
+    /// Set while a write is under way: still set means it was dropped mid-way.
+    broken: bool,
+    _socket: TcpSocket,
+}
+
+impl TcpStream {
+    /// Resolves `host` and connects to the first address that answers.
+    pub async fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        Self::connect_via(host, port, &[], deadline).await
+    }
+
+    /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
+    /// first: the servers that answered a `mongodb+srv` lookup know its targets.
+    pub async fn connect_via(
+        host: &str,
+        port: u16,
+        name_servers: &[std::net::SocketAddr],
+        deadline: Deadline,
+    ) -> Result<TcpStream> {
+        let ips = dns::resolve_via(host, name_servers, deadline)
+            .await
+            .map_err(|mut e| {
+                // Name the address the lookup was for.
+                e.message = format!("{} (for {host}:{port})", e.message);
+                e
+            })?;
+        let mut last: Option<Error> = None;
+        for ip in ips {
+            match Self::connect_ip(ip, port, deadline).await {
+                Ok(s) => return Ok(s),
+                Err(e) if e.is_timeout() => return Err(e),
+                // A denied address is reported only if no other failed for another reason.
+                Err(e) => {
+                    if last
+                        .as_ref()
+                        .is_none_or(|l| l.kind == ErrorKind::AccessDenied)
+                    {
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
+    }
+
+    /// Connects to one address (no lookup: the DNS client uses it, so no recursion).
+    pub(super) async fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        let peer = match ip {
+            IpAddr::V6(_) => format!("[{ip}]:{port}"),
+            IpAddr::V4(_) => format!("{ip}:{port}"),
+        };
+        let net_err = |e: ErrorCode| super::socket_error_p3(e, &format!("connect to {peer}"));
+        if let IpAddr::V6(v6) = ip {
+            // WASI sockets refuse these (invalid-argument): say which address to use.
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return Err(Error::invalid_argument(format!(
+                    "cannot connect to {peer}: WASI sockets do not take IPv4-mapped IPv6 \
+                     addresses; use {v4}:{port}"
+                )));
+            }
+        }
+        let (family, addr) = to_wasi_addr(ip, port);
+        let socket = TcpSocket::create(family).map_err(net_err)?;
+        within(deadline, "connection establishment", async {
+            socket.connect(addr).await.map_err(net_err)
+        })
+        .await?;
+        let (input, input_result) = socket.receive();
+        let (output, outgoing) = wasip3::wit_stream::new::<u8>();
+        // The host reads `outgoing` from now on; the future says how that ended.
+        let output_result = socket.send(outgoing);
+        Ok(TcpStream {
+            rx: Vec::new(),
+            rx_off: 0,
+            input,
+            input_result: Some(input_result),
+            output,
+            output_result: Some(output_result),
+            broken: false,
+            _socket: socket,
+        })
+    }
+
+    fn usable(&self) -> Result<()> {
+        match self.broken {
+            true => Err(Error::network("connection closed")),
+            false => Ok(()),
+        }
+    }
+
+    /// Writes all of `bytes`: one host write of the whole message (there is no
+    /// TCP_NODELAY on wasi), more only if the host takes part of it.
+    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        self.write_all_as(bytes, deadline, "socket write").await
+    }
+
+    /// `write_all`, its waits named `section` (e.g. "TLS handshake").
+    pub async fn write_all_as(
+        &mut self,
+        bytes: &[u8],
+        deadline: Deadline,
+        section: &str,
+    ) -> Result<()> {
+        self.usable()?;
+        check(deadline, section)?;
+        // Broken until the whole message is out: a write dropped (or failed)
+        // mid-way leaves part of it sent.
+        self.broken = true;
+        let output = &mut self.output;
+        let (mut status, mut rest) = within(deadline, section, async {
+            Ok(output.write(bytes.to_vec()).await)
+        })
+        .await?;
+        loop {
+            if status == StreamResult::Dropped {
+                return Err(self.write_failed(deadline).await);
+            }
+            if rest.remaining() == 0 {
+                break;
+            }
+            check(deadline, section)?;
+            let output = &mut self.output;
+            (status, rest) = within(deadline, section, async {
+                Ok(output.write_buf(rest).await)
+            })
+            .await?;
+        }
+        self.broken = false;
+        Ok(())
+    }
+
+    /// The host stopped reading what we send: its `send` future says why.
+    async fn write_failed(&mut self, deadline: Deadline) -> Error {
+        match self.output_result.take() {
+            Some(result) => {
+                match within(deadline, "socket write", async { Ok(result.await) }).await {
+                    Ok(Err(code)) => {
+                        Error::network("socket error").with_cause(super::error_code_name(&code))
+                    }
+                    Ok(Ok(())) => Error::network("connection closed by the server"),
+                    Err(e) => e,
+                }
+            }
+            None => Error::network("connection closed by the server"),
+        }
+    }
+
+    /// Appends to `buf` until it holds at least `want` bytes, never growing
+    /// `buf` beyond `want` nor handing out more.
+    pub async fn read_to_len(
+        &mut self,
+        buf: &mut Vec<u8>,
+        want: usize,
+        deadline: Deadline,
+    ) -> Result<()> {
+        self.read_up_to(buf, want, want, deadline).await
+    }
+
+    /// Appends to `buf` until it holds at least `want` bytes, taking what has
+    /// arrived up to `max` (at least `want`) in all: one read can bring a
+    /// frame's length and its body together. `buf` never grows past `max`;
+    /// bytes received beyond it stay in the stream for the next read. Every
+    /// pass checks the deadline, so a reply trickled or flooded past it fails
+    /// in time.
+    pub async fn read_up_to(
+        &mut self,
+        buf: &mut Vec<u8>,
+        want: usize,
+        max: usize,
+        deadline: Deadline,
+    ) -> Result<()> {
+        const SECTION: &str = "socket read";
+        let max = max.max(want);
+        self.usable()?;
+        while buf.len() < want {
+            check(deadline, SECTION)?;
+            if self.rx_off == self.rx.len() {
+                self.fill(max - buf.len(), deadline, SECTION).await?;
+            }
+            self.take_pending(buf, max - buf.len(), max);
+        }
+        Ok(())
+    }
+
+    /// Appends what has arrived (at least one byte) to `buf`, waiting as
+    /// `section` until `deadline`, which is checked even when data is ready.
+    pub async fn read_some(
+        &mut self,
+        buf: &mut Vec<u8>,
+        deadline: Deadline,
+        section: &str,
+    ) -> Result<()> {
+        self.usable()?;
+        loop {
+            check(deadline, section)?;
+            if self.rx_off < self.rx.len() {
+                let n = self.rx.len() - self.rx_off;
+                self.take_pending(buf, n, usize::MAX);
+                return Ok(());
+            }
+            self.fill(READ_CHUNK, deadline, section).await?;
+        }
+    }
+
+    /// Moves up to `room` pending bytes to `buf` (which never grows past `limit`).
+    fn take_pending(&mut self, buf: &mut Vec<u8>, room: usize, limit: usize) {
+        let avail = &self.rx[self.rx_off..];
+        let n = avail.len().min(room);
+        reserve_within(buf, n, limit);
+        buf.extend_from_slice(&avail[..n]);
+        self.rx_off += n;
+        if self.rx_off == self.rx.len() {
+            self.rx.clear();
+            self.rx_off = 0;
+            if self.rx.capacity() > READ_MIN {
+                self.rx = Vec::new();
+            }
+        }
+    }
+
+    /// One host read into `rx` (which holds no pending bytes), asking for
+    /// about `hint` bytes. A read may complete with none; the caller loops.
+    async fn fill(&mut self, hint: usize, deadline: Deadline, section: &str) -> Result<()> {
+        debug_assert_eq!(self.rx_off, self.rx.len());
+        self.rx.clear();
+        self.rx_off = 0;
+        // The host fills the spare capacity, never more.
+        self.rx.reserve_exact(hint.clamp(READ_MIN, READ_CHUNK));
+        let read = KeepOnCancel {
+            op: Some(Box::pin(self.input.read(std::mem::take(&mut self.rx)))),
+            slot: &mut self.rx,
+        };
+        match within(deadline, section, async { Ok(read.await) }).await? {
+            StreamResult::Complete(_) | StreamResult::Cancelled => Ok(()),
+            StreamResult::Dropped => Err(self.read_ended(deadline, section).await),
+        }
+    }
+
+    /// The host dropped the input stream: its `receive` future says why.
+    async fn read_ended(&mut self, deadline: Deadline, section: &str) -> Error {
+        match self.input_result.take() {
+            Some(result) => match within(deadline, section, async { Ok(result.await) }).await {
+                Ok(Err(code)) => {
+                    Error::network("socket error").with_cause(super::error_code_name(&code))
+                }
+                Ok(Ok(())) => Error::network("connection closed by the server"),
+                Err(e) => e,
+            },
+            None => Error::network("connection closed by the server"),
+        }
+    }
+}
+
+/// A host read into a buffer taken from `slot`, which gets the buffer back
+/// however the read ends: done, or dropped (a deadline, a cancelled caller).
+/// Dropping cancels the host read synchronously and keeps what it delivered,
+/// so a cancelled read loses no bytes.
+struct KeepOnCancel<'a> {
+    op: Option<Pin<Box<StreamRead<'a, u8>>>>,
+    slot: &'a mut Vec<u8>,
+}
+
+impl Future for KeepOnCancel<'_> {
+    type Output = StreamResult;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StreamResult> {
+        let this = &mut *self;
+        let Some(op) = this.op.as_mut() else {
+            return Poll::Ready(StreamResult::Cancelled);
+        };
+        match op.as_mut().poll(cx) {
+            Poll::Ready((result, buf)) => {
+                *this.slot = buf;
+                // Done: `cancel` must not be called on it now.
+                this.op = None;
+                Poll::Ready(result)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for KeepOnCancel<'_> {
+    fn drop(&mut self) {
+        if let Some(mut op) = self.op.take() {
+            let (_, buf) = op.as_mut().cancel();
+            *self.slot = buf;
+        }
+    }
+}
+
+/// Room for `more` bytes, growing geometrically but never past `limit` (the
+/// frame length), so a reply claiming a large frame costs only what arrived.
+fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
+    let need = buf.len() + more;
+    if need > buf.capacity() {
+        let target = buf
+            .capacity()
+            .saturating_mul(2)
+            .clamp(need, limit.max(need));
+        buf.reserve_exact(target - buf.len());
+    }
+}
+
+pub(super) fn to_wasi_addr(ip: IpAddr, port: u16) -> (IpAddressFamily, IpSocketAddress) {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            let addr = Ipv4SocketAddress {
+                port,
+                address: (a, b, c, d),
+            };
+            (IpAddressFamily::Ipv4, IpSocketAddress::Ipv4(addr))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let addr = Ipv6SocketAddress {
+                port,
+                flow_info: 0,
+                address: (s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
+                scope_id: 0,
+            };
+            (IpAddressFamily::Ipv6, IpSocketAddress::Ipv6(addr))
+        }
+    }
+}
+
+pub(super) fn from_wasi_ip(ip: IpAddress) -> IpAddr {
+    match ip {
+        IpAddress::Ipv4((a, b, c, d)) => IpAddr::from([a, b, c, d]),
+        IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::from([a, b, c, d, e, f, g, h]),
+    }
+}
