@@ -152,3 +152,43 @@ fn other_name(detail: &Option<String>) -> String {
         None => "other".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_hosts_refusals_are_permanent() {
+        for code in [ErrorCode::AccessDenied, ErrorCode::NotSupported] {
+            let e = socket_error_p3(code, "connect to 127.0.0.1:27017");
+            assert_eq!(e.kind, ErrorKind::AccessDenied, "{e}");
+            assert!(e.message.contains("127.0.0.1:27017"), "{e}");
+            assert!(e.message.contains("-S inherit-network"), "{e}");
+            assert!(!e.is_network(), "never retried as a network error: {e}");
+        }
+        let e = lookup_error_p3(
+            LookupErrorCode::PermanentResolverFailure,
+            "resolve db.example",
+        );
+        assert_eq!(e.kind, ErrorKind::AccessDenied, "{e}");
+        let e = socket_error_p3(ErrorCode::InvalidArgument, "connect to [::ffff:1.2.3.4]:1");
+        assert!(!e.is_network(), "{e}");
+        for code in [
+            ErrorCode::ConnectionRefused,
+            ErrorCode::Timeout,
+            ErrorCode::ConnectionReset,
+            ErrorCode::Other(Some("weird".into())),
+        ] {
+            let e = socket_error_p3(code, "connect to 127.0.0.1:27017");
+            assert_eq!(e.kind, ErrorKind::Network, "{e}");
+            assert_eq!(e.message, "cannot connect to 127.0.0.1:27017");
+        }
+        for code in [
+            LookupErrorCode::NameUnresolvable,
+            LookupErrorCode::TemporaryResolverFailure,
+        ] {
+            let e = lookup_error_p3(code, "resolve db.example");
+            assert_eq!(e.kind, ErrorKind::Network, "{e}");
+        }
+    }
+}

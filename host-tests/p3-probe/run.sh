@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the probe and runs it against nx-27017 and a silent listener on
+# loopback; stops both (by PID) however it ends.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-/work/main/.work/venv/bin}
+NX_PORT=${NX_PORT:-47017}
+SILENT_PORT=${SILENT_PORT:-47018}
+TRICKLE_PORT=${TRICKLE_PORT:-47019}
+
+cargo build --target wasm32-wasip2 --release
+WASM=target/wasm32-wasip2/release/p3_probe.wasm
+
+"$VENV/nx-27017" -d --host 127.0.0.1 -p "$NX_PORT" --db memory \
+    --pid-file /tmp/p3nx.pid --log-file /tmp/p3nx.log
+# Accepts and never answers (keeps the connections open).
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+held = []
+while True:
+    c, _ = s.accept(); held.append(c)
+' "$SILENT_PORT" &
+SILENT_PID=$!
+# Sends 0, 1, 2, ... one byte every 5 ms to each connection.
+python3 -c '
+import socket, sys, threading, time
+def feed(c):
+    i = 0
+    try:
+        while True:
+            c.sendall(bytes([i % 256])); i += 1; time.sleep(0.005)
+    except OSError:
+        pass
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+while True:
+    c, _ = s.accept(); threading.Thread(target=feed, args=(c,), daemon=True).start()
+' "$TRICKLE_PORT" &
+TRICKLE_PID=$!
+cleanup() {
+    kill "$SILENT_PID" "$TRICKLE_PID" 2>/dev/null || true
+    "$VENV/nx-27017" --stop --pid-file /tmp/p3nx.pid || true
+}
+trap cleanup EXIT
+sleep 1
+
+"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" "$NX_PORT" "$SILENT_PORT" "$TRICKLE_PORT"
