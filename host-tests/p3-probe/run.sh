@@ -7,6 +7,7 @@ VENV=${VENV:-/work/main/.work/venv/bin}
 NX_PORT=${NX_PORT:-47017}
 SILENT_PORT=${SILENT_PORT:-47018}
 TRICKLE_PORT=${TRICKLE_PORT:-47019}
+DNS_PORT=${DNS_PORT:-47053}
 
 cargo build --target wasm32-wasip2 --release
 WASM=target/wasm32-wasip2/release/p3_probe.wasm
@@ -39,11 +40,19 @@ while True:
     c, _ = s.accept(); threading.Thread(target=feed, args=(c,), daemon=True).start()
 ' "$TRICKLE_PORT" &
 TRICKLE_PID=$!
+python3 dns_responder.py "$DNS_PORT" >/tmp/p3dns.log 2>&1 &
+DNS_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file /tmp/p3nx.pid || true
 }
 trap cleanup EXIT
 sleep 1
 
-"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" "$NX_PORT" "$SILENT_PORT" "$TRICKLE_PORT"
+# -S p3 and component-model-async are on by default in wasmtime 49.
+# LOOKUP=0 leaves name lookup denied (5d/5e then show the denial).
+LOOKUP_FLAG=(-S allow-ip-name-lookup)
+[ "${LOOKUP:-1}" = 0 ] && LOOKUP_FLAG=()
+"$VENV/wasmtime" run -S cli -S inherit-network "${LOOKUP_FLAG[@]}" \
+    "$WASM" "$NX_PORT" "$SILENT_PORT" "$TRICKLE_PORT" "$DNS_PORT"
+echo "DNS server log:"; cat /tmp/p3dns.log

@@ -22,7 +22,8 @@ impl wasip3::exports::cli::run::Guest for Probe {
         let nx: u16 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(47017);
         let silent: u16 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(47018);
         let trickle: u16 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(47019);
-        match probe(nx, silent, trickle).await {
+        let dns: u16 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(47053);
+        match probe(nx, silent, trickle, dns).await {
             Ok(()) => {
                 println!("PROBE OK");
                 Ok(())
@@ -112,7 +113,7 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     out.into_iter().map(|o| o.expect("joined")).collect()
 }
 
-async fn probe(nx: u16, silent: u16, trickle: u16) -> Result<()> {
+async fn probe(nx: u16, silent: u16, trickle: u16, dns: u16) -> Result<()> {
     // 1. One hello.
     let t = rt::now();
     let (ok, wire) = hello(nx, after_ms(5000)).await?;
@@ -271,6 +272,75 @@ async fn probe(nx: u16, silent: u16, trickle: u16) -> Result<()> {
         "3b. expired deadline: {:?}",
         expired.map_err(|e| e.to_string())
     );
+
+    // 5. Names: a name server first (UDP, TCP on truncation), ip-name-lookup after.
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], dns));
+    let t = rt::now();
+    let ips = rt::dns::resolve_via("db.p3.test", &[server], after_ms(3000)).await?;
+    println!(
+        "5. db.p3.test via the name server: {ips:?} in {:.1} ms",
+        ms_since(t)
+    );
+    assert_eq!(ips, [std::net::IpAddr::from([127, 0, 0, 1])]);
+    let t = rt::now();
+    let tc = rt::dns_lookup(
+        &[server],
+        "tc.p3.test",
+        mongo_wasi::dns::RecordType::A,
+        after_ms(3000),
+    )
+    .await?;
+    println!(
+        "5b. tc.p3.test (TC=1 over UDP, then TCP): {tc:?} in {:.1} ms",
+        ms_since(t)
+    );
+    assert!(matches!(&tc, Ok(r) if r.len() == 1));
+    let mut s = TcpStream::connect_via("db.p3.test", nx, &[server], after_ms(3000)).await?;
+    s.write_all(&hello_msg(5), after_ms(3000)).await?;
+    let (ok, _) = parse_hello(&read_frame(&mut s, after_ms(3000)).await?);
+    println!("5c. connect_via db.p3.test:{nx} and hello: ok={ok}");
+    assert_eq!(ok, 1.0);
+    let nx_name = rt::dns::resolve_via("nope.p3.test", &[server], after_ms(3000)).await;
+    println!(
+        "5d. nope.p3.test (NXDOMAIN, then ip-name-lookup): {:?}",
+        nx_name.map_err(|e| e.to_string())
+    );
+    let t = rt::now();
+    let host = rt::dns::resolve("vm", after_ms(3000)).await;
+    println!(
+        "5e. ip-name-lookup of \"vm\" (/etc/hosts): {:?} in {:.1} ms",
+        host.map_err(|e| e.to_string()),
+        ms_since(t)
+    );
+    let nobody = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    let t = rt::now();
+    let silent_dns = rt::dns_lookup(
+        &[nobody],
+        "db.p3.test",
+        mongo_wasi::dns::RecordType::A,
+        after_ms(300),
+    )
+    .await;
+    println!(
+        "5f. DNS to a closed UDP port, 300 ms deadline: {:?} after {:.1} ms",
+        silent_dns.map_err(|e| e.to_string()),
+        ms_since(t)
+    );
+
+    let t = rt::now();
+    let unanswered = rt::dns_lookup(
+        &[server],
+        "silent.p3.test",
+        mongo_wasi::dns::RecordType::A,
+        after_ms(300),
+    )
+    .await;
+    let waited = ms_since(t);
+    println!(
+        "5g. a query the server never answers, 300 ms deadline: {:?} after {waited:.1} ms",
+        unanswered.as_ref().map_err(|e| e.to_string())
+    );
+    assert!(matches!(&unanswered, Err(e) if e.is_timeout()));
 
     // 4. sleep_until 100 ms.
     for _ in 0..3 {
