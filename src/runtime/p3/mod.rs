@@ -14,12 +14,19 @@ pub mod udp;
 pub use tcp::TcpStream;
 pub use udp::lookup as dns_lookup;
 
-use crate::deadline::{Deadline, Instant};
+use crate::deadline::{Deadline, Instant, WakeSlack};
 use crate::error::{Error, ErrorKind, Result};
+use std::cell::Cell;
 use std::future::Future;
 use wasip3::clocks::monotonic_clock;
 use wasip3::sockets::ip_name_lookup::ErrorCode as LookupErrorCode;
 use wasip3::sockets::types::ErrorCode;
+
+thread_local! {
+    /// The host's timer lateness as learned so far (one guest thread; a
+    /// `Cell`, read and set between awaits, never held across one).
+    static SLACK: Cell<WakeSlack> = const { Cell::new(WakeSlack::INITIAL) };
+}
 
 /// Now, on wasi:clocks 0.3's monotonic clock (the same clock as 0.2's).
 pub fn now() -> Instant {
@@ -60,7 +67,20 @@ pub async fn within<T>(
                 return Err(Error::timeout(section));
             }
             let clock = async {
-                monotonic_clock::wait_until(at.0).await;
+                // As 0.2's `wait`: the timer is asked for `at - slack` (host
+                // timers wake late), and the rest is finished on the clock.
+                let wake = SLACK.get().wake_at(at);
+                if now() < wake {
+                    monotonic_clock::wait_until(wake.0).await;
+                    let mut slack = SLACK.get();
+                    slack.woke(wake, now());
+                    SLACK.set(slack);
+                }
+                // At most `WakeSlack::MAX`: each yield lets the host deliver
+                // I/O, and `or` polls `io` again before the clock.
+                while now() < at {
+                    wit_bindgen::yield_async().await;
+                }
                 Err(Error::timeout(section))
             };
             futures_lite::future::or(io, clock).await

@@ -171,6 +171,33 @@ impl TcpStream {
         Ok(())
     }
 
+    /// Hands `bytes` to the host's `send` only if it takes them all at once,
+    /// never waiting (a TLS close_notify from `Drop`, which cannot await). If
+    /// the host is not ready for them, the write is cancelled there and then
+    /// and the close_notify skipped: the socket closes right after anyway, and
+    /// a server takes a close without close_notify as any closed connection.
+    pub fn send_now(&mut self, bytes: &[u8]) -> Result<()> {
+        self.usable()?;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut write = std::pin::pin!(self.output.write(bytes.to_vec()));
+        let done = match write.as_mut().poll(&mut cx) {
+            Poll::Ready((StreamResult::Complete(_), rest)) => rest.remaining() == 0,
+            Poll::Ready(_) => false,
+            Poll::Pending => {
+                let (_, rest) = write.as_mut().cancel();
+                rest.remaining() == 0
+            }
+        };
+        match done {
+            true => Ok(()),
+            false => {
+                // Part of it may have gone: nothing more can follow it.
+                self.broken = true;
+                Err(Error::network("the socket did not take the bytes at once"))
+            }
+        }
+    }
+
     /// The host stopped reading what we send: its `send` future says why.
     async fn write_failed(&mut self, deadline: Deadline) -> Error {
         match self.output_result.take() {
