@@ -389,35 +389,70 @@ impl Cursor {
     /// Kills the server cursor if it is still open (not a caller's close:
     /// a limit reached, or a drop).
     async fn kill(&mut self, timeout_ms: Option<u64>) -> Result<()> {
-        if self.id == 0 {
-            // Nothing to kill: no deadline to start (a findOne's cursor ends
-            // here). A connection still pinned to it (a getMore's network
-            // error keeps it, Load Balancer spec) goes back to its pool.
-            self.pending = Packed::default();
-            self.client.release_cursor_connection(self.server_id);
-            return Ok(());
+        match self.take_kill(timeout_ms) {
+            Some((kill, budget)) => kill.run(&budget).await,
+            None => Ok(()),
         }
+    }
+
+    /// The killCursors still owed, owned, with its budget (a `Drop` detaches
+    /// it); None when there is no server cursor (no deadline to start: a
+    /// findOne's cursor ends here).
+    fn take_kill(&mut self, timeout_ms: Option<u64>) -> Option<(Kill, OpTimeout)> {
         let timeout_ms = resolve_timeout_ms(timeout_ms, None, &[self.settings.timeout_ms]);
-        let budget = self.client.start_timeout(timeout_ms);
-        self.close_within(&budget).await
+        let kill = self.take_kill_op()?;
+        Some((kill, self.client.start_timeout(timeout_ms)))
     }
 
     /// Kills the server cursor under `budget` (a GridFS stream's lifetime).
     pub(crate) async fn close_within(&mut self, budget: &OpTimeout) -> Result<()> {
+        match self.take_kill_op() {
+            Some(kill) => kill.run(budget).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets the server cursor, returning what killing it takes. Lost or
+    /// exhausted (id 0): a connection still pinned to it (a getMore's network
+    /// error keeps it, Load Balancer spec) goes back to its pool now.
+    fn take_kill_op(&mut self) -> Option<Kill> {
         self.pending = Packed::default();
         if self.id == 0 {
-            // Lost or exhausted: a connection still pinned to it is returned.
             self.client.release_cursor_connection(self.server_id);
-            return Ok(());
+            return None;
         }
-        let mut op = KillCursors {
+        let op = KillCursors {
             db: self.db.clone(),
             coll: self.coll.clone(),
-            ids: vec![self.id],
+            ids: vec![std::mem::take(&mut self.id)],
         };
-        self.id = 0;
+        Some(Kill {
+            client: self.client.clone(),
+            op,
+            session: self.session.clone(),
+            address: self.address.clone(),
+        })
+    }
+}
+
+/// A killCursors with all it needs, owned: it can outlive its cursor.
+struct Kill {
+    client: Client,
+    op: KillCursors,
+    /// The cursor's session: it stays checked out until the kill is done.
+    session: Option<Session>,
+    address: String,
+}
+
+impl Kill {
+    async fn run(mut self, budget: &OpTimeout) -> Result<()> {
         self.client
-            .execute_within(&mut op, budget, self.session.as_ref(), Some(&self.address))
+            .execute_within(
+                &mut self.op,
+                budget,
+                self.session.as_ref(),
+                Some(&self.address),
+            )
             .await
     }
 }
@@ -441,9 +476,14 @@ fn get_more_batch_size(
 }
 
 impl Drop for Cursor {
+    /// Drop cannot await: the kill runs detached (0.2 blocks here as it
+    /// always did; 0.3 runs it as a task of its own).
     fn drop(&mut self) {
-        // Drop cannot await: the 0.2 face blocks here as it always did.
-        let _ = crate::runtime::block_on(self.kill(None));
+        if let Some((kill, budget)) = self.take_kill(None) {
+            crate::runtime::detach(async move {
+                let _ = kill.run(&budget).await;
+            });
+        }
     }
 }
 

@@ -5,9 +5,17 @@
 //! API objects (`Client`, `Database`, `Collection`, `Cursor`, change streams,
 //! GridFS, client bulk write) -> the engine (`client::inner`, `executor`,
 //! `topology`, `conn`, `cmap`, `session`, `operation`, `discovery`) ->
-//! `runtime` (the only I/O, over WASI 0.2) -> the sans-I/O core (`wire`,
+//! `runtime` (the only I/O, over WASI 0.2, or 0.3 with feature `p3`) -> the sans-I/O core (`wire`,
 //! `uri`, `auth`, `dns`, `tls`, `handshake`, `sdam`, `csot`, `retryable`,
 //! `concern`, `error`, ...), which unit-tests natively.
+
+// The component's exports are sync (WASI 0.2's `block_on` in each); the 0.3
+// runtime has no `block_on`. One face per build.
+#[cfg(all(feature = "component", feature = "p3"))]
+compile_error!(
+    "features `component` (WASI 0.2 exports) and `p3` (WASI 0.3 runtime) exclude each other: \
+     build p3 with --no-default-features --features p3"
+);
 
 pub mod auth;
 pub mod backpressure;
@@ -72,6 +80,8 @@ pub use gridfs::{
 pub use logging::{Component as LogComponent, Level as LogLevel, LogMessage, LogOptions};
 /// The sync form of the API: `block_on(collection.find_one(..))` runs one
 /// operation to its end on WASI 0.2, as the `driver` world's exports do.
+/// Not on WASI 0.3 (feature `p3`): there the API is awaited in a task.
+#[cfg(not(feature = "p3"))]
 pub use runtime::block_on;
 pub use session::{
     RunnerStep, Session, TransactionOptions, TransactionRunner, TransactionState,

@@ -22,7 +22,9 @@ pub struct ClientRes(pub Client);
 /// this does nothing.
 impl Drop for ClientRes {
     fn drop(&mut self) {
-        crate::runtime::block_on(self.0.close_on_drop());
+        // Drop cannot await: detached, on a clone of the client (0.2 blocks here).
+        let client = self.0.clone();
+        crate::runtime::detach(async move { client.close_on_drop().await });
     }
 }
 

@@ -197,8 +197,14 @@ impl Drop for DownloadStream {
     /// A stream dropped unclosed still closes within its own budget, not
     /// under the legacy timeouts its chunk cursor would fall back to.
     fn drop(&mut self) {
-        // Drop cannot await: the 0.2 face blocks here as it always did.
-        crate::runtime::block_on(self.close(None));
+        // Drop cannot await: the close runs detached, owning the chunk cursor
+        // and a copy of the budget (0.2 blocks here as it always did).
+        if let Some(mut cursor) = self.cursor.take() {
+            let budget = self.budget;
+            crate::runtime::detach(async move {
+                let _ = cursor.close_within(&budget).await;
+            });
+        }
     }
 }
 

@@ -1,32 +1,74 @@
-//! The one transport layer over WASI 0.2: monotonic clock, the deadline-aware
-//! wait, TCP, TLS over it, name lookup, DNS over UDP (for `mongodb+srv`) and reading a
-//! (preopened) file. Nothing outside this folder touches `wasi::`
-//! I/O, and only `wait` calls `poll`. Moving to WASI 0.3 touches only here.
+//! The one transport layer: monotonic clock, the deadline-aware wait, TCP,
+//! TLS over it, name lookup, DNS over UDP (for `mongodb+srv`) and reading a
+//! (preopened) file. Nothing outside this folder touches WASI I/O.
+//!
+//! Two faces, one front: without feature `p3` the WASI 0.2 modules here
+//! (`clock`, `tcp`, `dns`, `udp`, `wait`: every wait blocks in `wait`, one
+//! caller per instance); with it WASI 0.3's (`p3/`: every wait is an await, so
+//! operations run concurrently). `stream`, `tls` and `host` are shared.
 
-mod clock;
-mod dns;
 mod host;
 mod stream;
-mod tcp;
 mod tls;
+
+#[cfg(not(feature = "p3"))]
+mod clock;
+#[cfg(not(feature = "p3"))]
+mod dns;
+#[cfg(not(feature = "p3"))]
+mod tcp;
+#[cfg(not(feature = "p3"))]
 mod udp;
+#[cfg(not(feature = "p3"))]
 mod wait;
 
 #[cfg(feature = "p3")]
 pub mod p3;
 
+#[cfg(not(feature = "p3"))]
 pub use clock::now;
+#[cfg(not(feature = "p3"))]
+pub use tcp::TcpStream;
+#[cfg(not(feature = "p3"))]
+pub use udp::lookup as dns_lookup;
+#[cfg(not(feature = "p3"))]
+pub use wait::{block_on, check, sleep_until, wait, within, CONCURRENT};
+
+// No `block_on` on 0.3: a nested event loop inside a task would starve the
+// other tasks (a connection another operation holds, a detached kill), so
+// sync code there is an error at build time, not a deadlock at run time.
+#[cfg(feature = "p3")]
+pub use p3::{check, dns_lookup, now, sleep_until, within, TcpStream, CONCURRENT};
+
+// On 0.3 too, `host` and `random_bytes`/`unix_seconds` stay on WASI 0.2 (the
+// `wasi` crate): Rust std imports 0.2 anyway, and 0.3 hosts provide both.
 pub use host::{env_var, read_file};
 pub use stream::Stream;
-pub use tcp::TcpStream;
 pub use tls::TlsStream;
-pub use udp::lookup as dns_lookup;
-pub use wait::{block_on, sleep_until, wait, within, CONCURRENT};
 
+/// Runs `fut` to its end without the caller awaiting it: the I/O of a `Drop`
+/// (a cursor's killCursors, a client's endSessions). WASI 0.2 runs it here
+/// and now, as before (one caller per instance, every wait blocks).
+#[cfg(not(feature = "p3"))]
+pub fn detach(fut: impl std::future::Future<Output = ()> + 'static) {
+    block_on(fut)
+}
+
+/// On WASI 0.3 `fut` becomes a task of its own (wit-bindgen's executor,
+/// which runs it after the current export returns if need be).
+#[cfg(feature = "p3")]
+pub fn detach(fut: impl std::future::Future<Output = ()> + 'static) {
+    // Dropping the handle detaches the task; it still runs to its end.
+    drop(wit_bindgen::spawn_local(fut));
+}
+
+#[cfg(not(feature = "p3"))]
 use crate::error::{Error, ErrorKind};
+#[cfg(not(feature = "p3"))]
 use wasi::sockets::network::ErrorCode;
 
 /// What a sandbox denial tells the user to grant.
+#[cfg(not(feature = "p3"))]
 const GRANT: &str = "grant it in the host (wasmtime CLI: -S inherit-network for TCP and UDP, \
     -S allow-ip-name-lookup for host names; an embedder: WasiCtxBuilder's socket_addr_check \
     and allow_ip_name_lookup); see \"Security: what a host must allow\" in the README";
@@ -38,6 +80,8 @@ const GRANT: &str = "grant it in the host (wasmtime CLI: -S inherit-network for 
 /// `invalid-argument` is an address no socket takes (e.g. an IPv4-mapped IPv6 address),
 /// which no retry mends either. Every other code is a network error, worth another try.
 /// `what` says what failed and names the address (e.g. "connect to 127.0.0.1:27017").
+/// (0.3's codes: `p3::socket_error_p3`.)
+#[cfg(not(feature = "p3"))]
 pub(crate) fn socket_error(code: ErrorCode, what: &str) -> Error {
     match code {
         ErrorCode::InvalidArgument => Error::invalid_argument(format!(
@@ -115,7 +159,7 @@ pub fn dns_config() -> (Option<String>, Option<String>) {
     (env, file)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "p3")))]
 mod tests {
     use super::*;
 

@@ -1,9 +1,9 @@
 //! TLS over the deadline-aware TCP stream: rustls' `ClientConnection` driven
 //! over buffers (`read_tls`, `process_new_packets`, `write_tls`). Every wait
-//! is the TCP stream's, so it goes through `runtime::wait` with the caller's
+//! is the TCP stream's (0.2's `wait`, 0.3's `within`) with the caller's
 //! deadline, and each pass checks the deadline even while bytes keep arriving.
 
-use super::wait::check;
+use super::check;
 use super::TcpStream;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};

@@ -42,6 +42,10 @@ pub async fn sleep_until(deadline: Deadline) {
     }
 }
 
+/// Operations of one instance run concurrently on WASI 0.3 (tasks of one
+/// executor): a checkout may wait for another operation's connection.
+pub const CONCURRENT: bool = true;
+
 /// Fails with a timeout naming `section` once `deadline` has passed: every
 /// pass of an I/O loop calls it, whether data arrived or not.
 pub fn check(deadline: Deadline, section: &str) -> Result<()> {
