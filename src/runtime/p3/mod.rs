@@ -35,10 +35,10 @@ pub fn now() -> Instant {
 
 /// Sleeps until `deadline`; `Infinite` returns at once (nothing to wait for).
 pub async fn sleep_until(deadline: Deadline) {
-    if let Deadline::At(at) = deadline {
-        if now() < at {
-            monotonic_clock::wait_until(at.0).await;
-        }
+    if let Deadline::At(_) = deadline {
+        // `within`'s clock, for its wake-slack correction (as 0.2's sleep).
+        let never = std::future::pending::<Result<()>>();
+        let _ = within(deadline, "sleep", never).await;
     }
 }
 
