@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the probe and runs it against nx-27017 and a silent listener on
+# Builds the probe and runs it (runtime::p3, then the whole driver) against nx-27017 and a silent listener on
 # loopback; stops both (by PID) however it ends.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -56,3 +56,11 @@ LOOKUP_FLAG=(-S allow-ip-name-lookup)
 "$VENV/wasmtime" run -S cli -S inherit-network "${LOOKUP_FLAG[@]}" \
     "$WASM" "$NX_PORT" "$SILENT_PORT" "$TRICKLE_PORT" "$DNS_PORT"
 echo "DNS server log:"; cat /tmp/p3dns.log
+
+# Section 2: the whole driver (src/driver.rs): one client, 16 operations, a
+# second client timing out against the silent server. DRIVER_MODE=concurrent
+# joins the 16 on one client; seq (the default) runs them one after another,
+# until main's topology holds no RefCell borrow across an await (concurrent
+# use panics "already borrowed" before that).
+"$VENV/wasmtime" run -S cli -S inherit-network "${LOOKUP_FLAG[@]}" \
+    "$WASM" driver "$NX_PORT" "$SILENT_PORT" "${DRIVER_MODE:-seq}"

@@ -12,6 +12,8 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+mod driver;
+
 struct Probe;
 
 wasip3::cli::command::export!(Probe);
@@ -19,6 +21,24 @@ wasip3::cli::command::export!(Probe);
 impl wasip3::exports::cli::run::Guest for Probe {
     async fn run() -> std::result::Result<(), ()> {
         let args: Vec<String> = std::env::args().collect();
+        // `driver NX SILENT [seq|concurrent]`: the whole driver (driver.rs).
+        if args.get(1).map(String::as_str) == Some("driver") {
+            let port = |i: usize, d: u16| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+            let mode = match args.get(4).map(String::as_str) {
+                Some("concurrent") => driver::Mode::Concurrent,
+                _ => driver::Mode::Sequential,
+            };
+            return match driver::driver(port(2, 47017), port(3, 47018), mode).await {
+                Ok(()) => {
+                    println!("DRIVER OK");
+                    Ok(())
+                }
+                Err(e) => {
+                    println!("DRIVER FAILED: {e}");
+                    Err(())
+                }
+            };
+        }
         let nx: u16 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(47017);
         let silent: u16 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(47018);
         let trickle: u16 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(47019);

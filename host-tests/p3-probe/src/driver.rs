@@ -1,0 +1,197 @@
+//! The whole driver on WASI 0.3: the Rust async API over `runtime::p3`.
+//! One client shared by 16 operations (insert_one then find_one each), a
+//! second client to the silent server whose find_one must time out within
+//! its timeoutMS while the 16 succeed, a count, a cursor dropped open (its
+//! killCursors runs detached), and the TLS Drop's `send_now`.
+//!
+//! `Mode::Sequential` runs the 16 one after another in one future (beside
+//! the silent client's); `Mode::Concurrent` joins them. The engine's topology
+//! is a `RefCell` that main still borrows across awaits, so concurrent use of
+//! one client may panic ("already borrowed") until that lands.
+
+use super::{hello_msg, join_all, ms_since, parse_hello, read_frame};
+use bson::{rawdoc, RawDocumentBuf};
+use mongo_wasi::runtime::p3 as rt;
+use mongo_wasi::{Client, ClientOptions, Collection, FindOptions, OpOptions};
+use std::future::Future;
+use std::pin::Pin;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Mode {
+    Sequential,
+    Concurrent,
+}
+
+type Outcome = std::result::Result<(), String>;
+
+/// insert_one {n, run} then find_one {n, run}: the document comes back.
+async fn insert_and_find(coll: Collection, run: i64, n: i32) -> Outcome {
+    let e = |what: &str, err: mongo_wasi::Error| format!("#{n} {what}: {err}");
+    coll.insert_one(&rawdoc! { "n": n, "run": run }, &OpOptions::default())
+        .await
+        .map_err(|err| e("insert_one", err))?;
+    let found = coll
+        .find_one(rawdoc! { "n": n, "run": run }, &FindOptions::default())
+        .await
+        .map_err(|err| e("find_one", err))?;
+    match found.as_deref().map(|d| d.get_i32("n")) {
+        Some(Ok(got)) if got == n => Ok(()),
+        other => Err(format!("#{n} find_one returned {other:?}")),
+    }
+}
+
+pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(), String> {
+    let run = mongo_wasi::runtime::unix_seconds() as i64 * 1000 + (rt::now().0 % 1000) as i64;
+    let client = Client::with_options(
+        &format!("mongodb://127.0.0.1:{nx}/"),
+        ClientOptions {
+            timeout_ms: Some(10_000),
+            monitor_commands: true,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let coll = client.database("p3probe", None).collection("c", None);
+    let quiet = Client::with_options(
+        &format!("mongodb://127.0.0.1:{silent}/"),
+        ClientOptions {
+            timeout_ms: Some(300),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let quiet_coll = quiet.database("p3probe", None).collection("c", None);
+
+    // D1. The 16 beside the silent client's find_one.
+    let t = rt::now();
+    let sixteen: Pin<Box<dyn Future<Output = Vec<Outcome>>>> = match mode {
+        Mode::Concurrent => Box::pin(join_all(
+            (0..16)
+                .map(|n| insert_and_find(coll.clone(), run, n))
+                .collect(),
+        )),
+        Mode::Sequential => {
+            let coll = coll.clone();
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for n in 0..16 {
+                    out.push(insert_and_find(coll.clone(), run, n).await);
+                }
+                out
+            })
+        }
+    };
+    let timed = async {
+        let t = rt::now();
+        let r = quiet_coll
+            .find_one(rawdoc! {}, &FindOptions::default())
+            .await;
+        (r, ms_since(t))
+    };
+    let sixteen = async {
+        let out = sixteen.await;
+        (out, ms_since(t))
+    };
+    let ((results, took), (quiet_result, waited)) = futures_lite::future::zip(sixteen, timed).await;
+    let good = results.iter().filter(|r| r.is_ok()).count();
+    println!("D1. {mode:?}: {good}/16 insert_one+find_one ok on one client in {took:.1} ms");
+    for r in &results {
+        if let Err(e) = r {
+            println!("    error: {e}");
+        }
+    }
+    match &quiet_result {
+        Err(e) if e.is_timeout() => println!(
+            "D1. beside them, find_one on the silent server (timeoutMS 300): timed out \
+             after {waited:.1} ms: {e}"
+        ),
+        other => println!("D1. silent server: UNEXPECTED {other:?}"),
+    }
+    if good != 16 {
+        return Err("not all 16 operations succeeded".into());
+    }
+    if !matches!(&quiet_result, Err(e) if e.is_timeout()) || !(295.0..400.0).contains(&waited) {
+        return Err(format!(
+            "the silent find_one did not time out at 300 ms ({waited:.1})"
+        ));
+    }
+
+    // D2. count_documents sees the 16.
+    let n = coll
+        .count_documents(rawdoc! { "run": run }, &OpOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("D2. count_documents {{run}}: {n}");
+    if n != 16 {
+        return Err(format!("count_documents: {n}, not 16"));
+    }
+
+    // D3. A cursor dropped with its server cursor open: Drop detaches the
+    // killCursors as a task; the client still works after it.
+    let mut cursor = coll
+        .find(
+            rawdoc! { "run": run },
+            &FindOptions {
+                batch_size: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let first: Option<RawDocumentBuf> = cursor.next().await.map_err(|e| e.to_string())?;
+    client.take_command_events();
+    drop(cursor);
+    rt::sleep_until(mongo_wasi::Deadline::after(
+        rt::now(),
+        std::time::Duration::from_millis(50),
+    ))
+    .await;
+    let again = coll
+        .count_documents(rawdoc! { "run": run }, &OpOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let kills: Vec<String> = client
+        .take_command_events()
+        .into_iter()
+        .filter(|e| e.command_name == "killCursors")
+        .map(|e| format!("{:?}", e.kind))
+        .collect();
+    println!(
+        "D3. a cursor dropped after its first document (got one: {}): killCursors events \
+         {kills:?}; count after it: {again}",
+        first.is_some()
+    );
+    if kills.is_empty() {
+        return Err("the dropped cursor's killCursors never ran".into());
+    }
+
+    // D4. send_now (what TLS's Drop sends close_notify with): does the host
+    // take a message without waiting?
+    let mut s = rt::TcpStream::connect("127.0.0.1", nx, after(5000))
+        .await
+        .map_err(|e| e.to_string())?;
+    let sent = s.send_now(&hello_msg(9));
+    let reply = match &sent {
+        Ok(()) => Some(
+            read_frame(&mut s, after(5000))
+                .await
+                .map(|f| parse_hello(&f).0),
+        ),
+        Err(_) => None,
+    };
+    println!(
+        "D4. send_now of a hello on a fresh connection: {:?}; reply ok: {:?}",
+        sent.map_err(|e| e.to_string()),
+        reply.map(|r| r.map_err(|e| e.to_string()))
+    );
+
+    let t = rt::now();
+    client.close().await;
+    quiet.close().await;
+    println!("D5. both clients closed in {:.1} ms", ms_since(t));
+    Ok(())
+}
+
+fn after(ms: u64) -> mongo_wasi::Deadline {
+    mongo_wasi::Deadline::after(rt::now(), std::time::Duration::from_millis(ms))
+}
