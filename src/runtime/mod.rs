@@ -11,7 +11,8 @@ mod host;
 mod stream;
 mod tls;
 
-#[cfg(not(feature = "p3"))]
+// Natively (unit tests) std's clock stands in on either face.
+#[cfg(any(not(feature = "p3"), not(target_os = "wasi")))]
 mod clock;
 #[cfg(not(feature = "p3"))]
 mod dns;
@@ -39,6 +40,19 @@ pub use wait::{block_on, check, sleep_until, wait, within, CONCURRENT};
 // sync code there is an error at build time, not a deadlock at run time.
 #[cfg(feature = "p3")]
 pub use p3::{check, dns_lookup, now, sleep_until, within, TcpStream, CONCURRENT};
+
+/// Natively (unit tests with `p3`; no 0.3 host) a future that needs no I/O
+/// runs here, as 0.2's `block_on` does.
+#[cfg(all(feature = "p3", not(target_os = "wasi")))]
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
 
 // On 0.3 too, `host` and `random_bytes`/`unix_seconds` stay on WASI 0.2 (the
 // `wasi` crate): Rust std imports 0.2 anyway, and 0.3 hosts provide both.
