@@ -5,9 +5,9 @@
 //! killCursors runs detached), and the TLS Drop's `send_now`.
 //!
 //! `Mode::Sequential` runs the 16 one after another in one future (beside
-//! the silent client's); `Mode::Concurrent` joins them. The engine's topology
-//! is a `RefCell` that main still borrows across awaits, so concurrent use of
-//! one client may panic ("already borrowed") until that lands.
+//! the silent client's); `Mode::Concurrent` joins them on the one client
+//! (before main's a0aa0eb, which holds no topology borrow across an await,
+//! that panicked "RefCell already mutably borrowed").
 
 use super::{hello_msg, join_all, ms_since, parse_hello, read_frame};
 use bson::{rawdoc, RawDocumentBuf};
@@ -94,7 +94,15 @@ pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(),
     };
     let ((results, took), (quiet_result, waited)) = futures_lite::future::zip(sixteen, timed).await;
     let good = results.iter().filter(|r| r.is_ok()).count();
-    println!("D1. {mode:?}: {good}/16 insert_one+find_one ok on one client in {took:.1} ms");
+    let conns = client
+        .take_pool_events()
+        .iter()
+        .filter(|e| e.kind == mongo_wasi::cmap::PoolEventKind::ConnectionCreated)
+        .count();
+    println!(
+        "D1. {mode:?}: {good}/16 insert_one+find_one ok on one client in {took:.1} ms \
+         ({conns} connections)"
+    );
     for r in &results {
         if let Err(e) = r {
             println!("    error: {e}");
