@@ -222,9 +222,41 @@ pub struct InUse {
     total: Cell<usize>,
     cursors: Cell<usize>,
     transactions: Cell<usize>,
-    /// How many times the pool changed, and who waits for the next change.
-    changes: Cell<u64>,
+    /// The pool's changes, which checkouts waiting for a connection watch.
+    changes: Rc<Changes>,
+}
+
+/// Something that changes (a pool, a topology) and the tasks waiting for
+/// its next change: a count and their wakers, single-threaded.
+#[derive(Debug, Default)]
+pub struct Changes {
+    count: Cell<u64>,
     waiters: RefCell<Vec<Waker>>,
+}
+
+impl Changes {
+    /// It changed: every waiting task looks again.
+    pub fn notify(&self) {
+        self.count.set(self.count.get() + 1);
+        for waker in self.waiters.take() {
+            waker.wake();
+        }
+    }
+
+    /// Ready at the first change after this call (not after the first poll).
+    pub fn next(this: &Rc<Changes>) -> impl std::future::Future<Output = ()> {
+        let (this, seen) = (Rc::clone(this), this.count.get());
+        std::future::poll_fn(move |cx| {
+            if this.count.get() != seen {
+                return Poll::Ready(());
+            }
+            let mut waiters = this.waiters.borrow_mut();
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+    }
 }
 
 /// What a checked-out connection is kept for.
@@ -260,25 +292,12 @@ impl InUse {
     /// The pool changed (a connection came back, was closed, or an
     /// establishment ended): the checkouts waiting on it look again.
     pub fn notify(&self) {
-        self.changes.set(self.changes.get() + 1);
-        for waker in self.waiters.take() {
-            waker.wake();
-        }
+        self.changes.notify();
     }
 
     /// Ready at the pool's next change after this call.
     pub fn changed(pool: &Rc<InUse>) -> impl std::future::Future<Output = ()> {
-        let (pool, seen) = (Rc::clone(pool), pool.changes.get());
-        std::future::poll_fn(move |cx| {
-            if pool.changes.get() != seen {
-                return Poll::Ready(());
-            }
-            let mut waiters = pool.waiters.borrow_mut();
-            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
+        Changes::next(&pool.changes)
     }
 
     fn counter(&self, purpose: Purpose) -> Option<&Cell<usize>> {

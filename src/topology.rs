@@ -104,6 +104,8 @@ pub struct Topology {
     cursor_connections: Vec<(i64, Connection)>,
     /// Whether a plain URI's DNS servers were read (`configure_name_servers`).
     dns_configured: bool,
+    /// Checks that ended: selections waiting for the topology to change watch them.
+    checks: Rc<cmap::Changes>,
 }
 
 impl Topology {
@@ -127,6 +129,7 @@ impl Topology {
             next_conn_id: 1,
             rng,
             dns_configured: false,
+            checks: Rc::default(),
         }
     }
 
@@ -705,6 +708,8 @@ impl Shared {
         // Whether unknown servers were checked because only deprioritized ones suited.
         let mut looked_further = false;
         loop {
+            // Another operation's check may end while this one waits: it wakes it.
+            let checked_elsewhere = cmap::Changes::next(&self.borrow().checks);
             let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
             let (found, choice) = self.borrow_mut().pick(criteria, &avoid)?;
             if let Some(pick) = choice {
@@ -742,8 +747,10 @@ impl Shared {
                 return Err(failed);
             }
             if !checked {
-                // Nothing new to learn yet: wait out minHeartbeatFrequencyMS (bounded).
-                runtime::sleep_until(Deadline::after(now, MIN_HEARTBEAT).min(deadline)).await;
+                // Nothing new to learn yet: wait out minHeartbeatFrequencyMS
+                // (bounded), or less if a check another operation runs ends.
+                let wait = Deadline::after(now, MIN_HEARTBEAT).min(deadline);
+                first(runtime::sleep_until(wait), checked_elsewhere).await;
             }
         }
     }
@@ -879,6 +886,8 @@ impl Shared {
         deadline: Deadline,
     ) -> Result<()> {
         self.borrow_mut().state(address).last_check = Some(runtime::now());
+        // However it ends (a dropped future included), selections waiting on it look again.
+        let _ended = CheckEnded(self);
         let (connect, handshake) = timeout.establish_deadlines(deadline, runtime::now());
         if self.heartbeat(address, handshake.min(deadline)).await {
             self.borrow_mut().state(address).permanent = None;
@@ -1290,6 +1299,27 @@ impl Shared {
         }
         Ok(conn)
     }
+}
+
+/// Wakes the selections waiting for a check to end, when it is dropped.
+struct CheckEnded<'a>(&'a Shared);
+
+impl Drop for CheckEnded<'_> {
+    fn drop(&mut self) {
+        if let Ok(t) = self.0.try_borrow() {
+            t.checks.notify();
+        }
+    }
+}
+
+/// Whichever of two waits ends first (the other is dropped).
+async fn first(a: impl std::future::Future<Output = ()>, b: impl std::future::Future<Output = ()>) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    std::future::poll_fn(|cx| match (a.as_mut().poll(cx), b.as_mut().poll(cx)) {
+        (std::task::Poll::Pending, std::task::Poll::Pending) => std::task::Poll::Pending,
+        _ => std::task::Poll::Ready(()),
+    })
+    .await
 }
 
 /// Why a checkout must wait before it may open a connection (CMAP).
