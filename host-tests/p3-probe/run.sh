@@ -3,17 +3,18 @@
 # loopback; stops both (by PID) however it ends.
 set -euo pipefail
 cd "$(dirname "$0")"
-VENV=${VENV:-/work/main/.work/venv/bin}
+VENV=${VENV:-../../.work/venv/bin}
+TMP=$(mktemp -d)
 NX_PORT=${NX_PORT:-47017}
 SILENT_PORT=${SILENT_PORT:-47018}
 TRICKLE_PORT=${TRICKLE_PORT:-47019}
 DNS_PORT=${DNS_PORT:-47053}
 
 cargo build --target wasm32-wasip2 --release
-WASM=target/wasm32-wasip2/release/p3_probe.wasm
+WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
 
 "$VENV/nx-27017" -d --host 127.0.0.1 -p "$NX_PORT" --db memory \
-    --pid-file /tmp/p3nx.pid --log-file /tmp/p3nx.log
+    --pid-file "$TMP/nx.pid" --log-file "$TMP/nx.log"
 # Accepts and never answers (keeps the connections open).
 python3 -c '
 import socket, sys, time
@@ -40,11 +41,12 @@ while True:
     c, _ = s.accept(); threading.Thread(target=feed, args=(c,), daemon=True).start()
 ' "$TRICKLE_PORT" &
 TRICKLE_PID=$!
-python3 dns_responder.py "$DNS_PORT" >/tmp/p3dns.log 2>&1 &
+python3 dns_responder.py "$DNS_PORT" >"$TMP/dns.log" 2>&1 &
 DNS_PID=$!
 cleanup() {
     kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" 2>/dev/null || true
-    "$VENV/nx-27017" --stop --pid-file /tmp/p3nx.pid || true
+    "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
+    rm -rf "$TMP"
 }
 trap cleanup EXIT
 sleep 1
@@ -55,7 +57,7 @@ LOOKUP_FLAG=(-S allow-ip-name-lookup)
 [ "${LOOKUP:-1}" = 0 ] && LOOKUP_FLAG=()
 "$VENV/wasmtime" run -S cli -S inherit-network "${LOOKUP_FLAG[@]}" \
     "$WASM" "$NX_PORT" "$SILENT_PORT" "$TRICKLE_PORT" "$DNS_PORT"
-echo "DNS server log:"; cat /tmp/p3dns.log
+echo "DNS server log:"; cat "$TMP/dns.log"
 
 # Section 2: the whole driver (src/driver.rs): one client, 16 operations, a
 # second client timing out against the silent server. `seq` runs the 16 one

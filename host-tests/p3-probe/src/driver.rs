@@ -118,7 +118,8 @@ pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(),
     if good != 16 {
         return Err("not all 16 operations succeeded".into());
     }
-    if !matches!(&quiet_result, Err(e) if e.is_timeout()) || !(295.0..400.0).contains(&waited) {
+    // Not before its deadline; at most 600 ms after it, on a loaded machine too.
+    if !matches!(&quiet_result, Err(e) if e.is_timeout()) || !(295.0..900.0).contains(&waited) {
         return Err(format!(
             "the silent find_one did not time out at 300 ms ({waited:.1})"
         ));

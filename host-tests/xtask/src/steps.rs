@@ -115,7 +115,20 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     );
     let _ = run.step(
         "test: unit tests and JSON spec suites (mongo-wasi, native)",
-        || exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"])),
+        || {
+            exec(&mut ctx.cargo(&["test", "--no-fail-fast", "-p", "mongo-wasi"]))?;
+            // The WASI 0.3 face's unit tests (its runtime's natively testable parts).
+            exec(&mut ctx.cargo(&[
+                "test",
+                "--no-fail-fast",
+                "-p",
+                "mongo-wasi",
+                "--lib",
+                "--no-default-features",
+                "--features",
+                "p3",
+            ]))
+        },
     );
     let _ = run.step(
         "test: the fuzzer's oracles and saved findings, then every target for 3 s",
@@ -129,6 +142,11 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         host_tests(ctx)
     });
     let _ = run.step(crate::node::STEP, || crate::node::test_step(ctx));
+    let _ = run.step(
+        "test: the WASI 0.3 face (p3-probe: its runtime, then one client under 16 concurrent \
+         operations with a silent server's deadline beside them)",
+        || p3_probe(ctx),
+    );
     let _ = run.step(
         "test: the composed examples through the wasmtime CLI (consumer, wasi:http handler)",
         || crate::examples::run_tests(ctx, None),
@@ -192,6 +210,21 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
     let host = run("host-tests");
     let proxy = run("mongo-wasi-proxy");
     host.and(proxy).and(server.stop())
+}
+
+/// host-tests/p3-probe/run.sh on free loopback ports: it builds the probe
+/// (the driver with feature p3), starts nx-27017, a silent and a trickling
+/// listener and a DNS responder, runs both sections, and stops them by PID.
+/// The probe fails (non-zero exit) on any check that does not hold.
+fn p3_probe(ctx: &Ctx) -> Result<()> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(ctx.root.join("host-tests/p3-probe/run.sh"))
+        .env("VENV", ctx.venv.join("bin"))
+        .env("CARGO_TARGET_DIR", ctx.target_dir()?.join("p3-probe"));
+    for var in ["NX_PORT", "SILENT_PORT", "TRICKLE_PORT", "DNS_PORT"] {
+        cmd.env(var, crate::server::free_port()?.to_string());
+    }
+    exec(&mut cmd)
 }
 
 fn component_path(ctx: &Ctx) -> Result<PathBuf> {
