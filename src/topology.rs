@@ -55,6 +55,9 @@ pub struct TopologySettings {
     pub max_pool_size: usize,
     /// CMAP maxConnecting: establishments in flight per pool (with concurrent callers).
     pub max_connecting: usize,
+    /// waitQueueTimeoutMS: the longest a checkout waits for a connection,
+    /// unless timeoutMS is set (CSOT replaces it).
+    pub wait_queue_timeout: Option<Duration>,
     /// CMAP minPoolSize: filled by `check_due_servers` (the host's idle time;
     /// a single-threaded client has no background thread).
     pub min_pool_size: usize,
@@ -1063,7 +1066,13 @@ impl Shared {
                 }
                 Some(full) => {
                     let changed = cmap::InUse::changed(&self.borrow_mut().state(address).in_use);
-                    let waited = runtime::within(selection, "connection pool wait queue", async {
+                    let wait_queue = match (timeout.csot, self.borrow().settings.wait_queue_timeout)
+                    {
+                        (None, Some(limit)) => Deadline::after(runtime::now(), limit),
+                        _ => Deadline::Infinite,
+                    };
+                    let until = selection.min(wait_queue);
+                    let waited = runtime::within(until, "connection pool wait queue", async {
                         changed.await;
                         Ok(())
                     })
@@ -1453,6 +1462,7 @@ mod tests {
             }),
             max_pool_size: 10,
             max_connecting: 2,
+            wait_queue_timeout: None,
             min_pool_size: 0,
             heartbeat: Duration::from_secs(60),
             monitor_pool: false,

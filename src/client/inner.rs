@@ -160,6 +160,7 @@ impl ClientInner {
             }),
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             max_connecting: o.max_connecting.unwrap_or(2) as usize,
+            wait_queue_timeout: o.wait_queue_timeout_ms.map(Duration::from_millis),
             min_pool_size: o.min_pool_size.unwrap_or(0) as usize,
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),

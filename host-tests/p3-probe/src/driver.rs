@@ -125,6 +125,41 @@ pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(),
         ));
     }
 
+    // D1b. A pool of two: 16 concurrent operations wait their turn for its
+    // connections (maxPoolSize), and never more than two are opened.
+    let small = Client::with_options(
+        &format!("mongodb://127.0.0.1:{nx}/?maxPoolSize=2"),
+        ClientOptions {
+            timeout_ms: Some(10_000),
+            monitor_commands: true,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let small_coll = small.database("p3probe", None).collection("small", None);
+    let t = rt::now();
+    let results = join_all(
+        (0..16)
+            .map(|n| insert_and_find(small_coll.clone(), run, n))
+            .collect(),
+    )
+    .await;
+    let good = results.iter().filter(|r| r.is_ok()).count();
+    let created = small
+        .take_pool_events()
+        .iter()
+        .filter(|e| e.kind == mongo_wasi::cmap::PoolEventKind::ConnectionCreated)
+        .count();
+    println!(
+        "D1b. maxPoolSize=2: {good}/16 concurrent insert_one+find_one ok in {:.1} ms, \
+         {created} connections opened",
+        ms_since(t)
+    );
+    if good != 16 || created > 2 {
+        return Err(format!("maxPoolSize=2: {good}/16 ok, {created} connections"));
+    }
+    small.close().await;
+
     // D2. count_documents sees the 16.
     let n = coll
         .count_documents(rawdoc! { "run": run }, &OpOptions::default())
