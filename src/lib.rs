@@ -9,6 +9,10 @@
 //! `uri`, `auth`, `dns`, `tls`, `handshake`, `sdam`, `csot`, `retryable`,
 //! `concern`, `error`, ...), which unit-tests natively.
 
+// A RefCell borrowed across an await panics once a second operation runs in
+// the instance (WASI 0.3), and the panic ends every request in it.
+#![deny(clippy::await_holding_refcell_ref)]
+
 // The component's exports are sync (WASI 0.2's `block_on` in each); the 0.3
 // runtime has no `block_on`. One face per build.
 #[cfg(all(feature = "component", feature = "p3"))]
