@@ -985,9 +985,10 @@ mod tests {
         assert!(events
             .iter()
             .any(|e| matches!(e, SdamEvent::ServerClosed { .. })));
-        // Quadratic, this took 44 s in a debug build; linear, well under one.
+        // Quadratic, this took 44 s in a debug build; linear, well under one
+        // on an idle machine and 3-5 s on one with a load of 10 on 2 cores.
         let took = started.elapsed();
-        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert!(took < Duration::from_secs(15), "took {took:?}");
     }
 
     /// A topology emptied by its checks keeps why (replicaSet=rs0 against
