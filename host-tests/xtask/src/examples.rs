@@ -3,8 +3,10 @@
 //! wasi:http handler. Each is built for wasm32-wasip2 on its own (it imports
 //! the driver's WIT interfaces; it does not link the driver crate), then
 //! composed with the driver component by `wasm-tools compose` into
-//! `target/examples/<name>.wasm`. `host-tests/tests/examples.rs` runs them
-//! with the wasmtime CLI.
+//! `target/examples/<name>.wasm`. `examples/http-handler-p3`, the same
+//! handler on WASI 0.3, links the driver crate (feature `p3`) instead: it is
+//! built on its own (not a workspace member) and copied there as is.
+//! `host-tests/tests/examples.rs` runs them with the wasmtime CLI.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -59,6 +61,31 @@ pub fn build(ctx: &Ctx, driver: &Path) -> Result<()> {
         let size = fs::metadata(&composed).map(|m| m.len()).unwrap_or(0);
         println!("  {}: {size} bytes", composed.display());
     }
+    build_p3_handler(ctx, &out)
+}
+
+/// `examples/http-handler-p3` (its own workspace, its own release profile),
+/// into the shared target directory, copied to `<out>/http-handler-p3.wasm`.
+fn build_p3_handler(ctx: &Ctx, out: &Path) -> Result<()> {
+    let target = ctx.target_dir()?;
+    let manifest = ctx.root.join("examples/http-handler-p3/Cargo.toml");
+    let (manifest, target_dir) = (manifest.to_string_lossy(), target.to_string_lossy());
+    exec(&mut ctx.cargo(&[
+        "build",
+        "--manifest-path",
+        &manifest,
+        "--target",
+        "wasm32-wasip2",
+        "--release",
+        "--target-dir",
+        &target_dir,
+    ]))?;
+    let built = target.join("wasm32-wasip2/release/http_handler_p3.wasm");
+    let copied = out.join("http-handler-p3.wasm");
+    fs::copy(&built, &copied)
+        .map_err(|e| format!("{} to {}: {e}", built.display(), copied.display()))?;
+    let size = fs::metadata(&copied).map(|m| m.len()).unwrap_or(0);
+    println!("  {}: {size} bytes", copied.display());
     Ok(())
 }
 
