@@ -26,9 +26,13 @@ const EXAMPLES: [(&str, &str, &str); 2] = [
 pub const USAGE: &str = "\
 usage: cargo xtask examples [--requests N]
   setup, build, then run the composed examples with the wasmtime CLI against a
-  fresh nx-27017: the consumer command, and the wasi:http handler under
-  `wasmtime serve` (its JSON API, then N requests (default 200) measured:
-  requests/s, latency p50/p99, MongoDB connections and commands per request)";
+  fresh nx-27017: the consumer command, and the wasi:http handlers under
+  `wasmtime serve` (the JSON API of the 0.2 and the 0.3 one, then N requests
+  (default 200) on the 0.2 one measured: requests/s, latency p50/p99, MongoDB
+  connections and commands per request); then 400 requests, 16 in flight
+  (MONGO_WASI_LOAD_REQUESTS sets how many), on the 0.3 handler with serve's
+  defaults and on the 0.2 one with and without instance reuse: a table of
+  requests/s, p50/p99, instances, connections and hellos per request";
 
 pub fn dir(ctx: &Ctx) -> Result<PathBuf> {
     Ok(ctx.target_dir()?.join("examples"))
@@ -91,10 +95,17 @@ fn build_p3_handler(ctx: &Ctx, out: &Path) -> Result<()> {
 
 /// The tests of `host-tests/tests/examples.rs` against a fresh nx-27017,
 /// one at a time (the measured ones must not share the machine with each other).
-pub fn run_tests(ctx: &Ctx, requests: Option<u32>) -> Result<()> {
+/// `compare`: the three-handler load table too (it includes the 0.3 load
+/// test's assertions, so that test is skipped); else the 0.3 load test alone.
+pub fn run_tests(ctx: &Ctx, requests: Option<u32>, compare: bool) -> Result<()> {
     let server = Server::start(ctx)?;
     let mut cmd = ctx.cargo(&["test", "-p", "host-tests", "--test", "examples", "--"]);
-    cmd.args(["--ignored", "--nocapture", "--test-threads", "1"])
+    cmd.args(["--ignored", "--nocapture", "--test-threads", "1", "--skip"])
+        .arg(if compare {
+            "http_handler_p3_shares_its_pool_under_load"
+        } else {
+            "http_handlers_under_load_compared"
+        })
         .env("MONGO_WASI_URI", server.uri())
         .env("MONGO_WASI_EXAMPLES", dir(ctx)?)
         .env("MONGO_WASI_WASMTIME", setup::wasmtime(ctx)?);
@@ -122,7 +133,7 @@ pub fn examples(ctx: &Ctx, args: &[&str]) -> Result<()> {
         .and_then(|()| {
             run.step(
                 "examples: consumer and wasi:http handler through wasmtime",
-                || run_tests(ctx, requests),
+                || run_tests(ctx, requests, true),
             )
         });
     run.finish()
