@@ -92,6 +92,11 @@ struct Serve {
 
 impl Serve {
     fn start(mongodb_uri: &str, extra: &[&str]) -> Serve {
+        Serve::start_handler("http-handler", mongodb_uri, extra)
+    }
+
+    /// `handler`: `http-handler` (0.2, composed) or `http-handler-p3` (0.3).
+    fn start_handler(handler: &str, mongodb_uri: &str, extra: &[&str]) -> Serve {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -105,7 +110,7 @@ impl Serve {
             .arg("--env")
             .arg(format!("MONGODB_URI={mongodb_uri}"))
             .args(extra)
-            .arg(composed("http-handler"))
+            .arg(composed(handler))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -149,6 +154,12 @@ struct Http {
 
 impl Http {
     fn request(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let answer = self.exchange(method, path, body);
+        (answer.status, answer.body)
+    }
+
+    /// One request and its answer, with the handler's `x-instance-id`.
+    fn exchange(&mut self, method: &str, path: &str, body: &[u8]) -> Answer {
         let head = format!(
             "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             body.len()
@@ -162,7 +173,7 @@ impl Http {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("status line {line:?}"));
-        let (mut length, mut chunked) = (0usize, false);
+        let (mut length, mut chunked, mut instance) = (0usize, false, None);
         loop {
             line.clear();
             self.reader.read_line(&mut line).unwrap();
@@ -174,6 +185,7 @@ impl Http {
             match name.to_ascii_lowercase().as_str() {
                 "content-length" => length = value.trim().parse().unwrap(),
                 "transfer-encoding" => chunked = value.contains("chunked"),
+                "x-instance-id" => instance = Some(value.trim().to_string()),
                 _ => {}
             }
         }
@@ -194,8 +206,18 @@ impl Http {
             body.resize(length, 0);
             self.reader.read_exact(&mut body).unwrap();
         }
-        (status, String::from_utf8(body).unwrap())
+        Answer {
+            status,
+            body: String::from_utf8(body).unwrap(),
+            instance,
+        }
     }
+}
+
+struct Answer {
+    status: u16,
+    body: String,
+    instance: Option<String>,
 }
 
 /// The handler's `{"id": "<hex>"}`.
@@ -217,8 +239,18 @@ fn proxy() -> (Proxy, String) {
 #[test]
 #[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
 fn http_handler_serves_its_json_api() {
+    json_api("http-handler");
+}
+
+#[test]
+#[ignore = "needs the built examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_p3_serves_the_same_json_api() {
+    json_api("http-handler-p3");
+}
+
+fn json_api(handler: &str) {
     let (_proxy, uri) = proxy();
-    let serve = Serve::start(&uri, &[]);
+    let serve = Serve::start_handler(handler, &uri, &[]);
     let mut http = serve.client();
     let (status, body) = http.request("POST", "/items", br#"{"name": "apple", "qty": 3}"#);
     assert_eq!(status, 201, "{body}");
@@ -386,4 +418,271 @@ fn http_handler_reuses_its_connection_with_the_instance() {
     assert!(warm.stats.connections_opened <= 4, "{:?}", warm.stats);
     assert_eq!(warm.command("hello"), warm.stats.connections_opened);
     assert_eq!(warm.per_request(warm.command("find")), 1.0);
+}
+
+/// The pool size the WASI 0.3 handler's client gets under load: small, so
+/// that 16 requests in flight in one instance wait for a connection, and so
+/// that hellos stay under 0.1 per request however many instances wasmtime
+/// starts for the first wave (4 to 16 seen; with 4, 2 to 3 connections each).
+const P3_MAX_POOL_SIZE: u64 = 2;
+
+/// What `requests` requests, `in_flight` at a time (each sender on its own
+/// keep-alive connection), cost: seen from the senders, at the proxy, and
+/// in the instances the answers came from.
+struct Load {
+    what: String,
+    requests: usize,
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    instances: usize,
+    stats: Stats,
+}
+
+impl Load {
+    /// hello and its legacy spellings: each connection's handshake, and any
+    /// monitoring check.
+    fn hellos(&self) -> u64 {
+        ["hello", "isMaster", "ismaster"]
+            .iter()
+            .filter_map(|name| self.stats.commands.get(*name))
+            .sum()
+    }
+
+    fn row(&self) -> String {
+        let per = |n: u64| n as f64 / self.requests as f64;
+        format!(
+            "{:<44} {:>8.0} {:>8.2} {:>8.2} {:>9} {:>11} {:>12.3} {:>10.3}",
+            self.what,
+            self.per_second,
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            self.instances,
+            self.stats.connections_opened,
+            per(self.stats.connections_opened),
+            per(self.hellos()),
+        )
+    }
+
+    fn header() -> String {
+        format!(
+            "{:<44} {:>8} {:>8} {:>8} {:>9} {:>11} {:>12} {:>10}",
+            "handler",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "instances",
+            "connections",
+            "conns/req",
+            "hellos/req"
+        )
+    }
+}
+
+fn load_requests() -> usize {
+    std::env::var("MONGO_WASI_LOAD_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400)
+}
+
+/// `requests` requests, 16 in flight: every 4th a `POST /items` (201 and a
+/// new ObjectId), the others `GET /items/<id>` of one item made first (200
+/// and exactly that document). Every answer is checked and must name its
+/// instance.
+fn load(what: &str, serve: &Serve, proxy: &Proxy, requests: usize) -> Load {
+    const IN_FLIGHT: usize = 16;
+    let mut http = serve.client();
+    let (status, body) = http.request("POST", "/items", br#"{"name": "seed", "seq": -1}"#);
+    assert_eq!(status, 201, "{body}");
+    let seed = id_of(&body);
+    let path = format!("/items/{seed}");
+    let expected = format!(r#"{{"_id":{{"$oid":"{seed}"}},"name":"seed","seq":-1}}"#);
+    drop(http);
+    proxy.reset_stats();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
+    let answered: Vec<(Duration, String)> = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..IN_FLIGHT)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut http = serve.client();
+                    let mut out = Vec::new();
+                    // Bounded: each turn takes one of the `requests` numbers.
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= requests {
+                            break out;
+                        }
+                        let t = Instant::now();
+                        let answer = if i.is_multiple_of(4) {
+                            let item = format!(r#"{{"name": "load", "i": {i}}}"#);
+                            let answer = http.exchange("POST", "/items", item.as_bytes());
+                            assert_eq!(answer.status, 201, "request {i}: {}", answer.body);
+                            let id = id_of(&answer.body);
+                            assert!(
+                                id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                                "request {i}: {}",
+                                answer.body
+                            );
+                            answer
+                        } else {
+                            let answer = http.exchange("GET", &path, b"");
+                            assert_eq!(
+                                (answer.status, answer.body.as_str()),
+                                (200, expected.as_str()),
+                                "request {i}"
+                            );
+                            answer
+                        };
+                        let elapsed = t.elapsed();
+                        let instance = answer
+                            .instance
+                            .unwrap_or_else(|| panic!("request {i}: no x-instance-id"));
+                        out.push((elapsed, instance));
+                    }
+                })
+            })
+            .collect();
+        senders
+            .into_iter()
+            .flat_map(|s| s.join().expect("a sender panicked"))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    assert_eq!(answered.len(), requests);
+    let mut latencies: Vec<Duration> = answered.iter().map(|(d, _)| *d).collect();
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let instances: std::collections::BTreeSet<&String> = answered.iter().map(|(_, i)| i).collect();
+    let figures = Load {
+        what: what.to_string(),
+        requests,
+        per_second: requests as f64 / elapsed.as_secs_f64(),
+        p50: at(0.5),
+        p99: at(0.99),
+        instances: instances.len(),
+        stats: proxy.stats(),
+    };
+    // The other tests list the collection's first 100 documents: take these out again.
+    let removed = remove_load_items();
+    assert_eq!(
+        removed,
+        1 + requests.div_ceil(4) as i32,
+        "documents removed"
+    );
+    figures
+}
+
+/// `{delete: "items", deletes: [{q: {name: {$in: ["seed", "load"]}}, limit: 0}]}`
+/// straight to the test server (not through the proxy) in one OP_MSG; the
+/// number of documents deleted.
+fn remove_load_items() -> i32 {
+    let (_, backend) = host_tests::test_server();
+    let command = bson::doc! {
+        "delete": "items",
+        "deletes": [{ "q": { "name": { "$in": ["seed", "load"] } }, "limit": 0 }],
+        "$db": "http_example",
+    };
+    let body = command.to_vec().expect("a command document");
+    let mut message = Vec::new();
+    for v in [(16 + 4 + 1 + body.len()) as i32, 1, 0, 2013] {
+        message.extend_from_slice(&v.to_le_bytes());
+    }
+    message.extend_from_slice(&0u32.to_le_bytes());
+    message.push(0);
+    message.extend_from_slice(&body);
+    let mut stream = TcpStream::connect(backend).expect("connect to the test server");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    stream.write_all(&message).expect("send the delete");
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).expect("a reply");
+    let mut reply = vec![0u8; i32::from_le_bytes(length) as usize - 4];
+    stream.read_exact(&mut reply).expect("the whole reply");
+    // Header (12 more bytes), flagBits (4), section kind 0 (1), then the document.
+    let reply = bson::Document::from_reader(&reply[17..]).expect("a reply document");
+    let ok = reply
+        .get("ok")
+        .and_then(|ok| ok.as_f64().or(ok.as_i32().map(f64::from)));
+    assert_eq!(ok, Some(1.0), "{reply}");
+    reply.get_i32("n").unwrap_or_else(|_| panic!("{reply}"))
+}
+
+/// The WASI 0.3 handler under wasmtime serve's defaults (16 requests at
+/// once per instance, 128 per instance, 1 s idle): the requests an
+/// instance serves share its one client, so its pool, and MongoDB sees a
+/// few connections per instance and one hello per connection.
+fn p3_under_load(requests: usize) -> Load {
+    let (proxy, backend) = proxy();
+    let uri = format!("{backend}&maxPoolSize={P3_MAX_POOL_SIZE}");
+    let serve = Serve::start_handler("http-handler-p3", &uri, &[]);
+    let p3 = load(
+        &format!("0.3, serve defaults, maxPoolSize {P3_MAX_POOL_SIZE}"),
+        &serve,
+        &proxy,
+        requests,
+    );
+    println!("{}\n{}", Load::header(), p3.row());
+    // The instance that made the seed item may have connected before the
+    // counters were reset: it is counted among the instances all the same.
+    assert!(
+        p3.stats.connections_opened <= p3.instances as u64 * P3_MAX_POOL_SIZE,
+        "{} connections for {} instances of maxPoolSize {P3_MAX_POOL_SIZE}: {:?}",
+        p3.stats.connections_opened,
+        p3.instances,
+        p3.stats
+    );
+    assert!(
+        (p3.hellos() as f64) < 0.1 * requests as f64,
+        "{} hellos for {requests} requests: {:?}",
+        p3.hellos(),
+        p3.stats
+    );
+    // Each connection's handshake is its one hello: nothing checks a pooled
+    // connection again within a few seconds.
+    assert!(p3.hellos() <= p3.stats.connections_opened, "{:?}", p3.stats);
+    p3
+}
+
+#[test]
+#[ignore = "needs the built examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_p3_shares_its_pool_under_load() {
+    p3_under_load(load_requests());
+}
+
+/// The same load on the WASI 0.3 handler and on the 0.2 one (instance per
+/// request, wasmtime serve's default for 0.2; then instances reused for up
+/// to 128 requests, as 0.3 gets by default), printed as a table.
+/// `cargo xtask examples --compare` runs it.
+#[test]
+#[ignore = "a comparison, not a check: cargo xtask examples --compare"]
+fn http_handlers_under_load_compared() {
+    let requests = load_requests();
+    let mut rows = vec![p3_under_load(requests)];
+    for (what, extra) in [
+        ("0.2, instance per request (serve default)", &[][..]),
+        (
+            "0.2, --max-instance-reuse-count 128",
+            &["--max-instance-reuse-count", "128"][..],
+        ),
+    ] {
+        let (proxy, uri) = proxy();
+        let serve = Serve::start(&uri, extra);
+        let row = load(what, &serve, &proxy, requests);
+        // A 0.2 instance runs one request at a time: one connection at most.
+        assert!(
+            row.stats.connections_opened <= row.instances as u64,
+            "{:?}",
+            row.stats
+        );
+        rows.push(row);
+    }
+    println!(
+        "\n{requests} requests, 16 in flight, 3 GET /items/<id> to 1 POST /items; \
+         connections and hellos counted at a proxy in front of nx-27017"
+    );
+    println!("{}", Load::header());
+    for row in &rows {
+        println!("{}", row.row());
+    }
 }

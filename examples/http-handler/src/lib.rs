@@ -11,6 +11,9 @@
 //! - `GET /items/<id>`: that document, or 404;
 //! - `GET /health`: `{"ok": true}`, without touching MongoDB.
 //!
+//! Every answer carries `x-instance-id`, a random id made once per instance,
+//! so a test can count the instances the host started.
+//!
 //! `wasmtime serve` makes a new instance for every request by default, so
 //! each request is a cold start: the client connects lazily, at its first
 //! operation, on one connection with one `hello`. A host that reuses
@@ -55,6 +58,8 @@ const LIST_LIMIT: i64 = 100;
 thread_local! {
     /// This instance's client, made at its first request.
     static CLIENT: OnceCell<Client> = const { OnceCell::new() };
+    /// This instance's random id, answered in `x-instance-id`.
+    static INSTANCE_ID: String = format!("{:016x}", wasi::random::random::get_random_u64());
 }
 
 struct Handler;
@@ -207,9 +212,11 @@ fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, Failure> {
 }
 
 fn respond(out: ResponseOutparam, status: u16, body: &[u8]) {
+    let instance = INSTANCE_ID.with(|id| id.clone().into_bytes());
     let headers = Fields::from_list(&[
         ("content-type".into(), b"application/json".to_vec()),
         ("content-length".into(), body.len().to_string().into_bytes()),
+        ("x-instance-id".into(), instance),
     ])
     .expect("valid header names and values");
     let response = OutgoingResponse::new(headers);

@@ -3,8 +3,10 @@
 //! wasi:http handler. Each is built for wasm32-wasip2 on its own (it imports
 //! the driver's WIT interfaces; it does not link the driver crate), then
 //! composed with the driver component by `wasm-tools compose` into
-//! `target/examples/<name>.wasm`. `host-tests/tests/examples.rs` runs them
-//! with the wasmtime CLI.
+//! `target/examples/<name>.wasm`. `examples/http-handler-p3`, the same
+//! handler on WASI 0.3, links the driver crate (feature `p3`) instead: it is
+//! built on its own (not a workspace member) and copied there as is.
+//! `host-tests/tests/examples.rs` runs them with the wasmtime CLI.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,9 +26,13 @@ const EXAMPLES: [(&str, &str, &str); 2] = [
 pub const USAGE: &str = "\
 usage: cargo xtask examples [--requests N]
   setup, build, then run the composed examples with the wasmtime CLI against a
-  fresh nx-27017: the consumer command, and the wasi:http handler under
-  `wasmtime serve` (its JSON API, then N requests (default 200) measured:
-  requests/s, latency p50/p99, MongoDB connections and commands per request)";
+  fresh nx-27017: the consumer command, and the wasi:http handlers under
+  `wasmtime serve` (the JSON API of the 0.2 and the 0.3 one, then N requests
+  (default 200) on the 0.2 one measured: requests/s, latency p50/p99, MongoDB
+  connections and commands per request); then 400 requests, 16 in flight
+  (MONGO_WASI_LOAD_REQUESTS sets how many), on the 0.3 handler with serve's
+  defaults and on the 0.2 one with and without instance reuse: a table of
+  requests/s, p50/p99, instances, connections and hellos per request";
 
 pub fn dir(ctx: &Ctx) -> Result<PathBuf> {
     Ok(ctx.target_dir()?.join("examples"))
@@ -59,15 +65,47 @@ pub fn build(ctx: &Ctx, driver: &Path) -> Result<()> {
         let size = fs::metadata(&composed).map(|m| m.len()).unwrap_or(0);
         println!("  {}: {size} bytes", composed.display());
     }
+    build_p3_handler(ctx, &out)
+}
+
+/// `examples/http-handler-p3` (its own workspace, its own release profile),
+/// into the shared target directory, copied to `<out>/http-handler-p3.wasm`.
+fn build_p3_handler(ctx: &Ctx, out: &Path) -> Result<()> {
+    let target = ctx.target_dir()?;
+    let manifest = ctx.root.join("examples/http-handler-p3/Cargo.toml");
+    let (manifest, target_dir) = (manifest.to_string_lossy(), target.to_string_lossy());
+    exec(&mut ctx.cargo(&[
+        "build",
+        "--manifest-path",
+        &manifest,
+        "--target",
+        "wasm32-wasip2",
+        "--release",
+        "--target-dir",
+        &target_dir,
+    ]))?;
+    let built = target.join("wasm32-wasip2/release/http_handler_p3.wasm");
+    let copied = out.join("http-handler-p3.wasm");
+    fs::copy(&built, &copied)
+        .map_err(|e| format!("{} to {}: {e}", built.display(), copied.display()))?;
+    let size = fs::metadata(&copied).map(|m| m.len()).unwrap_or(0);
+    println!("  {}: {size} bytes", copied.display());
     Ok(())
 }
 
 /// The tests of `host-tests/tests/examples.rs` against a fresh nx-27017,
 /// one at a time (the measured ones must not share the machine with each other).
-pub fn run_tests(ctx: &Ctx, requests: Option<u32>) -> Result<()> {
+/// `compare`: the three-handler load table too (it includes the 0.3 load
+/// test's assertions, so that test is skipped); else the 0.3 load test alone.
+pub fn run_tests(ctx: &Ctx, requests: Option<u32>, compare: bool) -> Result<()> {
     let server = Server::start(ctx)?;
     let mut cmd = ctx.cargo(&["test", "-p", "host-tests", "--test", "examples", "--"]);
-    cmd.args(["--ignored", "--nocapture", "--test-threads", "1"])
+    cmd.args(["--ignored", "--nocapture", "--test-threads", "1", "--skip"])
+        .arg(if compare {
+            "http_handler_p3_shares_its_pool_under_load"
+        } else {
+            "http_handlers_under_load_compared"
+        })
         .env("MONGO_WASI_URI", server.uri())
         .env("MONGO_WASI_EXAMPLES", dir(ctx)?)
         .env("MONGO_WASI_WASMTIME", setup::wasmtime(ctx)?);
@@ -95,7 +133,7 @@ pub fn examples(ctx: &Ctx, args: &[&str]) -> Result<()> {
         .and_then(|()| {
             run.step(
                 "examples: consumer and wasi:http handler through wasmtime",
-                || run_tests(ctx, requests),
+                || run_tests(ctx, requests, true),
             )
         });
     run.finish()

@@ -32,7 +32,7 @@ commands:
                       write the WIT as a binary package (target/mongo-wasi-driver.wasm);
                       check the component imports only allowed WASI interfaces; build
                       examples/consumer and examples/http-handler and compose each with
-                      the component (target/examples/*.wasm)
+                      the component, and examples/http-handler-p3 (target/examples/*.wasm)
   demo                setup, build, then run examples/notes against a local nx-27017
   wit-check           count the WIT items without a doc comment (fails listing
                       them) and have wasm-tools parse wit/
@@ -64,9 +64,10 @@ commands:
                       spec-runner against a fresh nx-27017
   examples [--requests N]
                       setup, build, then the composed examples through the wasmtime CLI:
-                      the consumer command, and the wasi:http handler under wasmtime serve
-                      (its JSON API; requests/s, latency p50/p99, MongoDB connections and
-                      commands per request, with and without instance reuse)
+                      the consumer command, and the wasi:http handlers under wasmtime serve
+                      (their JSON API; requests/s, latency p50/p99, MongoDB connections and
+                      commands per request, with and without instance reuse; a table of
+                      400 requests 16 in flight on the 0.3 handler and on the 0.2 one)
   soak [--ops N] [--seconds S] [--seed N] [--json PATH] [--tolerance-ms MS]
                       setup, build, then the component through the failpoint proxy with
                       random faults and timeoutMS; fails on a trap, a lost or duplicate

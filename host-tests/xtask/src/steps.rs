@@ -96,7 +96,7 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         || crate::imports::check(ctx, &component_path(ctx)?),
     )?;
     run.step(
-        "build: examples consumer and http-handler, composed with the component",
+        "build: examples consumer and http-handler, composed with the component; http-handler-p3",
         || crate::examples::build(ctx, &component_path(ctx)?),
     )
 }
@@ -148,8 +148,8 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         || p3_probe(ctx),
     );
     let _ = run.step(
-        "test: the composed examples through the wasmtime CLI (consumer, wasi:http handler)",
-        || crate::examples::run_tests(ctx, None),
+        "test: the examples through the wasmtime CLI (consumer, wasi:http handlers 0.2 and 0.3)",
+        || crate::examples::run_tests(ctx, None, false),
     );
     let _ = run.step(
         "test: soak through the failpoint proxy (300 operations or 60 s)",
