@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-/work/main/.work/venv/bin}
-NX_PORT=${NX_PORT:-47117}
+NX_PORT=${NX_PORT:-47931}
 ROOT=$(cd ../.. && pwd)
 DRIVER=${DRIVER:-$ROOT/target/component/mongo-wasi-async.wasm}
 OUT=target/composed
@@ -18,6 +18,11 @@ cp "$DRIVER" "$OUT/mongo-wasi-async.wasm"
     -d "$OUT/mongo-wasi-async.wasm" -o "$OUT/async-smoke.wasm"
 "$VENV/wasm-tools" validate "$OUT/async-smoke.wasm"
 
+# Our own server, never someone else's on the same port.
+if python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$NX_PORT" 2>/dev/null; then
+    echo "port $NX_PORT is in use: set NX_PORT" >&2
+    exit 1
+fi
 PID_FILE=$(mktemp -u /tmp/async-smoke-nx.XXXXXX.pid)
 "$VENV/nx-27017" -d --host 127.0.0.1 -p "$NX_PORT" --db memory \
     --pid-file "$PID_FILE" --log-file /tmp/async-smoke-nx.log

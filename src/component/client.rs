@@ -22,9 +22,12 @@ pub struct ClientRes(pub Client);
 /// this does nothing.
 impl Drop for ClientRes {
     fn drop(&mut self) {
-        // Drop cannot await: detached, on a clone of the client (0.2 blocks here).
+        // Drop cannot await: detached, on a clone of the client (0.2 blocks
+        // here; 0.3 detaches it from the next async export's task).
         let client = self.0.clone();
-        crate::runtime::detach(async move { client.close_on_drop().await });
+        super::deferred::defer(move || {
+            crate::runtime::detach(async move { client.close_on_drop().await })
+        });
     }
 }
 

@@ -49,6 +49,15 @@ impl CursorRes {
     }
 }
 
+/// An open cursor's killCursors runs where a drop can do I/O (deferred.rs).
+impl Drop for CursorRes {
+    fn drop(&mut self) {
+        if let Some(cursor) = self.cursor.take() {
+            super::deferred::defer(move || drop(cursor));
+        }
+    }
+}
+
 impl wit_collection::Guest for Component {
     type Collection = CollectionRes;
 }

@@ -18,6 +18,15 @@ pub struct BucketRes(pub gridfs::Bucket);
 pub struct UploadStreamRes(Slot<gridfs::UploadStream>, Vec<u8>);
 pub struct DownloadStreamRes(Slot<gridfs::DownloadStream>);
 
+/// An open stream's chunk cursor is killed where a drop can do I/O (deferred.rs).
+impl Drop for DownloadStreamRes {
+    fn drop(&mut self) {
+        if let Some(stream) = self.0.take() {
+            super::deferred::defer(move || drop(stream));
+        }
+    }
+}
+
 impl wit_gridfs::Guest for Component {
     type Bucket = BucketRes;
     type UploadStream = UploadStreamRes;

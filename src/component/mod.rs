@@ -30,6 +30,8 @@ mod face_macros {
             }
             #[cfg(feature = "component-async")]
             async fn $name(&$this $(, $arg: $ty)*) $(-> $ret)? {
+                // In a task now: the drops destructors left here (deferred.rs).
+                crate::component::deferred::run();
                 $($body)*
             }
         };
@@ -39,6 +41,7 @@ mod face_macros {
 mod client;
 mod collection;
 mod database;
+mod deferred;
 mod gridfs;
 mod libc;
 mod session;

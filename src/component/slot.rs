@@ -37,6 +37,11 @@ impl<T> Slot<T> {
         }
     }
 
+    /// The value, unless a call has it out (for a destructor).
+    pub fn take(&self) -> Option<T> {
+        self.0.borrow_mut().take()
+    }
+
     /// `f` of the value, unless a call has it out.
     pub fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
         self.0.borrow().as_ref().map(f)

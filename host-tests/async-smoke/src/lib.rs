@@ -23,7 +23,7 @@ use bson::{rawdoc, RawDocument};
 use mongo_wasi::driver::client_async::{Client, ClientOptions};
 use mongo_wasi::driver::collection_async::{Collection, FindOptions, OpOptions};
 use mongo_wasi::driver::database_async::CollectionOptions;
-use mongo_wasi::driver::types::Error;
+use mongo_wasi::driver::types::{CommandEventKind, Error};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::Poll;
@@ -113,7 +113,7 @@ async fn find_n(coll: &Collection, run: i64, n: i32) -> Result<i32, String> {
 async fn smoke(uri: &str) -> Result<(), String> {
     let options = ClientOptions {
         timeout_ms: Some(10_000),
-        monitor_commands: false,
+        monitor_commands: true,
         server_api: None,
         tls_ca_pem: None,
         tls_certificate_key_pem: None,
@@ -204,12 +204,56 @@ async fn smoke(uri: &str) -> Result<(), String> {
         return Err(format!("cursor read {total} documents, not 16"));
     }
 
-    // 4. count-documents, then close.
+    // 4. Two next-batch calls at once on one cursor. When the first is still
+    // in its getMore as the second starts, the second is refused (one call
+    // at a time per cursor, an error rather than a trap); when the reply
+    // beat the second call, both succeed. Either way the instance lives on.
+    let cursor = coll
+        .find(rawdoc! { "run": run }.into_bytes(), find_opts(Some(2)))
+        .await
+        .map_err(show)?;
+    let first = cursor.next_batch().await.map_err(show)?; // the find's own batch
+    let both = join_all(vec![cursor.next_batch(), cursor.next_batch()]).await;
+    let outcome = |r: &Result<mongo_wasi::driver::types::Batch, Error>| match r {
+        Ok(batch) => format!("{} documents", batch.documents.len()),
+        Err(e) => show(e.clone()),
+    };
+    let (a, b) = (outcome(&both[0]), outcome(&both[1]));
+    if both.iter().all(Result::is_err) {
+        return Err(format!("two next-batch at once: both failed: {a}; {b}"));
+    }
+    println!(
+        "two next-batch at once (after the find's batch of {}): {a}; {b}",
+        first.documents.len()
+    );
+
+    // 5. A cursor dropped open: its killCursors is deferred from the
+    // destructor (no task there) to the next async call, here count-documents.
+    let open = coll
+        .find(rawdoc! { "run": run }.into_bytes(), find_opts(Some(2)))
+        .await
+        .map_err(show)?;
+    let open_id = open.id();
+    drop(open);
+    drop(cursor);
+    println!("dropped open cursors (id {open_id} among them)");
+
+    // 6. count-documents, then close.
     let count = coll
         .count_documents(rawdoc! { "run": run }.into_bytes(), op())
         .await
         .map_err(show)?;
     println!("count-documents: {count}");
+    // The deferred kills ran as tasks beside it: their command events show.
+    let kills = client
+        .take_command_events()
+        .iter()
+        .filter(|e| e.command_name == "killCursors" && e.kind == CommandEventKind::Started)
+        .count();
+    println!("killCursors started after the drops: {kills}");
+    if kills == 0 {
+        return Err("no killCursors for the cursors dropped open".into());
+    }
     if count != 16 {
         return Err(format!("count-documents {count}, not 16"));
     }
