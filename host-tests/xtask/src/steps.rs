@@ -272,8 +272,14 @@ fn check_component(ctx: &Ctx, face: &crate::component::Face) -> Result<()> {
             missing.join(", ")
         ));
     }
-    // `component wit` prints the interfaces a component exports in full.
-    let asyncs = wit.matches(": async func(").count();
+    // `component wit` prints each package the component uses in a block of
+    // its own (`package mongo-wasi:driver@0.2.0 { ... }`): count the driver's
+    // async funcs, not those of the WASI 0.3 interfaces it imports.
+    let driver = wit
+        .split("\npackage ")
+        .find(|p| p.starts_with("mongo-wasi:driver@"))
+        .unwrap_or("");
+    let asyncs = driver.matches(": async func(").count();
     if is_async && asyncs == 0 {
         return Err(format!("{} exports no async func", wasm.display()));
     }
