@@ -64,7 +64,12 @@ pub mod versioned_api;
 
 // Export names such as `mongo-wasi:driver/client@0.2.0` only link into a
 // wasm component; a native cdylib's linker rejects them.
-#[cfg(all(feature = "component", target_arch = "wasm32"))]
+// With `component-async` (which brings `p3`) the same module holds the
+// `driver-async` world's glue instead: `async func` exports, no block_on.
+#[cfg(all(
+    any(feature = "component", feature = "component-async"),
+    target_arch = "wasm32"
+))]
 mod component;
 
 pub use bulk_write::{ClientBulkWriteOptions, ClientWriteModel};

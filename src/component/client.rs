@@ -1,11 +1,11 @@
-use super::exports::mongo_wasi::driver::client::{
+use super::face::client::{
     self as wit_client, ClientBulkWriteOptions, ClientOptions, ClientWriteModel, DriverInfo,
     GuestClient, Session, SessionOptions,
 };
-use super::exports::mongo_wasi::driver::collection::{AggregateOptions, OpOptions};
-use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
-use super::exports::mongo_wasi::driver::database::{CollectionOptions, Database};
-use super::exports::mongo_wasi::driver::types::{
+use super::face::collection::{AggregateOptions, OpOptions};
+use super::face::cursor::Cursor as WitCursor;
+use super::face::database::{CollectionOptions, Database};
+use super::face::types::{
     ClientBulkWriteError, ClientBulkWriteResult, CommandEvent, CommandEventKind, LogComponent,
     LogLevel, LogMessage, LogOptions, PoolEvent, PoolEventKind, SdamEvent, SdamEventKind,
     ServerDescription, ServerType, TopologyDescription, TopologyType,
@@ -22,9 +22,12 @@ pub struct ClientRes(pub Client);
 /// this does nothing.
 impl Drop for ClientRes {
     fn drop(&mut self) {
-        // Drop cannot await: detached, on a clone of the client (0.2 blocks here).
+        // Drop cannot await: detached, on a clone of the client (0.2 blocks
+        // here; 0.3 detaches it from the next async export's task).
         let client = self.0.clone();
-        crate::runtime::detach(async move { client.close_on_drop().await });
+        super::deferred::defer(move || {
+            crate::runtime::detach(async move { client.close_on_drop().await })
+        });
     }
 }
 
@@ -54,12 +57,12 @@ impl GuestClient for ClientRes {
         Ok(wit_client::Client::new(ClientRes(client)))
     }
 
-    fn bulk_write(
-        &self,
-        models: Vec<ClientWriteModel>,
-        options: ClientBulkWriteOptions<'_>,
-    ) -> Result<ClientBulkWriteResult, ClientBulkWriteError> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn bulk_write(
+            &self,
+            models: Vec<ClientWriteModel>,
+            options: ClientBulkWriteOptions<'_>,
+        ) -> Result<ClientBulkWriteResult, ClientBulkWriteError> {
             let models = models
                 .into_iter()
                 .map(|m| {
@@ -85,7 +88,7 @@ impl GuestClient for ClientRes {
             Ok(super::client_bulk_write_result(
                 r.map_err(super::to_wit_client_bulk)?,
             ))
-        })
+        }
     }
 
     fn database(&self, name: String, options: CollectionOptions) -> Database {
@@ -133,27 +136,35 @@ impl GuestClient for ClientRes {
         Ok(Session::new(SessionRes(session)))
     }
 
-    fn list_databases(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<Vec<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_databases(
+            &self,
+            filter: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<Vec<u8>>> {
             let opts = super::collection::op_options(&options)?;
             let dbs = wrap(self.0.list_databases(doc(filter)?, false, &opts).await)?;
             Ok(dbs.into_iter().map(|d| d.into_bytes()).collect())
-        })
+        }
     }
 
-    fn list_database_names(
-        &self,
-        filter: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<String>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_database_names(
+            &self,
+            filter: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<String>> {
             let opts = super::collection::op_options(&options)?;
             wrap(self.0.list_database_names(doc(filter)?, &opts).await)
-        })
+        }
     }
 
-    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn watch(
+            &self,
+            pipeline: Vec<Vec<u8>>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = super::collection::aggregate_parts(&options)?;
             wrap(crate::change_stream::refuse_timeout_mode(mode))?;
             Ok(super::collection::CursorRes::wit(wrap(
@@ -161,7 +172,7 @@ impl GuestClient for ClientRes {
                     .watch(&super::docs(pipeline)?, batch_size, &opts)
                     .await,
             )?))
-        })
+        }
     }
 
     fn take_command_events(&self) -> Vec<CommandEvent> {
@@ -242,8 +253,10 @@ impl GuestClient for ClientRes {
             .collect()
     }
 
-    fn check_servers(&self) -> WitResult<()> {
-        crate::runtime::block_on(async move { wrap(self.0.check_servers().await) })
+    io! {
+        fn check_servers(&self) -> WitResult<()> {
+            wrap(self.0.check_servers().await)
+        }
     }
 
     fn take_sdam_events(&self) -> Vec<SdamEvent> {
@@ -262,8 +275,10 @@ impl GuestClient for ClientRes {
         }))
     }
 
-    fn close(&self) {
-        crate::runtime::block_on(async move { self.0.close().await })
+    io! {
+        fn close(&self) {
+            self.0.close().await
+        }
     }
 }
 

@@ -1,15 +1,16 @@
-use super::exports::mongo_wasi::driver::collection::{
+use super::face::collection::{
     self as wit_collection, AggregateOptions, FindOptions, GuestCollection, Hint, OpOptions,
     ReturnDocument, SearchIndexModel, UpdateSpec, WriteModel,
 };
-use super::exports::mongo_wasi::driver::cursor::{
+use super::face::cursor::{
     self as wit_cursor, Cursor as WitCursor, GuestCursor, PackedBatch, TimeoutMode,
 };
-use super::exports::mongo_wasi::driver::types::{
+use super::face::types::{
     Batch, BulkWriteError, BulkWriteResult, DeleteResult, InsertManyResult, InsertOneResult,
     UpdateResult,
 };
 use super::session::SessionRes;
+use super::slot::{Lease, Slot};
 use super::{
     doc, docs, opt_doc, read_concern, read_preference, to_value, value, wrap, write_concern,
     Component, WitResult,
@@ -18,14 +19,42 @@ use crate::error::Error;
 use crate::operation::write::{checked_with_id, push_checked_with_id};
 use crate::wire::Documents;
 use crate::{Collection, Cursor};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 pub struct CollectionRes(pub Collection);
-pub struct CursorRes(RefCell<Cursor>);
+
+/// A cursor, and what `id` and `resume-token` answer while a call has it
+/// out (WASI 0.3): their values when that call started.
+pub struct CursorRes {
+    cursor: Slot<Cursor>,
+    id: Cell<i64>,
+    resume_token: RefCell<Option<Vec<u8>>>,
+}
 
 impl CursorRes {
     pub fn wit(cursor: Cursor) -> WitCursor {
-        WitCursor::new(CursorRes(RefCell::new(cursor)))
+        WitCursor::new(CursorRes {
+            id: Cell::new(cursor.id()),
+            resume_token: RefCell::new(cursor.resume_token().map(|d| d.into_bytes())),
+            cursor: Slot::new(cursor),
+        })
+    }
+
+    /// The cursor for one call, its id and resume token noted first.
+    fn lease(&self) -> WitResult<Lease<'_, Cursor>> {
+        let cursor = self.cursor.lease("cursor")?;
+        self.id.set(cursor.id());
+        *self.resume_token.borrow_mut() = cursor.resume_token().map(|d| d.into_bytes());
+        Ok(cursor)
+    }
+}
+
+/// An open cursor's killCursors runs where a drop can do I/O (deferred.rs).
+impl Drop for CursorRes {
+    fn drop(&mut self) {
+        if let Some(cursor) = self.cursor.take() {
+            super::deferred::defer(move || drop(cursor));
+        }
     }
 }
 
@@ -202,8 +231,12 @@ impl GuestCollection for CollectionRes {
         Ok(crate::collection::Collection::id_filter(super::value(id)?).into_bytes())
     }
 
-    fn insert_one(&self, document: Vec<u8>, options: OpOptions<'_>) -> WitResult<InsertOneResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn insert_one(
+            &self,
+            document: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<InsertOneResult> {
             // Checked, and its _id found, in one pass; not copied when it has one.
             let doc =
                 checked_with_id(document, &crate::runtime::object_ids()).map_err(super::to_wit)?;
@@ -211,15 +244,15 @@ impl GuestCollection for CollectionRes {
             Ok(InsertOneResult {
                 inserted_id: to_value(id),
             })
-        })
+        }
     }
 
-    fn insert_many(
-        &self,
-        documents: Vec<Vec<u8>>,
-        options: OpOptions<'_>,
-    ) -> Result<InsertManyResult, BulkWriteError> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn insert_many(
+            &self,
+            documents: Vec<Vec<u8>>,
+            options: OpOptions<'_>,
+        ) -> Result<InsertManyResult, BulkWriteError> {
             let oids = crate::runtime::object_ids();
             let docs = documents.into_iter().map(|d| checked_with_id(d, &oids));
             let docs = docs
@@ -233,15 +266,15 @@ impl GuestCollection for CollectionRes {
             Ok(InsertManyResult {
                 inserted_ids: ids.into_iter().map(to_value).collect(),
             })
-        })
+        }
     }
 
-    fn insert_many_packed(
-        &self,
-        documents: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> Result<Vec<u8>, BulkWriteError> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn insert_many_packed(
+            &self,
+            documents: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> Result<Vec<u8>, BulkWriteError> {
             let oids = crate::runtime::object_ids();
             // Laid out once, back to back, as the insert command carries them:
             // no buffer per document, and room for a new 17-byte `_id` element
@@ -272,201 +305,205 @@ impl GuestCollection for CollectionRes {
                 }
             }
             Ok(out)
-        })
+        }
     }
 
-    fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn find(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<WitCursor> {
             let opts = find_options(&options, false)?;
             Ok(CursorRes::wit(wrap(
                 self.0.find(doc(filter)?, &opts).await,
             )?))
-        })
+        }
     }
 
-    fn find_one(&self, filter: Vec<u8>, options: FindOptions<'_>) -> WitResult<Option<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn find_one(
+            &self,
+            filter: Vec<u8>,
+            options: FindOptions<'_>,
+        ) -> WitResult<Option<Vec<u8>>> {
             let opts = find_options(&options, true)?;
             Ok(wrap(self.0.find_one(doc(filter)?, &opts).await)?.map(|d| d.into_bytes()))
-        })
+        }
     }
 
-    fn update_one(
-        &self,
-        filter: Vec<u8>,
-        update: UpdateSpec,
-        options: OpOptions<'_>,
-    ) -> WitResult<UpdateResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn update_one(
+            &self,
+            filter: Vec<u8>,
+            update: UpdateSpec,
+            options: OpOptions<'_>,
+        ) -> WitResult<UpdateResult> {
             let r = self
                 .0
                 .update_one(doc(filter)?, update_spec(update)?, &op_options(&options)?)
                 .await;
             wrap(r).map(update_result)
-        })
+        }
     }
 
-    fn update_many(
-        &self,
-        filter: Vec<u8>,
-        update: UpdateSpec,
-        options: OpOptions<'_>,
-    ) -> WitResult<UpdateResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn update_many(
+            &self,
+            filter: Vec<u8>,
+            update: UpdateSpec,
+            options: OpOptions<'_>,
+        ) -> WitResult<UpdateResult> {
             let r = self
                 .0
                 .update_many(doc(filter)?, update_spec(update)?, &op_options(&options)?)
                 .await;
             wrap(r).map(update_result)
-        })
+        }
     }
 
-    fn replace_one(
-        &self,
-        filter: Vec<u8>,
-        replacement: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<UpdateResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn replace_one(
+            &self,
+            filter: Vec<u8>,
+            replacement: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<UpdateResult> {
             let r = self
                 .0
                 .replace_one(doc(filter)?, doc(replacement)?, &op_options(&options)?)
                 .await;
             wrap(r).map(update_result)
-        })
+        }
     }
 
-    fn delete_one(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn delete_one(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
             let n = wrap(
                 self.0
                     .delete_one(doc(filter)?, &op_options(&options)?)
                     .await,
             )?;
             Ok(DeleteResult { deleted_count: n })
-        })
+        }
     }
 
-    fn delete_many(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn delete_many(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<DeleteResult> {
             let n = wrap(
                 self.0
                     .delete_many(doc(filter)?, &op_options(&options)?)
                     .await,
             )?;
             Ok(DeleteResult { deleted_count: n })
-        })
+        }
     }
 
-    fn find_one_and_delete(
-        &self,
-        filter: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Option<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn find_one_and_delete(
+            &self,
+            filter: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Option<Vec<u8>>> {
             let r = self
                 .0
                 .find_one_and_delete(doc(filter)?, &op_options(&options)?)
                 .await;
             Ok(wrap(r)?.map(|d| d.into_bytes()))
-        })
+        }
     }
 
-    fn find_one_and_update(
-        &self,
-        filter: Vec<u8>,
-        update: UpdateSpec,
-        options: OpOptions<'_>,
-    ) -> WitResult<Option<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn find_one_and_update(
+            &self,
+            filter: Vec<u8>,
+            update: UpdateSpec,
+            options: OpOptions<'_>,
+        ) -> WitResult<Option<Vec<u8>>> {
             let r = self
                 .0
                 .find_one_and_update(doc(filter)?, update_spec(update)?, &op_options(&options)?)
                 .await;
             Ok(wrap(r)?.map(|d| d.into_bytes()))
-        })
+        }
     }
 
-    fn find_one_and_replace(
-        &self,
-        filter: Vec<u8>,
-        replacement: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Option<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn find_one_and_replace(
+            &self,
+            filter: Vec<u8>,
+            replacement: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Option<Vec<u8>>> {
             let r = self
                 .0
                 .find_one_and_replace(doc(filter)?, doc(replacement)?, &op_options(&options)?)
                 .await;
             Ok(wrap(r)?.map(|d| d.into_bytes()))
-        })
+        }
     }
 
-    fn aggregate(
-        &self,
-        pipeline: Vec<Vec<u8>>,
-        options: AggregateOptions<'_>,
-    ) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn aggregate(
+            &self,
+            pipeline: Vec<Vec<u8>>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = aggregate_parts(&options)?;
             Ok(CursorRes::wit(wrap(
                 self.0
                     .aggregate(&docs(pipeline)?, batch_size, &opts, mode)
                     .await,
             )?))
-        })
+        }
     }
 
-    fn count_documents(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn count_documents(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
             wrap(
                 self.0
                     .count_documents(doc(filter)?, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn estimated_document_count(&self, options: OpOptions<'_>) -> WitResult<i64> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn estimated_document_count(&self, options: OpOptions<'_>) -> WitResult<i64> {
             wrap(
                 self.0
                     .estimated_document_count(&op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn count(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn count(&self, filter: Vec<u8>, options: OpOptions<'_>) -> WitResult<i64> {
             wrap(self.0.count(doc(filter)?, &op_options(&options)?).await)
-        })
+        }
     }
 
-    fn distinct(
-        &self,
-        field_name: String,
-        filter: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<Vec<u8>>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn distinct(
+            &self,
+            field_name: String,
+            filter: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<Vec<u8>>> {
             let values = wrap(
                 self.0
                     .distinct(&field_name, doc(filter)?, &op_options(&options)?)
                     .await,
             )?;
             Ok(values.into_iter().map(to_value).collect())
-        })
+        }
     }
 
-    fn map_reduce(
-        &self,
-        map_function: String,
-        reduce_function: String,
-        out: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<u8>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn map_reduce(
+            &self,
+            map_function: String,
+            reduce_function: String,
+            out: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<u8>> {
             let r = self
                 .0
                 .map_reduce(
@@ -477,90 +514,90 @@ impl GuestCollection for CollectionRes {
                 )
                 .await;
             Ok(wrap(r)?.into_bytes())
-        })
+        }
     }
 
-    fn bulk_write(
-        &self,
-        models: Vec<WriteModel>,
-        options: OpOptions<'_>,
-    ) -> Result<BulkWriteResult, BulkWriteError> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn bulk_write(
+            &self,
+            models: Vec<WriteModel>,
+            options: OpOptions<'_>,
+        ) -> Result<BulkWriteResult, BulkWriteError> {
             let models = models
                 .into_iter()
                 .map(write_model)
                 .collect::<WitResult<Vec<_>>>()?;
             let r = self.0.bulk_write(&models, &op_options(&options)?).await;
             Ok(super::bulk_write_result(r.map_err(super::to_wit_bulk)?))
-        })
+        }
     }
 
-    fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn create_index(&self, keys: Vec<u8>, options: OpOptions<'_>) -> WitResult<String> {
             wrap(
                 self.0
                     .create_index(&doc(keys)?, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn create_indexes(
-        &self,
-        models: Vec<Vec<u8>>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<String>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn create_indexes(
+            &self,
+            models: Vec<Vec<u8>>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<String>> {
             wrap(
                 self.0
                     .create_indexes(&docs(models)?, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn list_indexes(&self, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_indexes(&self, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = aggregate_parts(&options)?;
             Ok(CursorRes::wit(wrap(
                 self.0.list_indexes(batch_size, &opts, mode).await,
             )?))
-        })
+        }
     }
 
-    fn drop_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn drop_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
             wrap(self.0.drop_index(&name, &op_options(&options)?).await)
-        })
+        }
     }
 
-    fn drop_indexes(&self, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn drop_indexes(&self, options: OpOptions<'_>) -> WitResult<()> {
             wrap(self.0.drop_index("*", &op_options(&options)?).await)
-        })
+        }
     }
 
-    fn create_search_index(
-        &self,
-        model: SearchIndexModel,
-        options: OpOptions<'_>,
-    ) -> WitResult<String> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn create_search_index(
+            &self,
+            model: SearchIndexModel,
+            options: OpOptions<'_>,
+        ) -> WitResult<String> {
             let names = wrap(
                 self.0
                     .create_search_indexes(&[search_model(model)?], &op_options(&options)?)
                     .await,
             )?;
             Ok(names.into_iter().next().unwrap_or_default())
-        })
+        }
     }
 
-    fn create_search_indexes(
-        &self,
-        models: Vec<SearchIndexModel>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<String>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn create_search_indexes(
+            &self,
+            models: Vec<SearchIndexModel>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<String>> {
             let models = models
                 .into_iter()
                 .map(search_model)
@@ -570,75 +607,81 @@ impl GuestCollection for CollectionRes {
                     .create_search_indexes(&models, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn list_search_indexes(
-        &self,
-        name: Option<String>,
-        options: AggregateOptions<'_>,
-    ) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_search_indexes(
+            &self,
+            name: Option<String>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = aggregate_parts(&options)?;
             Ok(CursorRes::wit(wrap(
                 self.0
                     .list_search_indexes(name.as_deref(), batch_size, &opts, mode)
                     .await,
             )?))
-        })
+        }
     }
 
-    fn update_search_index(
-        &self,
-        name: String,
-        definition: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn update_search_index(
+            &self,
+            name: String,
+            definition: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<()> {
             let definition = doc(definition)?;
             wrap(
                 self.0
                     .update_search_index(&name, &definition, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn drop_search_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn drop_search_index(&self, name: String, options: OpOptions<'_>) -> WitResult<()> {
             wrap(
                 self.0
                     .drop_search_index(&name, &op_options(&options)?)
                     .await,
             )
-        })
+        }
     }
 
-    fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move { wrap(self.0.drop(&op_options(&options)?).await) })
+    io! {
+        fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
+            wrap(self.0.drop(&op_options(&options)?).await)
+        }
     }
 
-    fn rename(&self, to_name: String, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn rename(&self, to_name: String, options: OpOptions<'_>) -> WitResult<()> {
             wrap(self.0.rename(&to_name, &op_options(&options)?).await)
-        })
+        }
     }
 
-    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn watch(
+            &self,
+            pipeline: Vec<Vec<u8>>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = aggregate_parts(&options)?;
             wrap(crate::change_stream::refuse_timeout_mode(mode))?;
             Ok(CursorRes::wit(wrap(
                 self.0.watch(&docs(pipeline)?, batch_size, &opts).await,
             )?))
-        })
+        }
     }
 }
 
 impl GuestCursor for CursorRes {
-    fn next_batch(&self) -> WitResult<Batch> {
-        crate::runtime::block_on(async move {
-            let batch = wrap(self.0.borrow_mut().next_batch().await)?;
+    io! {
+        fn next_batch(&self) -> WitResult<Batch> {
+            let batch = wrap(self.lease()?.next_batch().await)?;
             Ok(Batch {
                 documents: batch
                     .documents
@@ -647,44 +690,52 @@ impl GuestCursor for CursorRes {
                     .collect(),
                 exhausted: batch.exhausted,
             })
-        })
+        }
     }
 
-    fn next_batch_packed(&self) -> WitResult<PackedBatch> {
-        crate::runtime::block_on(async move {
-            let batch = wrap(self.0.borrow_mut().next_batch_packed().await)?;
+    io! {
+        fn next_batch_packed(&self) -> WitResult<PackedBatch> {
+            let batch = wrap(self.lease()?.next_batch_packed().await)?;
             Ok(PackedBatch {
                 documents: batch.documents,
                 // A reply holds at most 48 MB of documents of 5 bytes or more.
                 count: u32::try_from(batch.count).unwrap_or(u32::MAX),
                 exhausted: batch.exhausted,
             })
-        })
+        }
     }
 
     fn id(&self) -> i64 {
-        self.0.borrow().id()
+        self.cursor.peek(Cursor::id).unwrap_or(self.id.get())
     }
 
     fn resume_token(&self) -> Option<Vec<u8>> {
-        self.0.borrow().resume_token().map(|d| d.into_bytes())
+        match self
+            .cursor
+            .peek(|c| c.resume_token().map(|d| d.into_bytes()))
+        {
+            Some(token) => token,
+            None => self.resume_token.borrow().clone(),
+        }
     }
 
-    fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        crate::runtime::block_on(async move { wrap(self.0.borrow_mut().close(timeout_ms).await) })
+    io! {
+        fn close(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+            wrap(self.lease()?.close(timeout_ms).await)
+        }
     }
 
-    fn next(&self) -> WitResult<Option<Vec<u8>>> {
-        crate::runtime::block_on(async move {
-            Ok(wrap(self.0.borrow_mut().next().await)?.map(|d| d.into_bytes()))
-        })
+    io! {
+        fn next(&self) -> WitResult<Option<Vec<u8>>> {
+            Ok(wrap(self.lease()?.next().await)?.map(|d| d.into_bytes()))
+        }
     }
 
-    fn collect(&self, max: u32) -> WitResult<Vec<Vec<u8>>> {
-        crate::runtime::block_on(async move {
-            let docs = wrap(self.0.borrow_mut().collect(max).await)?;
+    io! {
+        fn collect(&self, max: u32) -> WitResult<Vec<Vec<u8>>> {
+            let docs = wrap(self.lease()?.collect(max).await)?;
             Ok(docs.into_iter().map(|d| d.into_bytes()).collect())
-        })
+        }
     }
 }
 

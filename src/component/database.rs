@@ -1,10 +1,10 @@
 use super::collection::{aggregate_parts, CollectionRes, CursorRes};
-use super::exports::mongo_wasi::driver::collection::{AggregateOptions, Collection, OpOptions};
-use super::exports::mongo_wasi::driver::cursor::Cursor as WitCursor;
-use super::exports::mongo_wasi::driver::database::{
+use super::face::collection::{AggregateOptions, Collection, OpOptions};
+use super::face::cursor::Cursor as WitCursor;
+use super::face::database::{
     self as wit_database, BucketOptions, CollectionOptions, GuestDatabase, RunCommandOptions,
 };
-use super::exports::mongo_wasi::driver::gridfs::Bucket;
+use super::face::gridfs::Bucket;
 use super::gridfs::BucketRes;
 use super::session::SessionRes;
 use super::{doc, docs, opt_doc, wrap, Component, WitResult};
@@ -44,8 +44,12 @@ impl GuestDatabase for DatabaseRes {
         Bucket::new(BucketRes(self.0.gridfs_bucket(opts)))
     }
 
-    fn run_command(&self, command: Vec<u8>, options: RunCommandOptions<'_>) -> WitResult<Vec<u8>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn run_command(
+            &self,
+            command: Vec<u8>,
+            options: RunCommandOptions<'_>,
+        ) -> WitResult<Vec<u8>> {
             let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
             let run = crate::RunCommandOptions {
                 timeout_ms: options.timeout_ms,
@@ -57,15 +61,15 @@ impl GuestDatabase for DatabaseRes {
                     .transpose()?,
             };
             Ok(wrap(self.0.run_command(doc(command)?, &run).await)?.into_bytes())
-        })
+        }
     }
 
-    fn run_cursor_command(
-        &self,
-        command: Vec<u8>,
-        options: AggregateOptions<'_>,
-    ) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn run_cursor_command(
+            &self,
+            command: Vec<u8>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (o, batch_size, mode) = aggregate_parts(&options)?;
             let cursor = wrap(
                 self.0
@@ -73,15 +77,15 @@ impl GuestDatabase for DatabaseRes {
                     .await,
             )?;
             Ok(CursorRes::wit(cursor))
-        })
+        }
     }
 
-    fn list_collections(
-        &self,
-        filter: Vec<u8>,
-        options: AggregateOptions<'_>,
-    ) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_collections(
+            &self,
+            filter: Vec<u8>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (o, batch_size, mode) = aggregate_parts(&options)?;
             let cursor = wrap(
                 self.0
@@ -89,22 +93,22 @@ impl GuestDatabase for DatabaseRes {
                     .await,
             )?;
             Ok(CursorRes::wit(cursor))
-        })
+        }
     }
 
-    fn list_collection_names(
-        &self,
-        filter: Vec<u8>,
-        options: OpOptions<'_>,
-    ) -> WitResult<Vec<String>> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn list_collection_names(
+            &self,
+            filter: Vec<u8>,
+            options: OpOptions<'_>,
+        ) -> WitResult<Vec<String>> {
             let opts = super::collection::op_options(&options)?;
             wrap(self.0.list_collection_names(doc(filter)?, &opts).await)
-        })
+        }
     }
 
-    fn create_collection(&self, name: String, options: OpOptions<'_>) -> WitResult<Collection> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn create_collection(&self, name: String, options: OpOptions<'_>) -> WitResult<Collection> {
             let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
             let mut cmd = rawdoc! { "create": name.as_str() };
             wrap(crate::operation::merge_extra(
@@ -120,22 +124,22 @@ impl GuestDatabase for DatabaseRes {
             Ok(Collection::new(CollectionRes(
                 self.0.collection(&name, None),
             )))
-        })
+        }
     }
 
-    fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn drop(&self, options: OpOptions<'_>) -> WitResult<()> {
             let session = options.session.as_ref().map(|s| &s.get::<SessionRes>().0);
             wrap(self.0.drop(options.timeout_ms, session).await)
-        })
+        }
     }
 
-    fn aggregate(
-        &self,
-        pipeline: Vec<Vec<u8>>,
-        options: AggregateOptions<'_>,
-    ) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn aggregate(
+            &self,
+            pipeline: Vec<Vec<u8>>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (o, batch_size, mode) = aggregate_parts(&options)?;
             let cursor = wrap(
                 self.0
@@ -143,16 +147,20 @@ impl GuestDatabase for DatabaseRes {
                     .await,
             )?;
             Ok(CursorRes::wit(cursor))
-        })
+        }
     }
 
-    fn watch(&self, pipeline: Vec<Vec<u8>>, options: AggregateOptions<'_>) -> WitResult<WitCursor> {
-        crate::runtime::block_on(async move {
+    io! {
+        fn watch(
+            &self,
+            pipeline: Vec<Vec<u8>>,
+            options: AggregateOptions<'_>,
+        ) -> WitResult<WitCursor> {
             let (opts, batch_size, mode) = aggregate_parts(&options)?;
             wrap(crate::change_stream::refuse_timeout_mode(mode))?;
             Ok(CursorRes::wit(wrap(
                 self.0.watch(&docs(pipeline)?, batch_size, &opts).await,
             )?))
-        })
+        }
     }
 }

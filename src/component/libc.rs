@@ -8,7 +8,7 @@
 //! here takes their place at link time (libc.a's are then never linked).
 //!
 //! The component has no stderr: a panic's message is dropped, and the panic
-//! traps as before. Only with the `component` feature, which a Rust guest
+//! traps as before. Only with the `component` (or `component-async`) feature, which a Rust guest
 //! linking the rlib leaves off (its own `println!` would vanish otherwise). The driver reads its environment variables and files
 //! through `runtime::env_var` and `runtime::read_file`, not through libc.
 

@@ -1,21 +1,70 @@
 //! The WIT export glue: a thin skin over the Rust API. Each resource wraps
 //! the Rust type; documents cross as raw BSON bytes, errors as the WIT record.
+//!
+//! One skin, two faces. By default (feature `component`) it exports world
+//! `driver`: sync functions, each I/O body under WASI 0.2's `block_on`.
+//! With `component-async` (WASI 0.3, runtime `p3`) it exports world
+//! `driver-async`, the same interfaces with `async func` I/O methods: the
+//! same bodies, awaited by the caller's task, many calls in flight in one
+//! instance. `io!` writes each such method once for both; the generated
+//! trait and record names are the same on both faces (`face`).
 
 // The WIT error record (with 0.2.0's write errors and partial result) goes
 // by value, as the generated trait signatures return it.
 #![allow(clippy::result_large_err)]
-// The 0.2 face runs one call at a time (sync exports over block_on): a
-// resource's RefCell borrowed across an await is never borrowed again meanwhile.
-#![allow(clippy::await_holding_refcell_ref)]
+
+#[macro_use]
+mod face_macros {
+    /// One export that does I/O, written once for both faces: on WASI 0.2
+    /// (world `driver`) a sync fn that runs its body under
+    /// `runtime::block_on`; on WASI 0.3 (`component-async`, world
+    /// `driver-async`, where wit-bindgen binds the WIT `async func` as an
+    /// `async fn`) the body itself, awaited by the caller's task.
+    macro_rules! io {
+        // `self` comes from the caller (`$this`): macro hygiene keeps the
+        // macro's own `self` apart from the body's.
+        (fn $name:ident(&$this:ident $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)? { $($body:tt)* }) => {
+            #[cfg(not(feature = "component-async"))]
+            fn $name(&$this $(, $arg: $ty)*) $(-> $ret)? {
+                crate::runtime::block_on(async move { $($body)* })
+            }
+            #[cfg(feature = "component-async")]
+            async fn $name(&$this $(, $arg: $ty)*) $(-> $ret)? {
+                // In a task now: the drops destructors left here (deferred.rs).
+                crate::component::deferred::run();
+                $($body)*
+            }
+        };
+    }
+}
 
 mod client;
 mod collection;
 mod database;
+mod deferred;
 mod gridfs;
 mod libc;
 mod session;
+mod slot;
 
+#[cfg(not(feature = "component-async"))]
 wit_bindgen::generate!({ path: "wit", world: "driver" });
+
+// The 0.3 face: world `driver-async` (wit/driver-async.wit), whose
+// interfaces are the `-async` twins of `driver`'s with `types` shared.
+#[cfg(feature = "component-async")]
+wit_bindgen::generate!({ path: "wit", world: "driver-async" });
+
+/// The exported interfaces under the names the glue uses on either face.
+#[cfg(not(feature = "component-async"))]
+pub(crate) use self::exports::mongo_wasi::driver as face;
+#[cfg(feature = "component-async")]
+pub(crate) mod face {
+    pub use super::exports::mongo_wasi::driver::{
+        client_async as client, collection_async as collection, cursor_async as cursor,
+        database_async as database, gridfs_async as gridfs, session_async as session, types,
+    };
+}
 
 use self::exports::mongo_wasi::driver::types as wit;
 use crate::error::{Error, ErrorKind};

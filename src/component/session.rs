@@ -1,16 +1,16 @@
-use super::exports::mongo_wasi::driver::session::{
+use super::face::session::{
     self as wit_session, GuestSession, GuestTransactionRunner, RunnerStep, TransactionOptions,
     TransactionRunner as WitRunner, TransactionState as WitTransactionState,
     WithTransactionOptions,
 };
+use super::slot::Slot;
 use super::{doc, to_wit, wit, wrap, Component, WitResult};
 use crate::{Error, ErrorKind, Session, TransactionRunner};
-use std::cell::RefCell;
 
 pub struct SessionRes(pub Session);
 
 /// WIT methods take `&self`; the runner's loop state needs `&mut`.
-pub struct RunnerRes(RefCell<TransactionRunner>);
+pub struct RunnerRes(Slot<TransactionRunner>);
 
 impl wit_session::Guest for Component {
     type Session = SessionRes;
@@ -18,18 +18,19 @@ impl wit_session::Guest for Component {
 }
 
 impl GuestTransactionRunner for RunnerRes {
-    fn step(&self) -> WitResult<RunnerStep> {
-        crate::runtime::block_on(async move {
-            match self.0.borrow_mut().step().await {
+    io! {
+        fn step(&self) -> WitResult<RunnerStep> {
+            match self.0.lease("transaction runner")?.step().await {
                 Ok(crate::RunnerStep::RunBody) => Ok(RunnerStep::RunBody),
                 Ok(crate::RunnerStep::Done) => Ok(RunnerStep::Done),
                 Err(e) => Err(to_wit(e)),
             }
-        })
+        }
     }
 
     fn report(&self, outcome: Result<(), wit::Error>) -> WitResult<()> {
-        wrap(self.0.borrow_mut().report(outcome.map_err(from_wit)))
+        let mut runner = self.0.lease("transaction runner")?;
+        wrap(runner.report(outcome.map_err(from_wit)))
     }
 }
 
@@ -131,12 +132,16 @@ impl GuestSession for SessionRes {
         wrap(self.0.start_transaction(transaction_options(options)?))
     }
 
-    fn commit_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        crate::runtime::block_on(async move { wrap(self.0.commit_transaction(timeout_ms).await) })
+    io! {
+        fn commit_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+            wrap(self.0.commit_transaction(timeout_ms).await)
+        }
     }
 
-    fn abort_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
-        crate::runtime::block_on(async move { wrap(self.0.abort_transaction(timeout_ms).await) })
+    io! {
+        fn abort_transaction(&self, timeout_ms: Option<u64>) -> WitResult<()> {
+            wrap(self.0.abort_transaction(timeout_ms).await)
+        }
     }
 
     fn with_transaction(&self, options: WithTransactionOptions) -> WitRunner {
@@ -148,11 +153,13 @@ impl GuestSession for SessionRes {
             }),
             Err(e) => TransactionRunner::failed(&self.0, from_wit(e)),
         };
-        WitRunner::new(RunnerRes(RefCell::new(runner)))
+        WitRunner::new(RunnerRes(Slot::new(runner)))
     }
 
-    fn end(&self) {
-        crate::runtime::block_on(async move { self.0.end().await })
+    io! {
+        fn end(&self) {
+            self.0.end().await
+        }
     }
 }
 

@@ -11,6 +11,11 @@
 //! 3. `wasm-tools component new` with the driver's own preview1 adapter, as
 //!    wasm-component-ld would have done.
 //!
+//! The same steps build the WASI 0.3 face, `target/component/mongo-wasi-async.wasm`
+//! (world `driver-async`, feature `component-async`), in a target directory of
+//! its own (`target/component-async-build`): both faces' cdylibs have one file
+//! name, so in one target directory each build would overwrite the other's.
+//!
 //! Without npm and Node.js 20 or newer (what the JavaScript host needs),
 //! step 2 is left out, and this is printed.
 //! Optimising takes half a minute, so the output is reused while the core
@@ -39,20 +44,67 @@ const FEATURES: [&str; 8] = [
 
 const ADAPTER: &str = "src/component/adapter/wasi_snapshot_preview1.wasm";
 
-/// The shipped component (kebab-case, as composition tools want it).
+/// One face of the driver component.
+pub struct Face {
+    /// Its file in `target/component/` (kebab-case, as composition tools want it).
+    pub file: &'static str,
+    /// Cargo's feature flags for it.
+    features: &'static [&'static str],
+    /// Its own target directory under `target/`, if not the default one.
+    target_subdir: Option<&'static str>,
+    /// The prefix of its cached intermediate files in `target/component/`.
+    cache_prefix: &'static str,
+}
+
+/// WASI 0.2, world `driver`: sync exports.
+pub const SYNC: Face = Face {
+    file: "mongo-wasi.wasm",
+    features: &[],
+    target_subdir: None,
+    cache_prefix: "",
+};
+
+/// WASI 0.3, world `driver-async`: `async func` exports.
+pub const ASYNC: Face = Face {
+    file: "mongo-wasi-async.wasm",
+    features: &["--no-default-features", "--features", "component-async"],
+    target_subdir: Some("component-async-build"),
+    cache_prefix: "async-",
+};
+
+/// The shipped (WASI 0.2) component.
 pub fn path(ctx: &Ctx) -> Result<PathBuf> {
-    Ok(ctx.target_dir()?.join("component/mongo-wasi.wasm"))
+    path_of(ctx, &SYNC)
+}
+
+/// Where a face's component is written.
+pub fn path_of(ctx: &Ctx, face: &Face) -> Result<PathBuf> {
+    Ok(ctx.target_dir()?.join("component").join(face.file))
+}
+
+/// The target directory a face builds in.
+fn build_dir(ctx: &Ctx, face: &Face) -> Result<PathBuf> {
+    let dir = ctx.target_dir()?;
+    Ok(match face.target_subdir {
+        Some(sub) => dir.join(sub),
+        None => dir.to_path_buf(),
+    })
 }
 
 /// Where `cargo rustc` leaves the core module.
-fn core_path(ctx: &Ctx) -> Result<PathBuf> {
-    Ok(ctx
-        .target_dir()?
-        .join("wasm32-wasip2/release/mongo_wasi.wasm"))
+fn core_path(ctx: &Ctx, face: &Face) -> Result<PathBuf> {
+    Ok(build_dir(ctx, face)?.join("wasm32-wasip2/release/mongo_wasi.wasm"))
 }
 
+/// Builds the shipped (WASI 0.2) component.
 pub fn build(ctx: &Ctx) -> Result<()> {
-    exec(&mut ctx.cargo(&[
+    build_face(ctx, &SYNC)
+}
+
+pub fn build_face(ctx: &Ctx, face: &Face) -> Result<()> {
+    let target_dir = build_dir(ctx, face)?;
+    let target_dir = target_dir.to_string_lossy();
+    let mut args = vec![
         "rustc",
         "-p",
         "mongo-wasi",
@@ -62,20 +114,24 @@ pub fn build(ctx: &Ctx) -> Result<()> {
         "wasm32-wasip2",
         "--crate-type",
         "cdylib",
-        "--",
-        "-C",
-        "link-arg=--skip-wit-component",
-    ]))?;
-    let core_module = core_path(ctx)?;
+    ];
+    args.extend_from_slice(face.features);
+    if face.target_subdir.is_some() {
+        args.extend_from_slice(&["--target-dir", &target_dir]);
+    }
+    args.extend_from_slice(&["--", "-C", "link-arg=--skip-wit-component"]);
+    exec(&mut ctx.cargo(&args))?;
+    let core_module = core_path(ctx, face)?;
     let core = read(&core_module)?;
-    let out = path(ctx)?;
+    let out = path_of(ctx, face)?;
     let cache = ctx.target_dir()?.join("component");
     fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    let (cached_core, cached) = (cache.join("core.wasm"), cache.join("cached-component.wasm"));
+    let name = |n: &str| cache.join(format!("{}{n}", face.cache_prefix));
+    let (cached_core, cached) = (name("core.wasm"), name("cached-component.wasm"));
     if cached.exists() && fs::read(&cached_core).ok().as_deref() == Some(&core[..]) {
         println!("  core module unchanged: the optimised component is reused");
     } else {
-        let optimised = cache.join("core-opt.wasm");
+        let optimised = name("core-opt.wasm");
         let opt = wasm_opt(ctx, &core_module, &optimised)?;
         let input = if opt { &optimised } else { &core_module };
         let mut cmd = Command::new(ctx.venv_bin("wasm-tools"));

@@ -14,6 +14,7 @@ mod setup;
 mod soak;
 mod spec;
 mod steps;
+mod witasync;
 mod witcheck;
 
 use std::process::ExitCode;
@@ -35,7 +36,10 @@ commands:
                       the component, and examples/http-handler-p3 (target/examples/*.wasm)
   demo                setup, build, then run examples/notes against a local nx-27017
   wit-check           count the WIT items without a doc comment (fails listing
-                      them) and have wasm-tools parse wit/
+                      them), have wasm-tools parse wit/, check both worlds (driver,
+                      driver-async) and that wit/driver-async.wit is current
+  wit-async           write wit/driver-async.wit, the async (WASI 0.3) twin of the
+                      WIT interfaces, from the other files of wit/
   layers              check the layering rule of src/ (README, Layout): each import
                       reads top to bottom (component, API objects, engine, runtime,
                       sans-I/O core); fails naming each import that does not
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         ["demo"] => steps::demo(&ctx),
         ["test"] => steps::test(&ctx),
         ["wit-check"] => steps::wit_check(&ctx),
+        ["wit-async"] => witasync::write(&ctx.root.join("wit")),
         ["layers"] => steps::layers(&ctx),
         ["node"] => node::node(&ctx),
         ["server", "start"] => server::start_detached(&ctx),

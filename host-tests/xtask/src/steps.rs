@@ -86,7 +86,7 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         exec(&mut ctx.cargo(&["build", "-p", "host-tests", "--bins", "--tests"]))
     })?;
     run.step("build: check the component's WIT exports", || {
-        check_component(ctx)
+        check_component(ctx, &crate::component::SYNC)
     })?;
     run.step("build: WIT binary package (mongo-wasi-driver.wasm)", || {
         wit_package(ctx)
@@ -98,7 +98,19 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     run.step(
         "build: examples consumer and http-handler, composed with the component; http-handler-p3",
         || crate::examples::build(ctx, &component_path(ctx)?),
-    )
+    )?;
+    // Nothing after needs the WASI 0.3 face: a failure is reported, the run goes on.
+    let _ = run
+        .step(
+            "build: WASI 0.3 component (target/component/mongo-wasi-async.wasm: world driver-async)",
+            || crate::component::build_face(ctx, &crate::component::ASYNC),
+        )
+        .and_then(|()| {
+            run.step("build: check the WASI 0.3 component's WIT exports (async func)", || {
+                check_component(ctx, &crate::component::ASYNC)
+            })
+        });
+    Ok(())
 }
 
 fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
@@ -253,8 +265,18 @@ fn wit_package(ctx: &Ctx) -> Result<()> {
 
 /// Reads the component's WIT back with wasm-tools: proves it is a component exporting
 /// the whole driver, not a core module or a build without the `component` feature.
-fn check_component(ctx: &Ctx) -> Result<()> {
-    let wasm = component_path(ctx)?;
+/// The WASI 0.3 face exports `types` and the `-async` twins of the others, and
+/// its I/O methods must read back as `async func`.
+fn check_component(ctx: &Ctx, face: &crate::component::Face) -> Result<()> {
+    let wasm = crate::component::path_of(ctx, face)?;
+    let is_async = face.file == crate::component::ASYNC.file;
+    let interfaces: Vec<String> = INTERFACES
+        .iter()
+        .map(|i| match (is_async, *i) {
+            (true, i) if i != "types" => format!("{i}-async"),
+            (_, i) => i.to_string(),
+        })
+        .collect();
     let bytes = fs::read(&wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
     // `component wit` also decodes the WIT embedded in a core module: check the header.
     if !bytes.starts_with(b"\0asm\x0d\0\x01\0") {
@@ -271,7 +293,11 @@ fn check_component(ctx: &Ctx) -> Result<()> {
                 .is_some_and(|rest| rest.starts_with(['@', ';']))
         })
     };
-    let missing: Vec<&str> = INTERFACES.into_iter().filter(|i| !exported(i)).collect();
+    let missing: Vec<&str> = interfaces
+        .iter()
+        .map(String::as_str)
+        .filter(|i| !exported(i))
+        .collect();
     if !missing.is_empty() {
         return Err(format!(
             "{} lacks mongo-wasi:driver interfaces: {}",
@@ -279,12 +305,26 @@ fn check_component(ctx: &Ctx) -> Result<()> {
             missing.join(", ")
         ));
     }
+    // `component wit` prints each package the component uses in a block of
+    // its own (`package mongo-wasi:driver@0.2.0 { ... }`): count the driver's
+    // async funcs, not those of the WASI 0.3 interfaces it imports.
+    let driver = wit
+        .split("\npackage ")
+        .find(|p| p.starts_with("mongo-wasi:driver@"))
+        .unwrap_or("");
+    let asyncs = driver.matches(": async func(").count();
+    if is_async && asyncs == 0 {
+        return Err(format!("{} exports no async func", wasm.display()));
+    }
+    if !is_async && asyncs != 0 {
+        return Err(format!("{} exports {asyncs} async funcs", wasm.display()));
+    }
     let size = bytes.len();
     println!(
-        "  {}: {size} bytes ({:.1} KB), exports mongo-wasi:driver/{{{}}}",
+        "  {}: {size} bytes ({:.1} KB), exports mongo-wasi:driver/{{{}}}; {asyncs} async funcs",
         wasm.display(),
         size as f64 / 1024.0,
-        INTERFACES.join(", ")
+        interfaces.join(", ")
     );
     Ok(())
 }

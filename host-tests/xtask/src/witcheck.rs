@@ -6,7 +6,9 @@
 //! need a `///` line right above them (`@since`-style gates may sit between).
 //! A single-line body (`enum e { a, b }`) leaves its members undocumented.
 //! wasm-tools then parses the package, so a comment cannot break the WIT, and
-//! the consumer world `imports` must import exactly what `driver` exports.
+//! the consumer world `imports` must import exactly what `driver` exports
+//! (and `imports-async` what `driver-async` exports). The generated
+//! `wit/driver-async.wit` is counted like the rest and must be current.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -179,7 +181,11 @@ fn wit_files(dir: &Path) -> Result<Vec<PathBuf>> {
 pub fn check(ctx: &Ctx) -> Result<()> {
     let dir = ctx.root.join("wit");
     let mut all = Vec::new();
-    let (mut exported, mut imported) = (Vec::new(), Vec::new());
+    // (exporting world, importing world, its exports, its imports).
+    let mut pairs = [
+        ("driver", "imports", Vec::new(), Vec::new()),
+        ("driver-async", "imports-async", Vec::new(), Vec::new()),
+    ];
     for path in wit_files(&dir)? {
         let source = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = format!(
@@ -187,8 +193,10 @@ pub fn check(ctx: &Ctx) -> Result<()> {
             path.file_name().unwrap_or_default().to_string_lossy()
         );
         all.extend(items(&file, &source));
-        exported.extend(world_items(&source, "driver"));
-        imported.extend(world_items(&source, "imports"));
+        for (exporter, importer, exported, imported) in &mut pairs {
+            exported.extend(world_items(&source, exporter));
+            imported.extend(world_items(&source, importer));
+        }
     }
     let missing: Vec<&Item> = all.iter().filter(|i| !i.documented).collect();
     let funcs = all.iter().filter(|i| i.kind == "func");
@@ -218,14 +226,21 @@ pub fn check(ctx: &Ctx) -> Result<()> {
         v.sort();
         v
     };
-    let (exports, imports) = (names(&exported, "export"), names(&imported, "import"));
-    if exports.is_empty() || exports != imports || imported.len() != imports.len() {
-        return Err(format!(
-            "world imports must import exactly what world driver exports: \
-             driver exports {exports:?}, imports has {imported:?}"
-        ));
+    for (exporter, importer, exported, imported) in &pairs {
+        let (exports, imports) = (names(exported, "export"), names(imported, "import"));
+        if exports.is_empty() || exports != imports || imported.len() != imports.len() {
+            return Err(format!(
+                "world {importer} must import exactly what world {exporter} exports: \
+                 {exporter} exports {exports:?}, {importer} has {imported:?}"
+            ));
+        }
+        println!("  world {importer} imports what world {exporter} exports");
     }
-    println!("  world imports imports what world driver exports");
+    crate::witasync::check_current(&dir)?;
+    println!(
+        "  wit/{} is current (cargo xtask wit-async)",
+        crate::witasync::FILE
+    );
     if !missing.is_empty() {
         return Err(format!("{} WIT items have no doc comment", missing.len()));
     }
