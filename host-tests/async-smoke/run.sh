@@ -4,17 +4,18 @@
 # against nx-27017 on loopback; stops the server (by PID) however it ends.
 set -euo pipefail
 cd "$(dirname "$0")"
-VENV=${VENV:-/work/main/.work/venv/bin}
+VENV=${VENV:-../../.work/venv/bin}
 NX_PORT=${NX_PORT:-47931}
 ROOT=$(cd ../.. && pwd)
 DRIVER=${DRIVER:-$ROOT/target/component/mongo-wasi-async.wasm}
-OUT=target/composed
+TARGET=${CARGO_TARGET_DIR:-target}
+OUT=$TARGET/composed
 mkdir -p "$OUT"
 
 cargo build --target wasm32-wasip2 --release
 # wasm-tools compose wants kebab-case names for the definitions it plugs in.
 cp "$DRIVER" "$OUT/mongo-wasi-async.wasm"
-"$VENV/wasm-tools" compose target/wasm32-wasip2/release/async_smoke.wasm \
+"$VENV/wasm-tools" compose "$TARGET/wasm32-wasip2/release/async_smoke.wasm" \
     -d "$OUT/mongo-wasi-async.wasm" -o "$OUT/async-smoke.wasm"
 "$VENV/wasm-tools" validate "$OUT/async-smoke.wasm"
 
@@ -25,7 +26,7 @@ if python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys
 fi
 PID_FILE=$(mktemp -u /tmp/async-smoke-nx.XXXXXX.pid)
 "$VENV/nx-27017" -d --host 127.0.0.1 -p "$NX_PORT" --db memory \
-    --pid-file "$PID_FILE" --log-file /tmp/async-smoke-nx.log
+    --pid-file "$PID_FILE" --log-file "${PID_FILE%.pid}.log"
 trap '"$VENV/nx-27017" --stop --pid-file "$PID_FILE" || true' EXIT
 sleep 1
 

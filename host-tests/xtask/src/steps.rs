@@ -156,8 +156,9 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step(crate::node::STEP, || crate::node::test_step(ctx));
     let _ = run.step(
         "test: the WASI 0.3 face (p3-probe: its runtime, then one client under 16 concurrent \
-         operations with a silent server's deadline beside them)",
-        || p3_probe(ctx),
+         operations with a silent server's deadline beside them; async-smoke: a 0.3 command \
+         composed with the driver-async component)",
+        || p3_probe(ctx).and_then(|()| async_smoke(ctx)),
     );
     let _ = run.step(
         "test: the examples through the wasmtime CLI (consumer, wasi:http handlers 0.2 and 0.3)",
@@ -236,6 +237,18 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
     for var in ["NX_PORT", "SILENT_PORT", "TRICKLE_PORT", "DNS_PORT"] {
         cmd.env(var, crate::server::free_port()?.to_string());
     }
+    exec(&mut cmd)
+}
+
+/// host-tests/async-smoke/run.sh: builds a WASI 0.3 command, composes it with
+/// target/component/mongo-wasi-async.wasm and runs it against its own
+/// nx-27017 (insert, find, 16 concurrent finds, cursors, dropped cursors).
+fn async_smoke(ctx: &Ctx) -> Result<()> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(ctx.root.join("host-tests/async-smoke/run.sh"))
+        .env("VENV", ctx.venv.join("bin"))
+        .env("CARGO_TARGET_DIR", ctx.target_dir()?.join("p3-probe"))
+        .env("NX_PORT", crate::server::free_port()?.to_string());
     exec(&mut cmd)
 }
 
