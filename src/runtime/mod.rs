@@ -5,9 +5,16 @@
 //! Two faces, one front: without feature `p3` the WASI 0.2 modules here
 //! (`clock`, `tcp`, `dns`, `udp`, `wait`: every wait blocks in `wait`, one
 //! caller per instance); with it WASI 0.3's (`p3/`: every wait is an await, so
-//! operations run concurrently). `stream`, `tls` and `host` are shared.
+//! operations run concurrently). Shared by both: `stream`, `tls`, `host`,
+//! `resolve` (name resolution and connecting to each address), `dns_udp` (the
+//! DNS client) and `addr` (address conversions); each face keeps only what
+//! touches its WASI: the sockets, the waits, the clock.
 
+#[macro_use]
+mod addr;
+mod dns_udp;
 mod host;
+mod resolve;
 mod stream;
 mod tls;
 
@@ -31,19 +38,30 @@ pub use clock::now;
 #[cfg(not(feature = "p3"))]
 pub use tcp::TcpStream;
 #[cfg(not(feature = "p3"))]
-pub use udp::lookup as dns_lookup;
-#[cfg(not(feature = "p3"))]
-pub use wait::{block_on, check, sleep_until, wait, within, CONCURRENT};
+pub use wait::{check, sleep_until, wait, within, CONCURRENT};
 
-// No `block_on` on 0.3: a nested event loop inside a task would starve the
-// other tasks (a connection another operation holds, a detached kill), so
-// sync code there is an error at build time, not a deadlock at run time.
 #[cfg(feature = "p3")]
-pub use p3::{check, dns_lookup, now, sleep_until, within, TcpStream, CONCURRENT};
+pub use p3::{check, now, sleep_until, within, TcpStream, CONCURRENT};
 
-/// Natively (unit tests with `p3`; no 0.3 host) a future that needs no I/O
-/// runs here, as 0.2's `block_on` does.
-#[cfg(all(feature = "p3", not(target_os = "wasi")))]
+pub use dns_udp::lookup as dns_lookup;
+
+#[cfg(feature = "p3")]
+use p3::{dns::lookup_name, udp::Channel};
+/// What each face gives the shared modules: ip-name-lookup (`resolve`) and
+/// a UDP channel to one DNS server (`dns_udp`).
+#[cfg(not(feature = "p3"))]
+use {dns::lookup_name, udp::Channel};
+
+/// Runs an operation of the async core to its end on WASI 0.2. Every wait of
+/// the 0.2 runtime blocks inside `wait` (one caller per instance: the sync
+/// exports), so the future is ready at its first poll; the loop is only for
+/// a foreign future that is not. Natively (unit tests with `p3`; no 0.3 host)
+/// a future that needs no I/O runs here too.
+///
+/// No `block_on` on 0.3: a nested event loop inside a task would starve the
+/// other tasks (a connection another operation holds, a detached kill), so
+/// sync code there is an error at build time, not a deadlock at run time.
+#[cfg(any(not(feature = "p3"), not(target_os = "wasi")))]
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -1,17 +1,15 @@
 //! A TCP stream over wasi:sockets/tcp whose every wait honours a `Deadline`.
 
-use super::dns;
+use super::stream::reserve_within;
 use super::wait::{check, wait};
 use crate::deadline::Deadline;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::net::IpAddr;
 use wasi::io::poll::Pollable;
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
 use wasi::sockets::instance_network::instance_network;
-use wasi::sockets::network::{
-    ErrorCode, IpAddress, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress, Ipv6SocketAddress,
-};
+use wasi::sockets::network::ErrorCode;
 use wasi::sockets::tcp::{ShutdownType, TcpSocket};
 use wasi::sockets::tcp_create_socket::create_tcp_socket;
 
@@ -40,61 +38,10 @@ struct Parts {
 }
 
 impl TcpStream {
-    /// Resolves `host` and connects to the first address that answers.
-    pub async fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        Self::connect_via(host, port, &[], deadline).await
-    }
-
-    /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
-    /// first: the servers that answered a `mongodb+srv` lookup know its targets.
-    pub async fn connect_via(
-        host: &str,
-        port: u16,
-        name_servers: &[std::net::SocketAddr],
-        deadline: Deadline,
-    ) -> Result<TcpStream> {
-        let mut last: Option<Error> = None;
-        for ip in dns::resolve_via(host, name_servers, deadline)
-            .await
-            .map_err(|mut e| {
-                // Name the address the lookup was for.
-                e.message = format!("{} (for {host}:{port})", e.message);
-                e
-            })?
-        {
-            match Self::connect_ip(ip, port, deadline).await {
-                Ok(s) => return Ok(s),
-                Err(e) if e.is_timeout() => return Err(e),
-                // A denied address is reported only if no other failed for another reason.
-                Err(e) => {
-                    if last
-                        .as_ref()
-                        .is_none_or(|l| l.kind == ErrorKind::AccessDenied)
-                    {
-                        last = Some(e);
-                    }
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
-    }
-
     /// One address, no lookup (DNS over TCP connects here: no recursion).
     pub async fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        let peer = match ip {
-            IpAddr::V6(_) => format!("[{ip}]:{port}"),
-            IpAddr::V4(_) => format!("{ip}:{port}"),
-        };
+        let peer = super::resolve::peer(ip, port)?;
         let net_err = |e: ErrorCode| super::socket_error(e, &format!("connect to {peer}"));
-        if let IpAddr::V6(v6) = ip {
-            // WASI sockets refuse these (invalid-argument): say which address to use.
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return Err(Error::invalid_argument(format!(
-                    "cannot connect to {peer}: WASI sockets do not take IPv4-mapped IPv6 \
-                     addresses; use {v4}:{port}"
-                )));
-            }
-        }
         let (family, addr) = to_wasi_addr(ip, port);
         let network = instance_network();
         let socket = create_tcp_socket(family).map_err(net_err)?;
@@ -128,13 +75,9 @@ impl TcpStream {
             .ok_or_else(|| Error::network("connection closed"))
     }
 
-    /// Writes all of `bytes`: one `write` when the permit allows (it usually
-    /// does). Every pass checks the deadline, the flush wait's included.
-    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        self.write_all_now(bytes, deadline, "socket write")
-    }
-
-    /// `write_all`, its waits named `section` (e.g. "TLS handshake").
+    /// Writes all of `bytes`, its waits named `section` (e.g. "TLS
+    /// handshake"): one `write` when the permit allows (it usually does).
+    /// Every pass checks the deadline, the flush wait's included.
     pub async fn write_all_as(
         &mut self,
         bytes: &[u8],
@@ -180,18 +123,6 @@ impl TcpStream {
         Ok(())
     }
 
-    /// Appends to `buf` until it holds at least `want` bytes, never reading
-    /// past `want` nor growing `buf` beyond it. Every pass checks the
-    /// deadline, so a reply trickled or flooded past it fails in time.
-    pub async fn read_to_len(
-        &mut self,
-        buf: &mut Vec<u8>,
-        want: usize,
-        deadline: Deadline,
-    ) -> Result<()> {
-        self.read_up_to(buf, want, want, deadline).await
-    }
-
     /// Appends to `buf` until it holds at least `want` bytes, each read
     /// taking what has arrived up to `max` (at least `want`) in all: one
     /// read can bring a frame's length and its body together. `buf` never
@@ -222,19 +153,6 @@ impl TcpStream {
             }
         }
         Ok(())
-    }
-}
-
-/// Room for `more` bytes, growing geometrically but never past `limit` (the
-/// frame length), so a reply claiming a large frame costs only what arrived.
-fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
-    let need = buf.len() + more;
-    if need > buf.capacity() {
-        let target = buf
-            .capacity()
-            .saturating_mul(2)
-            .clamp(need, limit.max(need));
-        buf.reserve_exact(target - buf.len());
     }
 }
 
@@ -327,55 +245,4 @@ fn stream_err(e: StreamError) -> Error {
     }
 }
 
-pub(super) fn to_wasi_addr(ip: IpAddr, port: u16) -> (IpAddressFamily, IpSocketAddress) {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, c, d] = v4.octets();
-            let addr = Ipv4SocketAddress {
-                port,
-                address: (a, b, c, d),
-            };
-            (IpAddressFamily::Ipv4, IpSocketAddress::Ipv4(addr))
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let addr = Ipv6SocketAddress {
-                port,
-                flow_info: 0,
-                address: (s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
-                scope_id: 0,
-            };
-            (IpAddressFamily::Ipv6, IpSocketAddress::Ipv6(addr))
-        }
-    }
-}
-
-pub(super) fn from_wasi_ip(ip: IpAddress) -> IpAddr {
-    match ip {
-        IpAddress::Ipv4((a, b, c, d)) => IpAddr::from([a, b, c, d]),
-        IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::from([a, b, c, d, e, f, g, h]),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reserve_within;
-
-    #[test]
-    fn the_read_buffer_never_grows_past_the_frame() {
-        let mut buf = Vec::new();
-        let frame = 1_000_000;
-        while buf.len() < frame {
-            let n = (frame - buf.len()).min(64 * 1024);
-            reserve_within(&mut buf, n, frame);
-            buf.extend(std::iter::repeat_n(0u8, n));
-            assert!(buf.capacity() <= frame, "{} > {frame}", buf.capacity());
-        }
-        assert_eq!(buf.len(), frame);
-        // Growth stays geometric: few reallocations, not one per chunk.
-        let mut small = Vec::with_capacity(10);
-        reserve_within(&mut small, 10, 1000);
-        reserve_within(&mut small, 11, 1000);
-        assert!(small.capacity() >= 20);
-    }
-}
+wasi_addr_conversions!(wasi::sockets::network);

@@ -69,20 +69,6 @@ pub async fn within<T>(
     io.await
 }
 
-/// Runs an operation of the async core to its end on WASI 0.2. Every wait of
-/// the 0.2 runtime blocks inside `wait` (one caller per instance: the sync
-/// exports), so the future is ready at its first poll; the loop is only for
-/// a foreign future that is not.
-pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
-
 /// Waits for `pollable` (true) or for the clock to reach `at` (false). Every
 /// pass reads the clock first, so the deadline wins a tie. Readiness is what
 /// `poll` reports, never `ready()`: jco's preview2-shim answers `ready()` from a

@@ -11,8 +11,8 @@ pub mod dns;
 pub mod tcp;
 pub mod udp;
 
+pub use super::dns_udp::lookup as dns_lookup;
 pub use tcp::TcpStream;
-pub use udp::lookup as dns_lookup;
 
 use crate::deadline::{Deadline, WakeSlack};
 use crate::error::{Error, ErrorKind, Result};

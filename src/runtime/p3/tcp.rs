@@ -9,17 +9,15 @@
 //!   the stream is then broken: later calls fail with "connection closed".
 //! - Connecting: the socket is dropped with the future; nothing lingers.
 
-use super::{check, dns, within};
+use super::super::stream::reserve_within;
+use super::{check, within};
 use crate::deadline::Deadline;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use wasip3::sockets::types::{
-    ErrorCode, IpAddress, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress, Ipv6SocketAddress,
-    TcpSocket,
-};
+use wasip3::sockets::types::{ErrorCode, TcpSocket};
 use wasip3::wit_bindgen::{FutureReader, StreamRead, StreamReader, StreamResult, StreamWriter};
 
 /// Most bytes asked of one host read: large replies come in few calls.
@@ -46,61 +44,10 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
-    /// Resolves `host` and connects to the first address that answers.
-    pub async fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        Self::connect_via(host, port, &[], deadline).await
-    }
-
-    /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
-    /// first: the servers that answered a `mongodb+srv` lookup know its targets.
-    pub async fn connect_via(
-        host: &str,
-        port: u16,
-        name_servers: &[std::net::SocketAddr],
-        deadline: Deadline,
-    ) -> Result<TcpStream> {
-        let ips = dns::resolve_via(host, name_servers, deadline)
-            .await
-            .map_err(|mut e| {
-                // Name the address the lookup was for.
-                e.message = format!("{} (for {host}:{port})", e.message);
-                e
-            })?;
-        let mut last: Option<Error> = None;
-        for ip in ips {
-            match Self::connect_ip(ip, port, deadline).await {
-                Ok(s) => return Ok(s),
-                Err(e) if e.is_timeout() => return Err(e),
-                // A denied address is reported only if no other failed for another reason.
-                Err(e) => {
-                    if last
-                        .as_ref()
-                        .is_none_or(|l| l.kind == ErrorKind::AccessDenied)
-                    {
-                        last = Some(e);
-                    }
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
-    }
-
     /// Connects to one address (no lookup: the DNS client uses it, so no recursion).
-    pub(super) async fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
-        let peer = match ip {
-            IpAddr::V6(_) => format!("[{ip}]:{port}"),
-            IpAddr::V4(_) => format!("{ip}:{port}"),
-        };
+    pub(crate) async fn connect_ip(ip: IpAddr, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        let peer = super::super::resolve::peer(ip, port)?;
         let net_err = |e: ErrorCode| super::socket_error_p3(e, &format!("connect to {peer}"));
-        if let IpAddr::V6(v6) = ip {
-            // WASI sockets refuse these (invalid-argument): say which address to use.
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return Err(Error::invalid_argument(format!(
-                    "cannot connect to {peer}: WASI sockets do not take IPv4-mapped IPv6 \
-                     addresses; use {v4}:{port}"
-                )));
-            }
-        }
         let (family, addr) = to_wasi_addr(ip, port);
         let socket = TcpSocket::create(family).map_err(net_err)?;
         within(deadline, "connection establishment", async {
@@ -130,13 +77,9 @@ impl TcpStream {
         }
     }
 
-    /// Writes all of `bytes`: one host write of the whole message (there is no
+    /// Writes all of `bytes`, its waits named `section` (e.g. "TLS
+    /// handshake"): one host write of the whole message (there is no
     /// TCP_NODELAY on wasi), more only if the host takes part of it.
-    pub async fn write_all(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        self.write_all_as(bytes, deadline, "socket write").await
-    }
-
-    /// `write_all`, its waits named `section` (e.g. "TLS handshake").
     pub async fn write_all_as(
         &mut self,
         bytes: &[u8],
@@ -212,17 +155,6 @@ impl TcpStream {
             }
             None => Error::network("connection closed by the server"),
         }
-    }
-
-    /// Appends to `buf` until it holds at least `want` bytes, never growing
-    /// `buf` beyond `want` nor handing out more.
-    pub async fn read_to_len(
-        &mut self,
-        buf: &mut Vec<u8>,
-        want: usize,
-        deadline: Deadline,
-    ) -> Result<()> {
-        self.read_up_to(buf, want, want, deadline).await
     }
 
     /// Appends to `buf` until it holds at least `want` bytes, taking what has
@@ -358,45 +290,4 @@ impl Drop for KeepOnCancel<'_> {
     }
 }
 
-/// Room for `more` bytes, growing geometrically but never past `limit` (the
-/// frame length), so a reply claiming a large frame costs only what arrived.
-fn reserve_within(buf: &mut Vec<u8>, more: usize, limit: usize) {
-    let need = buf.len() + more;
-    if need > buf.capacity() {
-        let target = buf
-            .capacity()
-            .saturating_mul(2)
-            .clamp(need, limit.max(need));
-        buf.reserve_exact(target - buf.len());
-    }
-}
-
-pub(super) fn to_wasi_addr(ip: IpAddr, port: u16) -> (IpAddressFamily, IpSocketAddress) {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, c, d] = v4.octets();
-            let addr = Ipv4SocketAddress {
-                port,
-                address: (a, b, c, d),
-            };
-            (IpAddressFamily::Ipv4, IpSocketAddress::Ipv4(addr))
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let addr = Ipv6SocketAddress {
-                port,
-                flow_info: 0,
-                address: (s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
-                scope_id: 0,
-            };
-            (IpAddressFamily::Ipv6, IpSocketAddress::Ipv6(addr))
-        }
-    }
-}
-
-pub(super) fn from_wasi_ip(ip: IpAddress) -> IpAddr {
-    match ip {
-        IpAddress::Ipv4((a, b, c, d)) => IpAddr::from([a, b, c, d]),
-        IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::from([a, b, c, d, e, f, g, h]),
-    }
-}
+wasi_addr_conversions!(wasip3::sockets::types);

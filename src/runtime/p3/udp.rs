@@ -1,206 +1,72 @@
-//! A DNS client over wasi:sockets 0.3 UDP, as the 0.2 runtime's: one query,
-//! retransmitted a bounded number of times within the deadline, to each
-//! server in turn; a truncated answer (TC) is asked again over TCP. The bytes
-//! are `crate::dns`'s; this file only moves them.
+//! The DNS client's channel over wasi:sockets 0.3 UDP (the lookup itself is
+//! `dns_udp`'s).
 //!
 //! 0.3 UDP is simpler than 0.2's: `connect` binds implicitly and is
 //! synchronous, and `send`/`receive` are async calls on the socket. A receive
 //! dropped by the deadline is cancelled; a datagram it lost is what a
 //! retransmission covers.
 
-use super::{now, within, TcpStream};
+use super::super::dns_udp::SECTION;
+use super::within;
 use crate::deadline::Deadline;
-use crate::dns::{self, DnsError, Record, RecordType};
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
-use std::time::Duration;
 use wasip3::sockets::types::{ErrorCode, UdpSocket};
 
-/// Rounds over the servers; the wait for an answer doubles each round.
-const ROUNDS: u32 = 3;
-const FIRST_WAIT: Duration = Duration::from_millis(1000);
-const SECTION: &str = "the DNS lookup for mongodb+srv";
+/// A UDP socket connected to one server.
+pub(crate) struct Channel(UdpSocket);
 
-/// Asks `servers` for `name`'s `rtype` records. The outer error is I/O (no
-/// server answered in time, none reachable); the inner one is the answer's
-/// (NXDOMAIN, SERVFAIL, a malformed reply).
-pub async fn lookup(
-    servers: &[SocketAddr],
-    name: &str,
-    rtype: RecordType,
-    deadline: Deadline,
-) -> Result<std::result::Result<Vec<Record>, DnsError>> {
-    let id = u16::from_be_bytes(
-        match wasip3::random::random::get_random_bytes(2).as_slice() {
-            [a, b] => [*a, *b],
-            _ => [0x5a, 0xa5],
-        },
-    );
-    let query = match dns::query(id, name, rtype) {
-        Ok(q) => q,
-        Err(e) => return Ok(Err(e)),
-    };
-    let what = format!("the DNS {rtype} query for {name}");
-    let mut channels: Vec<Option<UdpSocket>> = servers.iter().map(|_| None).collect();
-    let mut last_error = None;
-    let mut interval = FIRST_WAIT;
-    for _ in 0..ROUNDS {
-        for (i, server) in servers.iter().enumerate() {
-            if deadline.is_expired(now()) {
-                return Err(no_answer(servers, &what, true));
-            }
-            let is_ours = |bytes: &[u8]| {
-                !matches!(
-                    dns::parse_reply(bytes, id, name, rtype),
-                    Err(DnsError::NotOurs(_))
-                )
-            };
-            let answer = match ask(
-                &mut channels[i],
-                *server,
-                &query,
-                &is_ours,
-                interval,
-                deadline,
-            )
-            .await
-            {
-                Ok(Some(bytes)) => {
-                    read_reply(&bytes, *server, id, name, rtype, &query, deadline).await
-                }
-                Ok(None) => Ok(None),
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(Some(result)) => return Ok(result),
-                Ok(None) => {}
-                Err(e) if e.is_timeout() => return Err(no_answer(servers, &what, true)),
-                // This server is unusable (refused, unreachable): the next one may do.
-                Err(e) => {
-                    channels[i] = None;
-                    last_error = Some(e);
-                }
-            }
-        }
-        interval = interval.saturating_mul(2);
+impl Channel {
+    /// Connects to `server` (bound implicitly, so no wait: `_deadline` is
+    /// 0.2's, whose bind waits).
+    pub(crate) fn open(server: SocketAddr, _deadline: Deadline) -> Result<Channel> {
+        let (family, remote) = super::tcp::to_wasi_addr(server.ip(), server.port());
+        let err = |e| sock_err(server, "open a UDP socket to", e);
+        let socket = UdpSocket::create(family).map_err(err)?;
+        socket.connect(remote).map_err(err)?;
+        Ok(Channel(socket))
     }
-    Err(last_error.unwrap_or_else(|| no_answer(servers, &what, false)))
-}
 
-fn no_answer(servers: &[SocketAddr], what: &str, timed_out: bool) -> Error {
-    let list: Vec<String> = servers.iter().map(SocketAddr::to_string).collect();
-    let cause = format!(
-        "no answer from the DNS server {} to {what}",
-        list.join(", ")
-    );
-    if timed_out {
-        Error::timeout(SECTION).with_cause(cause)
-    } else {
-        Error::network(format!("{cause} after {ROUNDS} attempts"))
-    }
-}
-
-/// A validated reply, asking over TCP when it was truncated; `None` when the
-/// bytes were not a reply to our query (keep waiting).
-async fn read_reply(
-    bytes: &[u8],
-    server: SocketAddr,
-    id: u16,
-    name: &str,
-    rtype: RecordType,
-    query: &[u8],
-    deadline: Deadline,
-) -> Result<Option<std::result::Result<Vec<Record>, DnsError>>> {
-    match dns::parse_reply(bytes, id, name, rtype) {
-        Ok(reply) if reply.truncated => {
-            let bytes = over_tcp(server, query, deadline).await?;
-            match dns::parse_reply(&bytes, id, name, rtype) {
-                Ok(reply) if reply.truncated => Ok(Some(Err(DnsError::Malformed(
-                    "the answer over TCP is truncated too".into(),
-                )))),
-                Ok(reply) => Ok(Some(Ok(reply.answers))),
-                Err(DnsError::NotOurs(why)) => Ok(Some(Err(DnsError::Malformed(format!(
-                    "the answer over TCP is {why}"
-                ))))),
-                Err(e) => Ok(Some(Err(e))),
-            }
-        }
-        Ok(reply) => Ok(Some(Ok(reply.answers))),
-        Err(DnsError::NotOurs(_)) => Ok(None),
-        Err(e) => Ok(Some(Err(e))),
-    }
-}
-
-/// RFC 1035 4.2.2: the same message with a two-byte length prefix.
-async fn over_tcp(server: SocketAddr, query: &[u8], deadline: Deadline) -> Result<Vec<u8>> {
-    let mut stream = TcpStream::connect_ip(server.ip(), server.port(), deadline).await?;
-    let mut framed = Vec::with_capacity(query.len() + 2);
-    framed.extend_from_slice(&(query.len() as u16).to_be_bytes());
-    framed.extend_from_slice(query);
-    stream.write_all(&framed, deadline).await?;
-    let mut buf = Vec::with_capacity(dns::UDP_MAX);
-    stream.read_to_len(&mut buf, 2, deadline).await?;
-    let len = usize::from(u16::from_be_bytes([buf[0], buf[1]]));
-    stream.read_to_len(&mut buf, 2 + len, deadline).await?;
-    buf.drain(..2);
-    Ok(buf)
-}
-
-/// Sends the query (opening the socket if needed) and waits up to `interval`
-/// (within `deadline`) for a datagram that `is_ours`; returns its bytes.
-/// Other datagrams (stray, late, spoofed) are dropped and the wait goes on.
-async fn ask(
-    channel: &mut Option<UdpSocket>,
-    server: SocketAddr,
-    query: &[u8],
-    is_ours: &dyn Fn(&[u8]) -> bool,
-    interval: Duration,
-    deadline: Deadline,
-) -> Result<Option<Vec<u8>>> {
-    if channel.is_none() {
-        *channel = Some(open(server)?);
-    }
-    let Some(socket) = channel.as_ref() else {
-        return Ok(None);
-    };
-    within(deadline, SECTION, async {
-        socket
-            .send(query.to_vec(), None)
-            .await
-            .map_err(|e| sock_err(server, "send to", e))
-    })
-    .await?;
-    let until = Deadline::after(now(), interval).min(deadline);
-    loop {
-        // Each pass checks the clock: a flood of stray datagrams cannot hold us past it.
-        let received = within(until, SECTION, async {
-            socket
-                .receive()
+    pub(crate) async fn send(
+        &self,
+        server: SocketAddr,
+        query: &[u8],
+        deadline: Deadline,
+    ) -> Result<()> {
+        within(deadline, SECTION, async {
+            self.0
+                .send(query.to_vec(), None)
                 .await
-                .map_err(|e| sock_err(server, "receive from", e))
+                .map_err(|e| sock_err(server, "send to", e))
         })
-        .await;
-        match received {
-            Ok((data, _)) if is_ours(&data) => return Ok(Some(data)),
-            Ok(_) => {}
-            Err(e) if e.is_timeout() => {
-                return match deadline.is_expired(now()) {
-                    true => Err(Error::timeout(SECTION)),
-                    false => Ok(None),
-                };
+        .await
+    }
+
+    /// The first datagram that `is_ours`, or `None` once `until` has passed.
+    /// Other datagrams are dropped and the wait goes on.
+    pub(crate) async fn receive(
+        &self,
+        server: SocketAddr,
+        is_ours: &dyn Fn(&[u8]) -> bool,
+        until: Deadline,
+    ) -> Result<Option<Vec<u8>>> {
+        loop {
+            // Each pass checks the clock: a flood of stray datagrams cannot hold us past it.
+            let received = within(until, SECTION, async {
+                self.0
+                    .receive()
+                    .await
+                    .map_err(|e| sock_err(server, "receive from", e))
+            })
+            .await;
+            match received {
+                Ok((data, _)) if is_ours(&data) => return Ok(Some(data)),
+                Ok(_) => {}
+                Err(e) if e.is_timeout() => return Ok(None),
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
-}
-
-/// A UDP socket connected to `server` (bound implicitly, so no wait).
-fn open(server: SocketAddr) -> Result<UdpSocket> {
-    let (family, remote) = super::tcp::to_wasi_addr(server.ip(), server.port());
-    let err = |e| sock_err(server, "open a UDP socket to", e);
-    let socket = UdpSocket::create(family).map_err(err)?;
-    socket.connect(remote).map_err(err)?;
-    Ok(socket)
 }
 
 fn sock_err(server: SocketAddr, what: &str, e: ErrorCode) -> Error {

@@ -1,0 +1,159 @@
+//! Name resolution and connecting, the same on both faces: IP literals and
+//! `localhost` names (RFC 6761) need no lookup; a client with DNS servers
+//! (those that resolved `mongodb+srv`, or the ones the host configured) asks
+//! them first, over the driver's own DNS client (`dns_udp`); the face's
+//! wasi:sockets ip-name-lookup (`lookup_name`) does the rest. A host that
+//! denies name lookup (Spin) thus still reaches servers by name when it grants
+//! UDP to a DNS server. Then each address in turn is connected to.
+//!
+//! Nothing here recurses: the DNS client reaches its servers by address
+//! (`TcpStream::connect_ip`), never through `resolve_via`.
+
+use super::{lookup_name, TcpStream};
+use crate::deadline::Deadline;
+use crate::dns::{Record, RecordType};
+use crate::error::{Error, ErrorKind, Result};
+use std::net::{IpAddr, SocketAddr};
+
+/// `host`'s addresses: a literal is its own, `localhost` names the loopback
+/// addresses, anything else the face's ip-name-lookup.
+pub async fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
+    let literal = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(vec![ip]);
+    }
+    if is_localhost(host) {
+        // RFC 6761: the loopback addresses, never a lookup.
+        return Ok(vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+        ]);
+    }
+    let out = lookup_name(host, deadline).await?;
+    if out.is_empty() {
+        return Err(Error::network(format!("{host} resolved to no addresses")));
+    }
+    Ok(out)
+}
+
+/// `localhost` and names under it (RFC 6761).
+fn is_localhost(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
+/// `host`'s addresses from `name_servers` (A, then AAAA), falling back to
+/// ip-name-lookup when they know none or cannot be reached (the host denied
+/// UDP to them, say). `localhost` names never go to DNS (RFC 6761), and no
+/// servers means ip-name-lookup alone.
+pub async fn resolve_via(
+    host: &str,
+    name_servers: &[SocketAddr],
+    deadline: Deadline,
+) -> Result<Vec<IpAddr>> {
+    let literal = host.trim_start_matches('[').trim_end_matches(']');
+    if name_servers.is_empty() || is_localhost(host) || literal.parse::<IpAddr>().is_ok() {
+        return resolve(host, deadline).await;
+    }
+    let mut unreachable = None;
+    for rtype in [RecordType::A, RecordType::Aaaa] {
+        let answer = match super::dns_udp::lookup(name_servers, host, rtype, deadline).await {
+            Ok(answer) => answer,
+            Err(e) if e.is_timeout() => return Err(e),
+            Err(e) => {
+                unreachable = Some(e);
+                break;
+            }
+        };
+        match answer {
+            Ok(records) => {
+                let ips: Vec<IpAddr> = records
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        Record::A(ip) => Some(IpAddr::V4(ip)),
+                        Record::Aaaa(ip) => Some(IpAddr::V6(ip)),
+                        _ => None,
+                    })
+                    .collect();
+                if !ips.is_empty() {
+                    return Ok(ips);
+                }
+            }
+            Err(crate::dns::DnsError::NxDomain) => break,
+            Err(_) => {}
+        }
+    }
+    resolve(host, deadline)
+        .await
+        .map_err(|e| match unreachable {
+            // Neither way worked: say both.
+            Some(dns) => Error {
+                message: format!(
+                    "{}; the DNS servers were not reachable either: {}",
+                    e.message, dns.message
+                ),
+                ..e
+            },
+            None => e,
+        })
+}
+
+impl TcpStream {
+    /// Resolves `host` and connects to the first address that answers.
+    pub async fn connect(host: &str, port: u16, deadline: Deadline) -> Result<TcpStream> {
+        Self::connect_via(host, port, &[], deadline).await
+    }
+
+    /// As `connect`, asking `name_servers` (if any) for `host`'s addresses
+    /// first: the servers that answered a `mongodb+srv` lookup know its targets.
+    pub async fn connect_via(
+        host: &str,
+        port: u16,
+        name_servers: &[SocketAddr],
+        deadline: Deadline,
+    ) -> Result<TcpStream> {
+        let ips = resolve_via(host, name_servers, deadline)
+            .await
+            .map_err(|mut e| {
+                // Name the address the lookup was for.
+                e.message = format!("{} (for {host}:{port})", e.message);
+                e
+            })?;
+        let mut last: Option<Error> = None;
+        for ip in ips {
+            match Self::connect_ip(ip, port, deadline).await {
+                Ok(s) => return Ok(s),
+                Err(e) if e.is_timeout() => return Err(e),
+                // A denied address is reported only if no other failed for another reason.
+                Err(e) => {
+                    if last
+                        .as_ref()
+                        .is_none_or(|l| l.kind == ErrorKind::AccessDenied)
+                    {
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::network(format!("no address for {host}"))))
+    }
+}
+
+/// `ip:port` as a connect error names it (`[v6]:port` for IPv6), or the
+/// error for an address WASI sockets refuse (IPv4-mapped IPv6, which they
+/// answer with a bare invalid-argument), saying which address to use.
+pub(super) fn peer(ip: IpAddr, port: u16) -> Result<String> {
+    let peer = match ip {
+        IpAddr::V6(_) => format!("[{ip}]:{port}"),
+        IpAddr::V4(_) => format!("{ip}:{port}"),
+    };
+    if let IpAddr::V6(v6) = ip {
+        if let Some(v4) = v6.to_ipv4_mapped() {
+            return Err(Error::invalid_argument(format!(
+                "cannot connect to {peer}: WASI sockets do not take IPv4-mapped IPv6 \
+                 addresses; use {v4}:{port}"
+            )));
+        }
+    }
+    Ok(peer)
+}
