@@ -167,9 +167,11 @@ pub fn run(s: &Setup, server: &BenchServer, data: &Data, r: &mut Results) -> any
     };
     // The native side warms up as the guest does (untimed, same rounds).
     if let Some(n) = native.as_mut() {
+        let before = server.accepted();
         for w in WORKLOADS {
             n.run(Cmd::Concurrent(w, WARM_ROUNDS * WIDTH, WIDTH))?;
         }
+        r.concurrent.native_warm_up_connections = Some(server.accepted() - before);
     }
     for it in 0..s.iterations {
         // Alternate who goes first.
@@ -231,6 +233,9 @@ pub struct Figures {
     /// contender -> connections the server accepted per iteration (the
     /// guest's include its warm-up: a new process, a new pool, each time).
     pub connections: BTreeMap<String, Vec<u64>>,
+    /// What the native side's pool opened while warming up (its process,
+    /// and so its pool, lives through the section).
+    pub native_warm_up_connections: Option<u64>,
     pub seconds: f64,
 }
 

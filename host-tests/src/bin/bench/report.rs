@@ -313,6 +313,7 @@ fn concurrent_json(r: &Results, st: &BTreeMap<String, BTreeMap<String, Stat>>) -
         "p3_host": c.p3_host,
         "workloads": workloads,
         "new_connections_per_iteration": c.connections,
+        "native_warm_up_connections": c.native_warm_up_connections,
         "seconds": round(c.seconds, 1),
     })
 }
@@ -401,8 +402,9 @@ pub fn print(r: &Results) {
         }
         let _ = writeln!(
             out,
-            "  new connections per iteration: {}",
-            conc["new_connections_per_iteration"]
+            "  new connections per iteration: {} (mongo-wasi-p3: a new process each, warm-up \
+             included); {} opened by the native side's warm-up",
+            conc["new_connections_per_iteration"], conc["native_warm_up_connections"]
         );
     }
     let _ = writeln!(
