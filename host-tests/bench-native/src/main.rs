@@ -7,6 +7,12 @@
 //! Reads and writes use `Collection<RawDocumentBuf>`, the crate's fastest
 //! path: like mongo-wasi's API, documents go in and come back as BSON
 //! bytes, neither encoded from nor decoded into a `Document`.
+//!
+//! `concurrent_find_one OPS WIDTH` and `concurrent_insert_one_small OPS WIDTH`
+//! (the concurrency section): OPS/WIDTH rounds of WIDTH operations at once,
+//! each a `tokio::spawn`ed task on this current-thread runtime, on a second
+//! client whose pool holds WIDTH connections (`maxPoolSize=WIDTH`, as the
+//! WASI 0.3 guest's); a round ends when its last task does.
 
 use futures_util::io::{AsyncReadExt, AsyncWriteExt};
 use futures_util::TryStreamExt;
@@ -53,6 +59,8 @@ struct Bench {
     scratch: Collection<RawDocumentBuf>,
     data: Data,
     gridfs_id: Option<bson::Bson>,
+    /// The concurrency section's client (`maxPoolSize=WIDTH`) and its width.
+    wide: Option<(usize, Client)>,
 }
 
 impl Bench {
@@ -62,6 +70,56 @@ impl Bench {
         up.write_all(&self.data.gridfs).await?;
         up.close().await?;
         Ok(up.id().clone())
+    }
+
+    /// `ops` operations `width` at a time (see the module's comment).
+    async fn concurrent(&mut self, op: &str, ops: usize, width: usize) -> Result<Sample> {
+        if self.wide.as_ref().map(|w| w.0) != Some(width) {
+            let sep = if self.uri.contains('?') { '&' } else { '?' };
+            let uri = format!("{}{sep}maxPoolSize={width}", self.uri);
+            self.wide = Some((width, Client::with_uri_str(&uri).await?));
+        }
+        let db = self.wide.as_ref().unwrap().1.database("perftest");
+        let find = match op {
+            "find_one" => true,
+            "insert_one_small" => false,
+            _ => return Err(format!("no concurrent {op}").into()),
+        };
+        let coll: Collection<RawDocumentBuf> =
+            db.collection(if find { "corpus" } else { "scratch" });
+        let doc = std::sync::Arc::new(self.data.small.clone());
+        let rounds = ops.div_ceil(width.max(1));
+        let mut per_op_us = Vec::with_capacity(rounds * width);
+        let all = Instant::now();
+        for r in 0..rounds {
+            let tasks: Vec<_> = (r * width..(r + 1) * width)
+                .map(|i| {
+                    let (coll, doc) = (coll.clone(), doc.clone());
+                    tokio::spawn(async move {
+                        let t = Instant::now();
+                        if find {
+                            let d = coll
+                                .find_one(doc! { "_id": (i % 10_000 + 1) as i32 })
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            if d.is_none() {
+                                return Err("findOne found nothing".to_string());
+                            }
+                        } else {
+                            coll.insert_one(&*doc).await.map_err(|e| e.to_string())?;
+                        }
+                        Ok::<f64, String>(t.elapsed().as_secs_f64() * 1e6)
+                    })
+                })
+                .collect();
+            for t in tasks {
+                per_op_us.push(t.await??);
+            }
+        }
+        Ok(Sample {
+            total_s: all.elapsed().as_secs_f64(),
+            per_op_us,
+        })
     }
 
     async fn run(&mut self, name: &str, ops: usize, arg: Option<&str>) -> Result<Option<Sample>> {
@@ -79,6 +137,10 @@ impl Bench {
                     per_op_us,
                 }
             }};
+        }
+        if let Some(op) = name.strip_prefix("concurrent_") {
+            let width: usize = arg.and_then(|a| a.parse().ok()).unwrap_or(16);
+            return self.concurrent(op, ops, width).await.map(Some);
         }
         let s = match name {
             "run_command" => {
@@ -222,6 +284,7 @@ fn main() -> Result<()> {
             client,
             data,
             gridfs_id: None,
+            wide: None,
         };
         println!("ready");
         let stdin = std::io::stdin();

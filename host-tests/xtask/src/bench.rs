@@ -3,6 +3,8 @@
 //! builds the component, the harness (host-tests/src/bin/bench) and the
 //! `mongodb` crate contender (host-tests/bench-native, its own workspace and
 //! Cargo.lock, built only here), then runs them all pinned to one core.
+//! The concurrency section also builds its WASI 0.3 guest (host-tests/p3-bench,
+//! run by the wasmtime CLI), only when that section runs.
 //!
 //! `--quick` (the CI smoke test) builds the harness in the dev profile, which
 //! the tests already built; a full run builds it optimised (wasmtime's host
@@ -23,8 +25,17 @@ pub(crate) struct Args {
     svg: Option<PathBuf>,
     native: bool,
     nx: bool,
-    /// Passed to the harness: only these sections (work, cold, deadline, churn, nx, footprint).
+    /// Passed to the harness: only these sections (work, cold, deadline, churn,
+    /// concurrent, nx, footprint).
     only: Option<String>,
+}
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|s| s == section))
+    }
 }
 
 pub(crate) fn parse(args: &[&str]) -> Result<Args> {
@@ -118,12 +129,37 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
             },
         );
     }
+    // The concurrency section's WASI 0.3 guest: the driver with feature p3
+    // (its own workspace and Cargo.lock). Release, the component's profile,
+    // for figures; the dev profile for --quick (minutes less; not quoted).
+    let p3_target = target.join("p3-bench");
+    let p3_wasm = p3_target
+        .join("wasm32-wasip2")
+        .join(profile)
+        .join("p3_bench.wasm");
+    if a.runs("concurrent") {
+        let _ = run.step(
+            &format!("bench: build the WASI 0.3 guest (p3-bench, {profile})"),
+            || {
+                let manifest = ctx.root.join("host-tests/p3-bench/Cargo.toml");
+                let mut args = vec!["build", "--locked", "--target", "wasm32-wasip2"];
+                if !a.quick {
+                    args.push("--release");
+                }
+                args.push("--manifest-path");
+                let mut cmd = ctx.cargo(&args);
+                cmd.arg(&manifest).arg("--target-dir").arg(&p3_target);
+                exec(&mut cmd)
+            },
+        );
+    }
     let data = target.join("bench-data");
     run.step("bench: unpack the benchmark data", || unpack(ctx, &data))?;
     let out = target.join("bench");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     run.step("bench: run", || {
-        let nx = if a.nx {
+        // nx-27017 only when its section runs.
+        let nx = if a.nx && a.runs("nx") {
             Some(Server::start(ctx)?)
         } else {
             None
@@ -171,6 +207,12 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
         }
         if let Some(s) = &nx {
             cmd.arg("--nx").arg(s.uri());
+        }
+        if a.runs("concurrent") && p3_wasm.exists() {
+            cmd.arg("--p3-bench")
+                .arg(&p3_wasm)
+                .arg("--wasmtime")
+                .arg(setup::wasmtime(ctx)?);
         }
         let r = exec(&mut cmd);
         match nx {

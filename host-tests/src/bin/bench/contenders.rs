@@ -29,6 +29,10 @@ pub enum Cmd {
     Churn(usize, u64),
     /// `ops` BSON encodes or decodes: `encode_flat`, `decode_deep`, ...
     Bson(&'static str, usize),
+    /// `ops` operations of the workload, the second field at a time on one
+    /// client (the concurrency section; only the `mongodb` crate's process
+    /// runs it here, mongo-wasi's side is the WASI 0.3 guest of concurrent.rs).
+    Concurrent(Workload, usize, usize),
 }
 
 impl Cmd {
@@ -39,6 +43,7 @@ impl Cmd {
             Cmd::Deadline(ops, t) => format!("deadline {ops} {t}"),
             Cmd::Churn(ops, t) => format!("churn {ops} {t}"),
             Cmd::Bson(what, ops) => format!("bson_{what} {ops}"),
+            Cmd::Concurrent(w, ops, width) => format!("concurrent_{} {ops} {width}", w.name()),
         }
     }
 }
@@ -384,6 +389,7 @@ impl Contender for Wasi<'_> {
                 }
                 s
             }
+            Cmd::Concurrent(..) => return Ok(None),
         };
         Ok(Some(s))
     }

@@ -7,6 +7,7 @@
 //! Timing belongs here, not in a test: nothing here asserts a threshold.
 
 mod calls;
+mod concurrent;
 mod contenders;
 mod report;
 mod workload;
@@ -22,7 +23,8 @@ use workload::{Data, Sample, Workload};
 
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
 [--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
-[--only SECTION,..] (sections: work, cold, deadline, churn, nx, footprint) [--workloads W,...] \
+[--only SECTION,..] (sections: work, cold, deadline, churn, concurrent, nx, footprint) \
+[--p3-bench WASM --wasmtime BIN] [--workloads W,...] \
 [--rounds N] [--contenders NAME,...] [--count-calls] [--call-cost]";
 
 #[derive(Default)]
@@ -50,6 +52,10 @@ struct Args {
     call_cost: bool,
     /// Only these sections (all when empty).
     only: Vec<String>,
+    /// The concurrency section's WASI 0.3 guest (host-tests/p3-bench) and
+    /// the wasmtime CLI that runs it; the section is skipped without them.
+    p3_bench: Option<PathBuf>,
+    wasmtime: Option<PathBuf>,
 }
 
 impl Args {
@@ -85,6 +91,8 @@ fn args() -> anyhow::Result<Args> {
             "--contenders" => a.contenders = Some(val()?.split(',').map(str::to_string).collect()),
             "--count-calls" => a.count_calls = true,
             "--only" => a.only = val()?.split(',').map(str::to_string).collect(),
+            "--p3-bench" => a.p3_bench = Some(val()?.into()),
+            "--wasmtime" => a.wasmtime = Some(val()?.into()),
             _ => anyhow::bail!("unknown argument {arg}\n{USAGE}"),
         }
     }
@@ -121,6 +129,8 @@ pub struct Results {
     pub component_bytes: u64,
     /// instances -> host RSS growth per instance, bytes.
     pub memory_per_instance: BTreeMap<usize, f64>,
+    /// The concurrency section (concurrent.rs).
+    pub concurrent: concurrent::Figures,
     pub errors: Vec<String>,
 }
 
@@ -357,6 +367,30 @@ fn main() -> anyhow::Result<()> {
             }
         }
         eprintln!("bench: churn done");
+    }
+
+    // ---- concurrency: one client under 16 operations at once (WASI 0.3)
+    if a.runs("concurrent") {
+        match (&a.p3_bench, &a.wasmtime) {
+            (Some(guest), Some(wasmtime)) => {
+                let setup = concurrent::Setup {
+                    wasmtime,
+                    guest,
+                    native: a.native.as_deref(),
+                    data_dir: &a.data,
+                    quick: a.quick,
+                    iterations: rounds,
+                };
+                if let Err(e) = concurrent::run(&setup, &server, &data, &mut r) {
+                    r.errors.push(format!("concurrent: {e:#}"));
+                }
+            }
+            _ => r.errors.push(
+                "concurrent: skipped (needs --p3-bench WASM and --wasmtime BIN; \
+                 `cargo xtask bench` passes them)"
+                    .into(),
+            ),
+        }
     }
 
     // ---- the latency set against nx-27017, for reference

@@ -166,6 +166,16 @@ pub fn json(r: &Results) -> Value {
     };
     let mut ratios = headline(WASI, WASM_FLOOR);
     ratios.insert("cold_start_vs_native".into(), cold_ratio);
+    let conc = concurrent_stats(r);
+    if !conc.is_empty() {
+        for (k, w) in [
+            ("concurrent_find_one_vs_native", "find_one"),
+            ("concurrent_insert_one_vs_native", "insert_one_small"),
+        ] {
+            let v = ratio_of(&conc, crate::concurrent::P3, w, crate::concurrent::NATIVE);
+            ratios.insert(k.into(), v.map(|x| round(x, 3)).unwrap_or(Value::Null));
+        }
+    }
     // Every workload against every other contender, for the chart.
     let mut all = Map::new();
     for (w, by) in &st {
@@ -239,6 +249,7 @@ pub fn json(r: &Results) -> Value {
             (c.clone(), round(v.iter().map(|x| *x as f64).sum::<f64>() / v.len().max(1) as f64, 2))
         }).collect::<Map<_, _>>(),
         "deadline": deadline,
+        "concurrent": concurrent_json(r, &conc),
         "footprint": {
             "component_bytes": r.component_bytes,
             "host_rss_bytes_per_instance": r.memory_per_instance.iter()
@@ -251,6 +262,59 @@ pub fn json(r: &Results) -> Value {
             "harness_profile": if cfg!(debug_assertions) { "debug" } else { "release" },
             "errors": r.errors,
         },
+    })
+}
+
+/// The concurrency section's stats: workload -> contender (every iteration
+/// is `ops_per_iteration` operations on both sides).
+fn concurrent_stats(r: &Results) -> BTreeMap<String, BTreeMap<String, Stat>> {
+    r.concurrent
+        .samples
+        .iter()
+        .map(|(w, by)| {
+            let bytes = crate::workload::parse(w).map_or(0.0, |w| w.unit_bytes())
+                * r.concurrent.ops_per_iteration as f64;
+            (
+                w.clone(),
+                by.iter()
+                    .map(|(c, s)| (c.clone(), stat(s, bytes)))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn concurrent_json(r: &Results, st: &BTreeMap<String, BTreeMap<String, Stat>>) -> Value {
+    let c = &r.concurrent;
+    if st.is_empty() {
+        return Value::Null;
+    }
+    let ops = c.ops_per_iteration as f64;
+    let mut workloads = Map::new();
+    for (w, by) in st {
+        let mut m = Map::new();
+        for (name, s) in by {
+            m.insert(
+                name.clone(),
+                json!({
+                    "ms_per_1000_ops": round(s.median_s / ops * 1e6, 3),
+                    "ops_per_s": round(ops / s.median_s, 0),
+                    "op_p50_us": round(s.p50_us, 1),
+                    "op_p99_us": round(s.p99_us, 1),
+                    "iterations": s.iterations,
+                }),
+            );
+        }
+        workloads.insert(w.clone(), Value::Object(m));
+    }
+    json!({
+        "width": c.width,
+        "ops_per_iteration": c.ops_per_iteration,
+        "p3_host": c.p3_host,
+        "workloads": workloads,
+        "new_connections_per_iteration": c.connections,
+        "native_warm_up_connections": c.native_warm_up_connections,
+        "seconds": round(c.seconds, 1),
     })
 }
 
@@ -307,6 +371,42 @@ pub fn print(r: &Results) {
         }
     }
     let j = json(r);
+    let conc = &j["concurrent"];
+    if let Some(ws) = conc["workloads"].as_object() {
+        let _ = writeln!(
+            out,
+            "\nconcurrent: {} operations at once on one client, {} per iteration, median of \
+             iterations; per-op p50/p99 us ({:.0} s)",
+            conc["width"], conc["ops_per_iteration"], r.concurrent.seconds
+        );
+        if let Some(h) = conc["p3_host"].as_str() {
+            let _ = writeln!(out, "  {h}");
+        }
+        let _ = writeln!(
+            out,
+            "  {:<18} {:<14} {:>14} {:>10} {:>9} {:>9}",
+            "workload", "contender", "ms/1000 ops", "ops/s", "p50 us", "p99 us"
+        );
+        for (w, by) in ws {
+            for (c, v) in by.as_object().into_iter().flatten() {
+                let f = |k: &str| v[k].to_string();
+                let _ = writeln!(
+                    out,
+                    "  {w:<18} {c:<14} {:>14} {:>10} {:>9} {:>9}",
+                    f("ms_per_1000_ops"),
+                    f("ops_per_s"),
+                    f("op_p50_us"),
+                    f("op_p99_us")
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  new connections per iteration: {} (mongo-wasi-p3: a new process each, warm-up \
+             included); {} opened by the native side's warm-up",
+            conc["new_connections_per_iteration"], conc["native_warm_up_connections"]
+        );
+    }
     let _ = writeln!(
         out,
         "\nratios (mongo-wasi's cost over the other's; < 1.0: mongo-wasi ahead):"
