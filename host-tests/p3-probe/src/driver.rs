@@ -156,7 +156,9 @@ pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(),
         ms_since(t)
     );
     if good != 16 || created > 2 {
-        return Err(format!("maxPoolSize=2: {good}/16 ok, {created} connections"));
+        return Err(format!(
+            "maxPoolSize=2: {good}/16 ok, {created} connections"
+        ));
     }
     small.close().await;
 
