@@ -9,6 +9,7 @@ NX_PORT=${NX_PORT:-47017}
 SILENT_PORT=${SILENT_PORT:-47018}
 TRICKLE_PORT=${TRICKLE_PORT:-47019}
 DNS_PORT=${DNS_PORT:-47053}
+TLS_PORT=${TLS_PORT:-47054}
 
 cargo build --target wasm32-wasip2 --release
 WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
@@ -43,8 +44,45 @@ while True:
 TRICKLE_PID=$!
 python3 dns_responder.py "$DNS_PORT" >"$TMP/dns.log" 2>&1 &
 DNS_PID=$!
+# A test CA and a localhost certificate it signed, for a TLS relay to nx-27017.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TMP/ca.key" -out "$TMP/ca.pem" -days 1 \
+    -subj "/CN=p3-probe CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout "$TMP/key.pem" -out "$TMP/leaf.csr" \
+    -subj "/CN=localhost" 2>/dev/null
+printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n" \
+    >"$TMP/ext.cnf"
+openssl x509 -req -in "$TMP/leaf.csr" -CA "$TMP/ca.pem" -CAkey "$TMP/ca.key" -CAcreateserial \
+    -out "$TMP/cert.pem" -days 1 -extfile "$TMP/ext.cnf" 2>/dev/null
+# Terminates TLS and relays each connection to nx-27017.
+python3 -c '
+import socket, ssl, sys, threading
+lp, bp, d = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", lp)); s.listen(32)
+def pipe(a, b):
+    try:
+        while True:
+            chunk = a.recv(65536)
+            if not chunk: break
+            b.sendall(chunk)
+    except OSError: pass
+    finally:
+        try: b.close()
+        except OSError: pass
+while True:
+    c, _ = s.accept()
+    try: t = ctx.wrap_socket(c, server_side=True)
+    except (OSError, ssl.SSLError): continue
+    u = socket.create_connection(("127.0.0.1", bp))
+    threading.Thread(target=pipe, args=(t, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, t), daemon=True).start()
+' "$TLS_PORT" "$NX_PORT" "$TMP" &
+TLS_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
     rm -rf "$TMP"
 }
@@ -67,3 +105,8 @@ for mode in ${DRIVER_MODES:-seq concurrent}; do
     "$VENV/wasmtime" run -S cli -S inherit-network "${LOOKUP_FLAG[@]}" \
         "$WASM" driver "$NX_PORT" "$SILENT_PORT" "$mode"
 done
+
+# Section 3: TLS (rustls over the 0.3 TCP stream) through the relay, and a
+# TLS handshake with the silent server bounded by timeoutMS.
+CA_PEM="$(cat "$TMP/ca.pem")" "$VENV/wasmtime" run -S cli -S inherit-network --env CA_PEM \
+    "$WASM" tls "$TLS_PORT" "$SILENT_PORT"

@@ -238,6 +238,61 @@ pub async fn driver(nx: u16, silent: u16, mode: Mode) -> std::result::Result<(),
     Ok(())
 }
 
+/// TLS on the 0.3 face: a client verifying the server (`ca`) through a TLS
+/// relay in front of nx-27017 runs 8 insert+find one after another and two
+/// finds at once; a second client's handshake with the silent server (TCP
+/// accepted, no TLS answer) ends as a timeout at its timeoutMS.
+pub async fn tls(port: u16, silent: u16, ca: Vec<u8>) -> std::result::Result<(), String> {
+    let options = |timeout_ms| ClientOptions {
+        timeout_ms: Some(timeout_ms),
+        tls_ca_pem: Some(ca.clone()),
+        ..Default::default()
+    };
+    let client = Client::with_options(
+        &format!("mongodb://localhost:{port}/?tls=true"),
+        options(10_000),
+    )
+    .map_err(|e| e.to_string())?;
+    let coll = client.database("p3probe", None).collection("tls", None);
+    let run = mongo_wasi::runtime::unix_seconds() as i64;
+    for n in 0..8 {
+        insert_and_find(coll.clone(), run, n).await?;
+    }
+    let (fa, fb) = (FindOptions::default(), FindOptions::default());
+    let (a, b) = futures_lite::future::zip(
+        coll.find_one(rawdoc! { "run": run }, &fa),
+        coll.find_one(rawdoc! { "run": run }, &fb),
+    )
+    .await;
+    let both = matches!((&a, &b), (Ok(Some(_)), Ok(Some(_))));
+    println!("T1. over TLS: 8 insert_one+find_one ok; two concurrent find_ones ok: {both}");
+    if !both {
+        return Err(format!("concurrent finds over TLS: {a:?} {b:?}"));
+    }
+    client.close().await;
+
+    let quiet = Client::with_options(
+        &format!("mongodb://localhost:{silent}/?tls=true"),
+        options(300),
+    )
+    .map_err(|e| e.to_string())?;
+    let t = rt::now();
+    let r = quiet
+        .database("p3probe", None)
+        .collection("tls", None)
+        .find_one(rawdoc! {}, &fa)
+        .await;
+    let waited = ms_since(t);
+    println!("T2. TLS handshake with a silent server, timeoutMS 300: {waited:.1} ms: {r:?}");
+    // Not before its deadline; at most 600 ms after it, on a loaded machine too.
+    if !matches!(&r, Err(e) if e.is_timeout()) || !(295.0..900.0).contains(&waited) {
+        return Err(format!(
+            "the silent TLS handshake did not time out at 300 ms ({waited:.1})"
+        ));
+    }
+    Ok(())
+}
+
 fn after(ms: u64) -> mongo_wasi::Deadline {
     mongo_wasi::Deadline::after(rt::now(), std::time::Duration::from_millis(ms))
 }

@@ -21,6 +21,22 @@ wasip3::cli::command::export!(Probe);
 impl wasip3::exports::cli::run::Guest for Probe {
     async fn run() -> std::result::Result<(), ()> {
         let args: Vec<String> = std::env::args().collect();
+        // `tls TLS_PORT SILENT` (CA_PEM in the environment): the driver over
+        // rustls over the 0.3 TCP stream (driver.rs).
+        if args.get(1).map(String::as_str) == Some("tls") {
+            let port = |i: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
+            let ca = std::env::var("CA_PEM").unwrap_or_default().into_bytes();
+            return match driver::tls(port(2), port(3), ca).await {
+                Ok(()) => {
+                    println!("TLS OK");
+                    Ok(())
+                }
+                Err(e) => {
+                    println!("TLS FAILED: {e}");
+                    Err(())
+                }
+            };
+        }
         // `driver NX SILENT [seq|concurrent]`: the whole driver (driver.rs).
         if args.get(1).map(String::as_str) == Some("driver") {
             let port = |i: usize, d: u16| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
