@@ -69,9 +69,12 @@ pub fn build(ctx: &Ctx, driver: &Path) -> Result<()> {
 }
 
 /// `examples/http-handler-p3` (its own workspace, its own release profile),
-/// into the shared target directory, copied to `<out>/http-handler-p3.wasm`.
+/// copied to `<out>/http-handler-p3.wasm`. It builds in the target directory
+/// of the WASI 0.3 crates (p3-probe, async-smoke), never the driver's own:
+/// there its `mongo-wasi` (feature p3) replaced the uplifted
+/// `mongo_wasi.wasm` that the bench's component build then took as fresh.
 fn build_p3_handler(ctx: &Ctx, out: &Path) -> Result<()> {
-    let target = ctx.target_dir()?;
+    let target = ctx.target_dir()?.join("p3-probe");
     let manifest = ctx.root.join("examples/http-handler-p3/Cargo.toml");
     let (manifest, target_dir) = (manifest.to_string_lossy(), target.to_string_lossy());
     exec(&mut ctx.cargo(&[
