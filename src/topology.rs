@@ -141,8 +141,6 @@ impl Topology {
         &self.settings.connect
     }
 
-    /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
-    /// from the hosts found. A failure leaves it pending for the next operation.
     /// A plain URI's DNS servers: those the host configured (the
     /// `MONGO_WASI_DNS_SERVER` environment variable, else a preopened
     /// resolv.conf's nameservers), asked for every host name before
@@ -702,12 +700,7 @@ impl Shared {
         log: &selection::SelectionLog<'_>,
     ) -> Result<String> {
         let mut waiting = false;
-        let srv = self.borrow().settings.srv.is_some();
-        if srv {
-            self.discover_seeds(timeout, deadline).await?;
-        } else {
-            self.borrow_mut().configure_name_servers()?;
-        }
+        self.discover_seeds(timeout, deadline).await?;
         // Whether unknown servers were checked because only deprioritized ones suited.
         let mut looked_further = false;
         loop {
@@ -760,9 +753,11 @@ impl Shared {
 
     /// Seedlist discovery: the SRV/TXT lookups, then the topology starts over
     /// from the hosts found. A failure leaves it pending for the next operation.
+    /// A plain URI's seeds are known: only its DNS servers are read (once).
     async fn discover_seeds(&self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
-        let Some(cs) = self.borrow().settings.srv.clone() else {
-            return Ok(());
+        let srv = self.borrow().settings.srv.clone();
+        let Some(cs) = srv else {
+            return self.borrow_mut().configure_name_servers();
         };
         let found = crate::discovery::discover(&cs, deadline)
             .await
@@ -830,12 +825,7 @@ impl Shared {
     /// Unknown and not checked within minHeartbeatFrequencyMS, within
     /// `deadline`. For a host with idle time.
     pub async fn check_due_servers(&self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
-        let srv = self.borrow().settings.srv.is_some();
-        if srv {
-            self.discover_seeds(timeout, deadline).await?;
-        } else {
-            self.borrow_mut().configure_name_servers()?;
-        }
+        self.discover_seeds(timeout, deadline).await?;
         let due = self.borrow().due_for_heartbeat(runtime::now());
         let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
         for address in &due {

@@ -234,7 +234,13 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
     cmd.arg(ctx.root.join("host-tests/p3-probe/run.sh"))
         .env("VENV", ctx.venv.join("bin"))
         .env("CARGO_TARGET_DIR", ctx.target_dir()?.join("p3-probe"));
-    for var in ["NX_PORT", "SILENT_PORT", "TRICKLE_PORT", "DNS_PORT", "TLS_PORT"] {
+    for var in [
+        "NX_PORT",
+        "SILENT_PORT",
+        "TRICKLE_PORT",
+        "DNS_PORT",
+        "TLS_PORT",
+    ] {
         cmd.env(var, crate::server::free_port()?.to_string());
     }
     exec(&mut cmd)
