@@ -13,6 +13,7 @@ use crate::bindings::exports::mongo_wasi::driver::types::{
     Batch, BulkWriteError, CommandEvent, Error, PoolEvent, SdamEvent,
 };
 use crate::bindings::Driver;
+use crate::Wait;
 use crate::{driver_pre, new_store, wasi_state, HostState};
 use std::net::SocketAddr;
 use wasmtime::component::ResourceAny;
@@ -194,7 +195,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_client()
             .client()
-            .call_connect(&mut self.store, uri, &opts)?;
+            .call_connect(&mut self.store, uri, &opts)
+            .w()?;
         Ok(r.map(Client))
     }
 
@@ -214,7 +216,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_client()
             .client()
-            .call_database(&mut self.store, client.0, name, &opts)?;
+            .call_database(&mut self.store, client.0, name, &opts)
+            .w()?;
         Ok(Database(r))
     }
 
@@ -234,7 +237,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_database()
             .database()
-            .call_collection(&mut self.store, db.0, name, &opts)?;
+            .call_collection(&mut self.store, db.0, name, &opts)
+            .w()?;
         Ok(Collection(r))
     }
 
@@ -253,7 +257,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_database()
             .database()
-            .call_run_command(&mut self.store, db.0, &command.as_bytes().to_vec(), &opts)?;
+            .call_run_command(&mut self.store, db.0, &command.as_bytes().to_vec(), &opts)
+            .w()?;
         Ok(r.map(|b| bson::RawDocumentBuf::from_bytes(b).expect("reply is BSON")))
     }
 
@@ -268,7 +273,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_insert_many(&mut self.store, coll.0, &bytes, opts)?;
+            .call_insert_many(&mut self.store, coll.0, &bytes, opts)
+            .w()?;
         Ok(r.map(|res| res.inserted_ids.iter().map(|id| unvalue(id)).collect()))
     }
 
@@ -284,7 +290,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_insert_many_packed(&mut self.store, coll.0, packed, opts)?;
+            .call_insert_many_packed(&mut self.store, coll.0, packed, opts)
+            .w()?;
         Ok(r.map(|ids| {
             let mut out = Vec::new();
             let mut rest = &ids[..];
@@ -303,7 +310,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_id_filter(&mut self.store, &id.to_vec())?;
+            .call_id_filter(&mut self.store, &id.to_vec())
+            .w()?;
         Ok(r.map(|bytes| bson::RawDocumentBuf::from_bytes(bytes).expect("a document")))
     }
 
@@ -317,7 +325,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_insert_one(&mut self.store, coll.0, &doc.as_bytes().to_vec(), opts)?;
+            .call_insert_one(&mut self.store, coll.0, &doc.as_bytes().to_vec(), opts)
+            .w()?;
         Ok(r.map(|res| unvalue(&res.inserted_id)))
     }
 
@@ -341,7 +350,8 @@ impl Guest {
                 reduce,
                 &out.as_bytes().to_vec(),
                 opts,
-            )?;
+            )
+            .w()?;
         Ok(r.map(|d| bson::RawDocumentBuf::from_bytes(d).expect("the result is BSON")))
     }
 
@@ -355,7 +365,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_find(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)?;
+            .call_find(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)
+            .w()?;
         Ok(r.map(Cursor))
     }
 
@@ -369,7 +380,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_database()
             .database()
-            .call_run_cursor_command(&mut self.store, db.0, &command.as_bytes().to_vec(), opts)?;
+            .call_run_cursor_command(&mut self.store, db.0, &command.as_bytes().to_vec(), opts)
+            .w()?;
         Ok(r.map(Cursor))
     }
 
@@ -383,6 +395,7 @@ impl Guest {
             .mongo_wasi_driver_collection()
             .collection()
             .call_count_documents(&mut self.store, coll.0, &filter.as_bytes().to_vec(), opts)
+            .w()
     }
 
     pub fn next_batch(&mut self, cursor: Cursor) -> Result<WitResult<Batch>> {
@@ -390,6 +403,7 @@ impl Guest {
             .mongo_wasi_driver_cursor()
             .cursor()
             .call_next_batch(&mut self.store, cursor.0)
+            .w()
     }
 
     /// `cursor.next`: one document, at most one getMore.
@@ -398,7 +412,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_cursor()
             .cursor()
-            .call_next(&mut self.store, cursor.0)?;
+            .call_next(&mut self.store, cursor.0)
+            .w()?;
         Ok(r.map(|d| d.map(|d| bson::RawDocumentBuf::from_bytes(d).expect("a document"))))
     }
 
@@ -412,7 +427,8 @@ impl Guest {
             .driver
             .mongo_wasi_driver_cursor()
             .cursor()
-            .call_collect(&mut self.store, cursor.0, max)?;
+            .call_collect(&mut self.store, cursor.0, max)
+            .w()?;
         Ok(r.map(|docs| {
             docs.into_iter()
                 .map(|d| bson::RawDocumentBuf::from_bytes(d).expect("a document"))
@@ -426,6 +442,7 @@ impl Guest {
             .mongo_wasi_driver_cursor()
             .cursor()
             .call_next_batch_packed(&mut self.store, cursor.0)
+            .w()
     }
 
     pub fn cursor_id(&mut self, cursor: Cursor) -> Result<i64> {
@@ -433,6 +450,7 @@ impl Guest {
             .mongo_wasi_driver_cursor()
             .cursor()
             .call_id(&mut self.store, cursor.0)
+            .w()
     }
 
     /// `timeout_ms` overrides the cursor's timeoutMS for the killCursors.
@@ -441,11 +459,11 @@ impl Guest {
         cursor: Cursor,
         timeout_ms: Option<u64>,
     ) -> Result<WitResult<()>> {
-        self.driver.mongo_wasi_driver_cursor().cursor().call_close(
-            &mut self.store,
-            cursor.0,
-            timeout_ms,
-        )
+        self.driver
+            .mongo_wasi_driver_cursor()
+            .cursor()
+            .call_close(&mut self.store, cursor.0, timeout_ms)
+            .w()
     }
 
     pub fn take_events(&mut self, client: Client) -> Result<Vec<CommandEvent>> {
@@ -453,6 +471,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_command_events(&mut self.store, client.0)
+            .w()
     }
 
     pub fn take_log_messages(
@@ -463,6 +482,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_log_messages(&mut self.store, client.0)
+            .w()
     }
 
     pub fn take_pool_events(&mut self, client: Client) -> Result<Vec<PoolEvent>> {
@@ -470,6 +490,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_pool_events(&mut self.store, client.0)
+            .w()
     }
 
     pub fn take_sdam_events(&mut self, client: Client) -> Result<Vec<SdamEvent>> {
@@ -477,6 +498,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_take_sdam_events(&mut self.store, client.0)
+            .w()
     }
 
     /// `client.check-servers`: the server checks that are due, without an operation.
@@ -485,6 +507,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_check_servers(&mut self.store, client.0)
+            .w()
     }
 
     /// `client.append-metadata`: a wrapping library named in new connections' handshakes.
@@ -497,6 +520,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_append_metadata(&mut self.store, client.0, info)
+            .w()
     }
 
     /// `client.close`: ends its sessions and closes its pooled connections.
@@ -505,11 +529,12 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_close(&mut self.store, client.0)
+            .w()
     }
 
     /// Drops a guest resource (runs its destructor in the guest).
     pub fn drop_resource(&mut self, r: ResourceAny) -> Result<()> {
-        r.resource_drop(&mut self.store)
+        crate::drop_resource(r, &mut self.store)
     }
 }
 

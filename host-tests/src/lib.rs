@@ -3,9 +3,15 @@
 //! each test gets a fresh instance whose sockets reach only the addresses it
 //! was given.
 
+#[cfg(not(feature = "async-face"))]
 pub mod bindings {
     wasmtime::component::bindgen!({ path: "../wit", world: "driver" });
 }
+
+/// With feature `async-face`, the WASI 0.3 component behind the same names.
+#[cfg(feature = "async-face")]
+#[path = "async_face.rs"]
+pub mod bindings;
 
 /// The same world with async exports, for a host that runs the guest on its
 /// own tokio runtime (the bench's second mongo-wasi contender).
@@ -89,17 +95,91 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The component this build drives: the WASI 0.2 one, or with feature
+/// `async-face` the WASI 0.3 one.
+#[cfg(not(feature = "async-face"))]
+pub const COMPONENT_FILE: &str = "mongo-wasi.wasm";
+#[cfg(feature = "async-face")]
+pub const COMPONENT_FILE: &str = "mongo-wasi-async.wasm";
+
+/// Which face of the driver this build drives, for reports.
+pub const FACE: &str = match cfg!(feature = "async-face") {
+    false => "WASI 0.2 (sync exports)",
+    true => "WASI 0.3 (async exports)",
+};
+
+/// Ends a call into the guest. The sync face's calls already returned; the
+/// async face's are futures, run to completion here on this thread's
+/// current-thread tokio runtime (which WASI's async host calls need).
+pub trait Wait {
+    type Output;
+    fn w(self) -> Self::Output;
+}
+
+#[cfg(not(feature = "async-face"))]
+impl<T, E> Wait for std::result::Result<T, E> {
+    type Output = Self;
+    fn w(self) -> Self {
+        self
+    }
+}
+
+#[cfg(feature = "async-face")]
+impl<F: std::future::Future> Wait for F {
+    type Output = F::Output;
+    fn w(self) -> F::Output {
+        thread_local! {
+            static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread tokio runtime");
+        }
+        RUNTIME.with(|rt| rt.block_on(self))
+    }
+}
+
+/// Drops a guest resource: its destructor runs in the guest.
+pub fn drop_resource(
+    r: wasmtime::component::ResourceAny,
+    store: &mut Store<HostState>,
+) -> Result<()> {
+    #[cfg(not(feature = "async-face"))]
+    return r.resource_drop(store);
+    #[cfg(feature = "async-face")]
+    return r.resource_drop_async(store).w();
+}
+
+/// Links WASI into `linker` for this build's face: 0.2 with blocking host
+/// calls, or 0.2 and 0.3 with async ones (the 0.3 component imports both).
+pub fn link_wasi(linker: &mut Linker<HostState>) -> Result<()> {
+    #[cfg(not(feature = "async-face"))]
+    return wasmtime_wasi::p2::add_to_linker_sync(linker);
+    #[cfg(feature = "async-face")]
+    {
+        wasmtime_wasi::p2::add_to_linker_async(linker)?;
+        wasmtime_wasi::p3::add_to_linker(linker)
+    }
+}
+
+/// Engine settings this build's face needs (async lifts on the 0.3 face).
+pub fn configure_face(config: &mut Config) {
+    #[cfg(feature = "async-face")]
+    config.wasm_component_model_async(true);
+    let _ = config;
+}
+
 /// `MONGO_WASI_COMPONENT`, else the release build in the workspace target dir.
 pub fn component_path() -> PathBuf {
     std::env::var_os("MONGO_WASI_COMPONENT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/component/mongo-wasi.wasm"))
+        .unwrap_or_else(|| repo_root().join("target/component").join(COMPONENT_FILE))
 }
 
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let mut config = Config::new();
+        configure_face(&mut config);
         // For `perf record`: JIT code named in /tmp/perf-<pid>.map.
         if std::env::var_os("MONGO_WASI_PERFMAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -183,7 +263,7 @@ pub fn async_driver_pre() -> &'static async_bindings::DriverPre<HostState> {
 
 pub fn linker() -> Result<Linker<HostState>> {
     let mut linker = Linker::new(engine());
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    link_wasi(&mut linker)?;
     Ok(linker)
 }
 

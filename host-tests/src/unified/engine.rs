@@ -22,6 +22,7 @@ pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let mut config = Config::new();
+        crate::configure_face(&mut config);
         config.epoch_interruption(true);
         let engine = Engine::new(&config).expect("wasmtime engine");
         let ticker = engine.clone();
@@ -50,7 +51,7 @@ pub fn driver_pre() -> std::result::Result<&'static DriverPre<HostState>, String
         let prepare = || -> Result<DriverPre<HostState>> {
             let component = load(&path)?;
             let mut linker = Linker::new(engine());
-            wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+            crate::link_wasi(&mut linker)?;
             DriverPre::new(linker.instantiate_pre(&component)?)
         };
         prepare().map_err(|e| format!("loading {}: {e:#}", path.display()))

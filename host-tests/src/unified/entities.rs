@@ -16,6 +16,7 @@ use crate::bindings::exports::mongo_wasi::driver::types::{
     Acknowledgement, ReadConcern, ReadMode, ReadPreference, WriteConcern,
 };
 use crate::guest::Guest;
+use crate::Wait;
 use bson::{Bson, Document};
 use std::collections::{HashMap, VecDeque};
 use wasmtime::component::ResourceAny;
@@ -179,7 +180,8 @@ impl Entities {
                     .driver
                     .mongo_wasi_driver_client()
                     .client()
-                    .call_database(&mut guest.store, client, name, &opts)?;
+                    .call_database(&mut guest.store, client, name, &opts)
+                    .w()?;
                 Entity::Database(DatabaseEntity {
                     handle,
                     name: name.to_string(),
@@ -194,7 +196,8 @@ impl Entities {
                     .driver
                     .mongo_wasi_driver_database()
                     .database()
-                    .call_collection(&mut guest.store, db_handle, name, &opts)?;
+                    .call_collection(&mut guest.store, db_handle, name, &opts)
+                    .w()?;
                 Entity::Collection(CollectionEntity {
                     handle,
                     database: db_name,
@@ -207,13 +210,15 @@ impl Entities {
                 let opts = session_options(fields.get("sessionOptions"), self)?;
                 let api = guest.driver.mongo_wasi_driver_client().client();
                 let handle = api
-                    .call_start_session(&mut guest.store, client, &opts)?
+                    .call_start_session(&mut guest.store, client, &opts)
+                    .w()?
                     .map_err(|e| Fail(format!("startSession: {}", super::errors::describe(&e))))?;
                 let lsid = guest
                     .driver
                     .mongo_wasi_driver_session()
                     .session()
-                    .call_id(&mut guest.store, handle)?;
+                    .call_id(&mut guest.store, handle)
+                    .w()?;
                 let lsid = Document::from_reader(lsid.as_slice())
                     .map_err(|e| Fail(format!("session id is not BSON: {e}")))?;
                 Entity::Session(SessionEntity {
@@ -229,7 +234,8 @@ impl Entities {
                     .driver
                     .mongo_wasi_driver_database()
                     .database()
-                    .call_gridfs_bucket(&mut guest.store, db, &opts)?;
+                    .call_gridfs_bucket(&mut guest.store, db, &opts)
+                    .w()?;
                 Entity::Bucket(handle)
             }
             "thread" => {
@@ -302,7 +308,8 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, &uri, &opts)?
+        .call_connect(&mut guest.store, &uri, &opts)
+        .w()?
         .map_err(|e| Fail(format!("connect {uri}: {}", super::errors::describe(&e))))?;
     Ok(ClientEntity { handle, log })
 }

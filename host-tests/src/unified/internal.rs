@@ -14,6 +14,7 @@ use crate::bindings::exports::mongo_wasi::driver::database::{
 };
 use crate::bindings::exports::mongo_wasi::driver::types::Error as WitError;
 use crate::guest::Guest;
+use crate::Wait;
 use bson::{doc, Bson, Document};
 use wasmtime::component::ResourceAny;
 
@@ -51,7 +52,8 @@ pub fn connect(guest: &mut Guest, uri: &str) -> Step<ResourceAny> {
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_connect(&mut guest.store, uri, &opts)?
+        .call_connect(&mut guest.store, uri, &opts)
+        .w()?
         .map_err(|e| failed(&format!("internal client {uri}"), e))
 }
 
@@ -66,7 +68,8 @@ pub fn command(
         .driver
         .mongo_wasi_driver_client()
         .client()
-        .call_database(&mut guest.store, client, db, &no_options())?;
+        .call_database(&mut guest.store, client, db, &no_options())
+        .w()?;
     let opts = RunCommandOptions {
         timeout_ms: None,
         session: None,
@@ -76,8 +79,9 @@ pub fn command(
         .driver
         .mongo_wasi_driver_database()
         .database()
-        .call_run_command(&mut guest.store, database, &bytes(cmd)?, &opts)?;
-    database.resource_drop(&mut guest.store)?;
+        .call_run_command(&mut guest.store, database, &bytes(cmd)?, &opts)
+        .w()?;
+    crate::drop_resource(database, &mut guest.store)?;
     Ok(match r {
         Ok(reply) => Ok(super::operations::decode(&reply, "a command reply")?),
         Err(e) => Err(e),
@@ -87,18 +91,19 @@ pub fn command(
 impl TestRun {
     fn internal_collection(&mut self, db: &str, coll: &str) -> Step<ResourceAny> {
         let g = &mut self.guest;
-        let database = g.driver.mongo_wasi_driver_client().client().call_database(
-            &mut g.store,
-            self.internal,
-            db,
-            &no_options(),
-        )?;
+        let database = g
+            .driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_database(&mut g.store, self.internal, db, &no_options())
+            .w()?;
         let c = g
             .driver
             .mongo_wasi_driver_database()
             .database()
-            .call_collection(&mut g.store, database, coll, &no_options())?;
-        database.resource_drop(&mut g.store)?;
+            .call_collection(&mut g.store, database, coll, &no_options())
+            .w()?;
+        crate::drop_resource(database, &mut g.store)?;
         Ok(c)
     }
 
@@ -134,20 +139,21 @@ impl TestRun {
         if create.is_some() || docs.is_empty() {
             let mut extra = create.unwrap_or_default();
             extra.insert("writeConcern", doc! { "w": "majority" });
-            let database = g.driver.mongo_wasi_driver_client().client().call_database(
-                &mut g.store,
-                self.internal,
-                db,
-                &no_options(),
-            )?;
+            let database = g
+                .driver
+                .mongo_wasi_driver_client()
+                .client()
+                .call_database(&mut g.store, self.internal, db, &no_options())
+                .w()?;
             let created = g
                 .driver
                 .mongo_wasi_driver_database()
                 .database()
-                .call_create_collection(&mut g.store, database, name, &op(Some(extra))?)?
+                .call_create_collection(&mut g.store, database, name, &op(Some(extra))?)
+                .w()?
                 .map_err(|e| failed(&format!("{what}: create"), e))?;
-            created.resource_drop(&mut g.store)?;
-            database.resource_drop(&mut g.store)?;
+            crate::drop_resource(created, &mut g.store)?;
+            crate::drop_resource(database, &mut g.store)?;
         }
         if !docs.is_empty() {
             let encoded: Step<Vec<Vec<u8>>> = docs
@@ -158,10 +164,11 @@ impl TestRun {
                 })
                 .collect();
             let majority = op(Some(doc! { "writeConcern": { "w": "majority" } }))?;
-            api.call_insert_many(&mut g.store, coll, &encoded?, &majority)?
+            api.call_insert_many(&mut g.store, coll, &encoded?, &majority)
+                .w()?
                 .map_err(|e| failed(&format!("{what}: insert"), e.error))?;
         }
-        coll.resource_drop(&mut g.store)?;
+        crate::drop_resource(coll, &mut g.store)?;
         Ok(())
     }
 
@@ -178,8 +185,9 @@ impl TestRun {
             .driver
             .mongo_wasi_driver_collection()
             .collection()
-            .call_find(&mut g.store, coll, &bytes(&Document::new())?, &opts)?;
-        coll.resource_drop(&mut g.store)?;
+            .call_find(&mut g.store, coll, &bytes(&Document::new())?, &opts)
+            .w()?;
+        crate::drop_resource(coll, &mut g.store)?;
         let cursor = found.map_err(|e| failed(&format!("outcome {db}.{name}: find"), e))?;
         let mut docs =
             cursor::drain(g, cursor)?.map_err(|e| failed(&format!("outcome {db}.{name}"), e))?;

@@ -124,8 +124,13 @@ impl Report {
             )
         };
         let mut out = format!(
-            "==> spec suites\n    {:<50} {:>6} {:>6} {:>7} {:>9}\n",
-            "suite", "passed", "failed", "skipped", "auth+tls"
+            "==> spec suites, driver component: {}\n    {:<50} {:>6} {:>6} {:>7} {:>9}\n",
+            crate::FACE,
+            "suite",
+            "passed",
+            "failed",
+            "skipped",
+            "auth+tls"
         );
         let mut total = Counts::default();
         for (suite, c) in self.suites() {
@@ -156,7 +161,7 @@ impl Report {
                 })
             })
             .collect();
-        json!({ "suites": suites, "tests": tests })
+        json!({ "face": crate::FACE, "suites": suites, "tests": tests })
     }
 
     pub fn write_json(&self, path: &Path) -> Result<(), String> {

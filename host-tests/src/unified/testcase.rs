@@ -8,6 +8,7 @@ use super::internal;
 use super::matching;
 use super::{Fail, Step};
 use crate::guest::Guest;
+use crate::Wait;
 use bson::{doc, Bson, Document};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -198,13 +199,17 @@ impl TestRun {
         let g = &mut self.guest;
         let api = g.driver.mongo_wasi_driver_client().client();
         for client in self.entities.clients_mut() {
-            let events = api.call_take_command_events(&mut g.store, client.handle)?;
+            let events = api
+                .call_take_command_events(&mut g.store, client.handle)
+                .w()?;
             client.log.record(&events);
-            let pool = api.call_take_pool_events(&mut g.store, client.handle)?;
+            let pool = api.call_take_pool_events(&mut g.store, client.handle).w()?;
             client.log.record_pool(&pool);
-            let sdam = api.call_take_sdam_events(&mut g.store, client.handle)?;
+            let sdam = api.call_take_sdam_events(&mut g.store, client.handle).w()?;
             client.log.record_sdam(&sdam);
-            let messages = api.call_take_log_messages(&mut g.store, client.handle)?;
+            let messages = api
+                .call_take_log_messages(&mut g.store, client.handle)
+                .w()?;
             client.log.record_logs(&messages).map_err(Fail)?;
         }
         Ok(())
@@ -231,8 +236,9 @@ impl TestRun {
         g.driver
             .mongo_wasi_driver_client()
             .client()
-            .call_close(&mut g.store, client)?;
-        client.resource_drop(&mut g.store)?;
+            .call_close(&mut g.store, client)
+            .w()?;
+        crate::drop_resource(client, &mut g.store)?;
         out.map_err(|e| Fail(format!("{address}: {}", super::errors::describe(&e))))
     }
 
@@ -248,14 +254,16 @@ impl TestRun {
                     g.driver
                         .mongo_wasi_driver_session()
                         .session()
-                        .call_end(&mut g.store, s.handle)?;
+                        .call_end(&mut g.store, s.handle)
+                        .w()?;
                 }
                 Some(Entity::Cursor(c)) => {
-                    let _ = g.driver.mongo_wasi_driver_cursor().cursor().call_close(
-                        &mut g.store,
-                        c.handle,
-                        None,
-                    )?;
+                    let _ = g
+                        .driver
+                        .mongo_wasi_driver_cursor()
+                        .cursor()
+                        .call_close(&mut g.store, c.handle, None)
+                        .w()?;
                 }
                 _ => {}
             }

@@ -83,7 +83,7 @@ pub fn find_root(start: &Path) -> Option<PathBuf> {
 }
 
 /// The string value of the first `"key":"..."` in a JSON text (enough for cargo metadata).
-fn json_str(json: &str, key: &str) -> Option<String> {
+pub fn json_str(json: &str, key: &str) -> Option<String> {
     let pat = format!("\"{key}\":\"");
     let mut chars = json[json.find(&pat)? + pat.len()..].chars();
     let mut out = String::new();

@@ -17,7 +17,7 @@ const EXPECTED_AUTH_TLS: &str = "host-tests/spec/expected-pass-auth-tls.txt";
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
-                        [--update-expected] [--auth] [--tls]
+                        [--update-expected] [--auth] [--tls] [--async-face]
   Without --auth, the tests whose runOnRequirements need authentication run on a second
   set of proxies with auth and TLS: each test runs once, on a deployment that meets them.
   <suite-dir>          a directory under the spec tests (e.g. crud/tests/unified), or absolute
@@ -25,7 +25,9 @@ usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR]
   --update-expected    rewrite host-tests/spec/expected-pass.txt from this run's passes (and
                        expected-pass-auth-tls.txt from those of the tests that need auth)
   --auth               proxies with auth on; every client authenticates as a root user
-  --tls                the proxies terminate TLS; every client uses tls=true and trusts their CA";
+  --tls                the proxies terminate TLS; every client uses tls=true and trusts their CA
+  --async-face         through the WASI 0.3 component (mongo-wasi-async.wasm, async exports)
+                       instead of the WASI 0.2 one: spec-runner built with feature async-face";
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Args {
@@ -37,7 +39,32 @@ pub struct Args {
     update_expected: bool,
     auth: bool,
     tls: bool,
+    face: Face,
 }
+
+/// Which component spec-runner drives: each face has its own runner build.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Face {
+    /// WASI 0.2, world `driver` (sync exports).
+    #[default]
+    Sync,
+    /// WASI 0.3, world `driver-async` (async exports).
+    Async,
+}
+
+impl Face {
+    /// The runner's executable in the target dir.
+    fn runner(self) -> &'static str {
+        match self {
+            Face::Sync => "debug/spec-runner",
+            Face::Async => ASYNC_RUNNER,
+        }
+    }
+}
+
+/// spec-runner built with feature async-face, linked here from cargo's deps dir so
+/// that it and the sync build (at debug/spec-runner) share one target dir.
+const ASYNC_RUNNER: &str = "debug/spec-runner-async";
 
 impl Args {
     pub fn parse(args: &[&str]) -> Result<Args> {
@@ -57,6 +84,7 @@ impl Args {
                 "--update-expected" => out.update_expected = true,
                 "--auth" => out.auth = true,
                 "--tls" => out.tls = true,
+                "--async-face" => out.face = Face::Async,
                 flag if flag.starts_with("--") => {
                     return Err(format!("unknown option {flag}\n\n{USAGE}"))
                 }
@@ -122,7 +150,7 @@ pub fn spec(ctx: &Ctx, args: &[&str]) -> Result<()> {
         .and_then(|()| steps::build_steps(&mut run, ctx))
         .and_then(|()| {
             run.step("spec: unified-format tests against nx-27017", || {
-                run_spec_runner(ctx, &args.runner_args(ctx))
+                run_spec_runner(ctx, args.face, &args.runner_args(ctx))
             })
         });
     run.finish()
@@ -133,10 +161,12 @@ pub fn spec(ctx: &Ctx, args: &[&str]) -> Result<()> {
 /// plain (the tests that need auth on its auth+TLS deployment) and once with `--auth
 /// --tls`, as the drivers' CI does; there a listed test its `runOnRequirements` rule
 /// out (`auth: false`) is skipped, while one that fails still fails the step.
-pub fn expected_pass_step(ctx: &Ctx, secure: bool) -> Result<()> {
-    let report = match secure {
-        false => "spec-report.json",
-        true => "spec-report-auth-tls.json",
+pub fn expected_pass_step(ctx: &Ctx, secure: bool, face: Face) -> Result<()> {
+    let report = match (secure, face) {
+        (false, Face::Sync) => "spec-report.json",
+        (true, Face::Sync) => "spec-report-auth-tls.json",
+        (false, Face::Async) => "spec-report-async.json",
+        (true, Face::Async) => "spec-report-async-auth-tls.json",
     };
     // One list for the runner: the plain one, then the auth-only one.
     let expected = ctx.work.join("expected-pass-with-auth-tls.txt");
@@ -155,11 +185,44 @@ pub fn expected_pass_step(ctx: &Ctx, secure: bool) -> Result<()> {
     if secure {
         args.extend(["--auth", "--tls", "--only-expected"].map(String::from));
     }
-    run_spec_runner(ctx, &args)
+    run_spec_runner(ctx, face, &args)
 }
 
-fn run_spec_runner(ctx: &Ctx, args: &[String]) -> Result<()> {
-    let runner: PathBuf = ctx.target_dir()?.join("debug/spec-runner");
+pub const ASYNC_RUNNER_STEP: &str =
+    "build: spec-runner for the WASI 0.3 face (feature async-face, target/debug/spec-runner-async)";
+
+/// Builds spec-runner with feature async-face and links it at [`ASYNC_RUNNER`].
+/// Cargo puts both builds at debug/spec-runner: the async one is linked away from
+/// there, and the sync build (fresh, so a link only) put back.
+pub fn build_async_runner(ctx: &Ctx) -> Result<()> {
+    let args = [
+        "build",
+        "-p",
+        "host-tests",
+        "--features",
+        "async-face",
+        "--bin",
+        "spec-runner",
+        "--message-format",
+        "json-render-diagnostics",
+    ];
+    println!("  $ cargo {}", args.join(" "));
+    let json = crate::run::output(&mut ctx.cargo(&args))?;
+    let built = json
+        .lines()
+        .filter(|l| l.contains("\"compiler-artifact\"") && l.contains("\"spec-runner\""))
+        .find_map(|l| crate::run::json_str(l, "executable"))
+        .ok_or("cargo named no spec-runner executable")?;
+    let dest = ctx.target_dir()?.join(ASYNC_RUNNER);
+    let _ = std::fs::remove_file(&dest);
+    std::fs::hard_link(&built, &dest)
+        .or_else(|_| std::fs::copy(&built, &dest).map(|_| ()))
+        .map_err(|e| format!("{built} -> {}: {e}", dest.display()))?;
+    exec(&mut ctx.cargo(&["build", "-p", "host-tests", "--bin", "spec-runner"]))
+}
+
+fn run_spec_runner(ctx: &Ctx, face: Face, args: &[String]) -> Result<()> {
+    let runner: PathBuf = ctx.target_dir()?.join(face.runner());
     let server = Server::start(ctx)?;
     let mut cmd = crate::server::favoured(runner);
     cmd.arg("--backend").arg(server.addr()).args(args);

@@ -109,6 +109,9 @@ pub(crate) fn build_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
             run.step("build: check the WASI 0.3 component's WIT exports (async func)", || {
                 check_component(ctx, &crate::component::ASYNC)
             })
+        })
+        .and_then(|()| {
+            run.step(spec::ASYNC_RUNNER_STEP, || spec::build_async_runner(ctx))
         });
     Ok(())
 }
@@ -156,8 +159,9 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     let _ = run.step(crate::node::STEP, || crate::node::test_step(ctx));
     let _ = run.step(
         "test: the WASI 0.3 face (p3-probe: its runtime, then one client under 16 concurrent \
-         operations with a silent server's deadline beside them; async-smoke: a 0.3 command \
-         composed with the driver-async component)",
+         operations with a silent server's deadline beside them, every cancellation point of \
+         find, insert, commit and a GridFS upload; async-smoke: a 0.3 command composed with \
+         the driver-async component)",
         || p3_probe(ctx).and_then(|()| async_smoke(ctx)),
     );
     let _ = run.step(
@@ -170,11 +174,17 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
     );
     let _ = run.step(
         "test: unified spec suites against nx-27017 (expected-pass list)",
-        || spec::expected_pass_step(ctx, false),
+        || spec::expected_pass_step(ctx, false, spec::Face::Sync),
     );
     let _ = run.step(
         "test: unified spec suites again with --auth --tls (expected-pass list)",
-        || spec::expected_pass_step(ctx, true),
+        || spec::expected_pass_step(ctx, true, spec::Face::Sync),
+    );
+    // The second face: the same list through the WASI 0.3 component. Plain only: the
+    // --auth --tls run checks what the faces share (auth, TLS), on the 0.2 one.
+    let _ = run.step(
+        "test: unified spec suites through the WASI 0.3 face (expected-pass list)",
+        || spec::expected_pass_step(ctx, false, spec::Face::Async),
     );
     // The benchmark's smoke test (issue: `--quick` runs in CI): every contender
     // and measurement runs once; no thresholds, timing belongs in the benchmark.
@@ -227,7 +237,8 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
 
 /// host-tests/p3-probe/run.sh on free loopback ports: it builds the probe
 /// (the driver with feature p3), starts nx-27017, a silent and a trickling
-/// listener and a DNS responder, runs both sections, and stops them by PID.
+/// listener, a DNS responder, a TLS relay and a slow relay, runs its sections
+/// (the runtime, the driver, TLS, cancellation), and stops them by PID.
 /// The probe fails (non-zero exit) on any check that does not hold.
 fn p3_probe(ctx: &Ctx) -> Result<()> {
     let mut cmd = Command::new("bash");
@@ -240,6 +251,7 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
         "TRICKLE_PORT",
         "DNS_PORT",
         "TLS_PORT",
+        "SLOW_PORT",
     ] {
         cmd.env(var, crate::server::free_port()?.to_string());
     }

@@ -8,6 +8,7 @@ use crate::unified::args::{bytes, Args};
 use crate::unified::matching::decode_hex;
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::{doc, spec::BinarySubtype, Binary, Bson};
 use wasmtime::component::ResourceAny;
 
@@ -75,17 +76,21 @@ impl TestRun {
                     timeout_ms,
                     session,
                 };
-                let r = api.call_upload_from_bytes(s, bucket, &filename, &content, &opts)?;
+                let r = api
+                    .call_upload_from_bytes(s, bucket, &filename, &content, &opts)
+                    .w()?;
                 output(r, |id| Ok(Output::Value(unwrap_v(&id, "the file id")?)))
             }
             "download" => {
                 let id = id(&mut args)?;
-                let r = api.call_download_to_bytes(
-                    s,
-                    bucket,
-                    &id,
-                    gridfs_options(args, session, timeout_ms)?,
-                )?;
+                let r = api
+                    .call_download_to_bytes(
+                        s,
+                        bucket,
+                        &id,
+                        gridfs_options(args, session, timeout_ms)?,
+                    )
+                    .w()?;
                 output(r, |b| Ok(data(b)))
             }
             "downloadByName" => {
@@ -103,52 +108,61 @@ impl TestRun {
                     timeout_ms,
                     session,
                 };
-                let r = api.call_download_by_name(s, bucket, &filename, opts)?;
+                let r = api.call_download_by_name(s, bucket, &filename, opts).w()?;
                 output(r, |b| Ok(data(b)))
             }
             "delete" => {
                 let id = id(&mut args)?;
-                let r =
-                    api.call_delete(s, bucket, &id, gridfs_options(args, session, timeout_ms)?)?;
+                let r = api
+                    .call_delete(s, bucket, &id, gridfs_options(args, session, timeout_ms)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "rename" => {
                 let id = id(&mut args)?;
                 let new_name = args.req_string("newFilename")?;
-                let r = api.call_rename(
-                    s,
-                    bucket,
-                    &id,
-                    &new_name,
-                    gridfs_options(args, session, timeout_ms)?,
-                )?;
+                let r = api
+                    .call_rename(
+                        s,
+                        bucket,
+                        &id,
+                        &new_name,
+                        gridfs_options(args, session, timeout_ms)?,
+                    )
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "deleteByName" => {
                 let name = args.req_string("filename")?;
                 let opts = gridfs_options(args, session, timeout_ms)?;
-                let r = api.call_delete_by_name(s, bucket, &name, opts)?;
+                let r = api.call_delete_by_name(s, bucket, &name, opts).w()?;
                 output(r, |()| Ok(Output::None))
             }
             "renameByName" => {
                 let name = args.req_string("filename")?;
                 let new_name = args.req_string("newFilename")?;
                 let opts = gridfs_options(args, session, timeout_ms)?;
-                let r = api.call_rename_by_name(s, bucket, &name, &new_name, opts)?;
+                let r = api
+                    .call_rename_by_name(s, bucket, &name, &new_name, opts)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "drop" => {
-                let r = api.call_drop(s, bucket, gridfs_options(args, session, timeout_ms)?)?;
+                let r = api
+                    .call_drop(s, bucket, gridfs_options(args, session, timeout_ms)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "find" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_find(
-                    s,
-                    bucket,
-                    &filter,
-                    gridfs_options(args, session, timeout_ms)?,
-                )?;
+                let r = api
+                    .call_find(
+                        s,
+                        bucket,
+                        &filter,
+                        gridfs_options(args, session, timeout_ms)?,
+                    )
+                    .w()?;
                 super::cursor::documents(g, r)
             }
             other => Err(Fail(format!("bucket.{other}: no WIT method for it"))),

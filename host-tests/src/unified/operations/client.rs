@@ -10,6 +10,7 @@ use crate::bindings::exports::mongo_wasi::driver::types::ClientBulkWriteResult;
 use crate::unified::args::{bytes, Args};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::{doc, Bson, Document};
 
 impl TestRun {
@@ -27,20 +28,18 @@ impl TestRun {
         match name {
             "listDatabases" | "listDatabaseObjects" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r =
-                    api.call_list_databases(s, client, &filter, &op_options(&mut args, session)?)?;
+                let r = api
+                    .call_list_databases(s, client, &filter, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |list| {
                     Ok(Output::Documents(decode_all(&list, "a database")?))
                 })
             }
             "listDatabaseNames" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_list_database_names(
-                    s,
-                    client,
-                    &filter,
-                    &op_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_list_database_names(s, client, &filter, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |names| {
                     Ok(Output::Value(Bson::Array(
                         names.into_iter().map(Bson::String).collect(),
@@ -50,12 +49,14 @@ impl TestRun {
             "createChangeStream" => {
                 let pipeline: Step<Vec<Vec<u8>>> =
                     args.docs("pipeline")?.iter().map(bytes).collect();
-                let r = api.call_watch(
-                    s,
-                    client,
-                    &pipeline?,
-                    &aggregate_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_watch(
+                        s,
+                        client,
+                        &pipeline?,
+                        &aggregate_options(&mut args, session)?,
+                    )
+                    .w()?;
                 cursor::entity(r)
             }
             "clientBulkWrite" => {
@@ -84,7 +85,7 @@ impl TestRun {
                     session,
                     extra: std::mem::replace(&mut args, Args::new("", None)).extra()?,
                 };
-                let r = api.call_bulk_write(s, client, &models, &options)?;
+                let r = api.call_bulk_write(s, client, &models, &options).w()?;
                 output(r, |r| Ok(Output::Value(client_result_document(&r)?.into())))
             }
             "appendMetadata" => {
@@ -96,12 +97,12 @@ impl TestRun {
                     version: field("version"),
                     platform: field("platform"),
                 };
-                let r = api.call_append_metadata(s, client, &info)?;
+                let r = api.call_append_metadata(s, client, &info).w()?;
                 output(r, |()| Ok(Output::None))
             }
             "close" => {
                 args.done()?;
-                api.call_close(s, client)?;
+                api.call_close(s, client).w()?;
                 Ok(Ok(Output::None))
             }
             other => Err(Fail(format!("client.{other}: no WIT method for it"))),

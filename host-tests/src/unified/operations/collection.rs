@@ -11,6 +11,7 @@ use crate::bindings::exports::mongo_wasi::driver::types::{BulkWriteResult, Updat
 use crate::unified::args::{bytes, Args};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::{doc, Bson, Document};
 use wasmtime::component::ResourceAny;
 
@@ -330,7 +331,9 @@ impl TestRun {
         match name {
             "insertOne" => {
                 let d = bytes(&args.req_doc("document")?)?;
-                let r = api.call_insert_one(s, coll, &d, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_insert_one(s, coll, &d, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |r| {
                     Ok(Output::Value(
                         doc! { "insertedId": unwrap_v(&r.inserted_id, "inserted-id")? }.into(),
@@ -339,8 +342,9 @@ impl TestRun {
             }
             "insertMany" => {
                 let docs: Step<Vec<Vec<u8>>> = args.docs("documents")?.iter().map(bytes).collect();
-                let r =
-                    api.call_insert_many(s, coll, &docs?, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_insert_many(s, coll, &docs?, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |r| {
                     let mut ids = Document::new();
                     for (i, id) in r.inserted_ids.iter().enumerate() {
@@ -351,7 +355,9 @@ impl TestRun {
             }
             "find" | "createFindCursor" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_find(s, coll, &filter, &find_options(&mut args, session)?)?;
+                let r = api
+                    .call_find(s, coll, &filter, &find_options(&mut args, session)?)
+                    .w()?;
                 match name {
                     "find" => cursor::documents(g, r),
                     _ => cursor::entity(r),
@@ -359,7 +365,9 @@ impl TestRun {
             }
             "findOne" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_find_one(s, coll, &filter, &find_options(&mut args, session)?)?;
+                let r = api
+                    .call_find_one(s, coll, &filter, &find_options(&mut args, session)?)
+                    .w()?;
                 output(r, optional_doc)
             }
             "updateOne" | "updateMany" | "replaceOne" => {
@@ -373,7 +381,8 @@ impl TestRun {
                             &filter,
                             &replacement,
                             &typed_options(&mut args, session)?,
-                        )?
+                        )
+                        .w()?
                     }
                     "updateOne" => {
                         let update = update_spec(&mut args, "update")?;
@@ -383,7 +392,8 @@ impl TestRun {
                             &filter,
                             &update,
                             &typed_options(&mut args, session)?,
-                        )?
+                        )
+                        .w()?
                     }
                     _ => {
                         let update = update_spec(&mut args, "update")?;
@@ -393,7 +403,8 @@ impl TestRun {
                             &filter,
                             &update,
                             &typed_options(&mut args, session)?,
-                        )?
+                        )
+                        .w()?
                     }
                 };
                 output(r, update_result)
@@ -402,8 +413,8 @@ impl TestRun {
                 let filter = bytes(&args.req_doc("filter")?)?;
                 let o = typed_options(&mut args, session)?;
                 let r = match name {
-                    "deleteOne" => api.call_delete_one(s, coll, &filter, &o)?,
-                    _ => api.call_delete_many(s, coll, &filter, &o)?,
+                    "deleteOne" => api.call_delete_one(s, coll, &filter, &o).w()?,
+                    _ => api.call_delete_many(s, coll, &filter, &o).w()?,
                 };
                 output(r, |r| {
                     Ok(Output::Value(
@@ -415,12 +426,14 @@ impl TestRun {
                 let filter = bytes(&args.req_doc("filter")?)?;
                 find_and_modify_names(&mut args)?;
                 let r = match name {
-                    "findOneAndDelete" => api.call_find_one_and_delete(
-                        s,
-                        coll,
-                        &filter,
-                        &typed_options(&mut args, session)?,
-                    )?,
+                    "findOneAndDelete" => api
+                        .call_find_one_and_delete(
+                            s,
+                            coll,
+                            &filter,
+                            &typed_options(&mut args, session)?,
+                        )
+                        .w()?,
                     "findOneAndUpdate" => {
                         let update = update_spec(&mut args, "update")?;
                         api.call_find_one_and_update(
@@ -429,7 +442,8 @@ impl TestRun {
                             &filter,
                             &update,
                             &typed_options(&mut args, session)?,
-                        )?
+                        )
+                        .w()?
                     }
                     _ => {
                         let replacement = bytes(&args.req_doc("replacement")?)?;
@@ -439,7 +453,8 @@ impl TestRun {
                             &filter,
                             &replacement,
                             &typed_options(&mut args, session)?,
-                        )?
+                        )
+                        .w()?
                     }
                 };
                 output(r, optional_doc)
@@ -447,47 +462,43 @@ impl TestRun {
             "aggregate" => {
                 let pipeline: Step<Vec<Vec<u8>>> =
                     args.docs("pipeline")?.iter().map(bytes).collect();
-                let r = api.call_aggregate(
-                    s,
-                    coll,
-                    &pipeline?,
-                    &aggregate_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_aggregate(s, coll, &pipeline?, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 cursor::documents(g, r)
             }
             "countDocuments" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r = api.call_count_documents(
-                    s,
-                    coll,
-                    &filter,
-                    &typed_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_count_documents(s, coll, &filter, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "count" => {
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r = api.call_count(s, coll, &filter, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_count(s, coll, &filter, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "estimatedDocumentCount" => {
-                let r = api.call_estimated_document_count(
-                    s,
-                    coll,
-                    &typed_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_estimated_document_count(s, coll, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |n| Ok(Output::Value(Bson::Int64(n))))
             }
             "distinct" => {
                 let field = args.req_string("fieldName")?;
                 let filter = bytes(&args.req_doc("filter")?)?;
-                let r = api.call_distinct(
-                    s,
-                    coll,
-                    &field,
-                    &filter,
-                    &typed_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_distinct(
+                        s,
+                        coll,
+                        &field,
+                        &filter,
+                        &typed_options(&mut args, session)?,
+                    )
+                    .w()?;
                 output(r, |values| {
                     let values: Step<Vec<Bson>> = values
                         .iter()
@@ -504,7 +515,9 @@ impl TestRun {
                 let (map, reduce) = (code(&mut args, "map")?, code(&mut args, "reduce")?);
                 let out = bytes(&args.req_doc("out")?)?;
                 let opts = typed_options(&mut args, session)?;
-                let r = api.call_map_reduce(s, coll, &map, &reduce, &out, &opts)?;
+                let r = api
+                    .call_map_reduce(s, coll, &map, &reduce, &out, &opts)
+                    .w()?;
                 output(r, |d| {
                     let mut d = decode(&d, "mapReduce's result")?;
                     // Inline output is `results`; output to a collection names it in `result`.
@@ -518,8 +531,9 @@ impl TestRun {
             "bulkWrite" => {
                 let models: Step<Vec<WriteModel>> =
                     args.docs("requests")?.iter().map(write_model).collect();
-                let r =
-                    api.call_bulk_write(s, coll, &models?, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_bulk_write(s, coll, &models?, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |r| Ok(Output::Value(bulk_result_document(&r)?.into())))
             }
             // Index options belong in the index model, not on the command: create-indexes
@@ -533,7 +547,9 @@ impl TestRun {
                     }
                 }
                 let o = typed_options(&mut args, session)?;
-                let r = api.call_create_indexes(s, coll, &[bytes(&model)?], &o)?;
+                let r = api
+                    .call_create_indexes(s, coll, &[bytes(&model)?], &o)
+                    .w()?;
                 output(r, |names| match names.into_iter().next() {
                     Some(n) => Ok(Output::Value(Bson::String(n))),
                     None => Err(Fail("create-indexes named no index".into())),
@@ -541,16 +557,21 @@ impl TestRun {
             }
             "dropIndex" => {
                 let index = args.req_string("name")?;
-                let r =
-                    api.call_drop_index(s, coll, &index, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_drop_index(s, coll, &index, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "dropIndexes" => {
-                let r = api.call_drop_indexes(s, coll, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_drop_indexes(s, coll, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "listIndexes" | "listIndexNames" => {
-                let r = api.call_list_indexes(s, coll, &aggregate_options(&mut args, session)?)?;
+                let r = api
+                    .call_list_indexes(s, coll, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 let docs = match cursor::documents(g, r)? {
                     Ok(Output::Documents(d)) if name == "listIndexNames" => d,
                     other => return Ok(other),
@@ -562,23 +583,17 @@ impl TestRun {
             }
             "createSearchIndex" => {
                 let model = search_model(&args.req_doc("model")?)?;
-                let r = api.call_create_search_index(
-                    s,
-                    coll,
-                    &model,
-                    &op_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_create_search_index(s, coll, &model, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |n| Ok(Output::Value(Bson::String(n))))
             }
             "createSearchIndexes" => {
                 let models: Step<Vec<SearchIndexModel>> =
                     args.docs("models")?.iter().map(search_model).collect();
-                let r = api.call_create_search_indexes(
-                    s,
-                    coll,
-                    &models?,
-                    &op_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_create_search_indexes(s, coll, &models?, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |names| {
                     Ok(Output::Value(Bson::Array(
                         names.into_iter().map(Bson::String).collect(),
@@ -594,41 +609,51 @@ impl TestRun {
                     }
                 }
                 let o = aggregate_options(&mut args, session)?;
-                let r = api.call_list_search_indexes(s, coll, name.as_deref(), &o)?;
+                let r = api
+                    .call_list_search_indexes(s, coll, name.as_deref(), &o)
+                    .w()?;
                 cursor::documents(g, r)
             }
             "updateSearchIndex" => {
                 let name = args.req_string("name")?;
                 let definition = bytes(&args.req_doc("definition")?)?;
-                let r = api.call_update_search_index(
-                    s,
-                    coll,
-                    &name,
-                    &definition,
-                    &op_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_update_search_index(
+                        s,
+                        coll,
+                        &name,
+                        &definition,
+                        &op_options(&mut args, session)?,
+                    )
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "dropSearchIndex" => {
                 let name = args.req_string("name")?;
-                let r =
-                    api.call_drop_search_index(s, coll, &name, &op_options(&mut args, session)?)?;
+                let r = api
+                    .call_drop_search_index(s, coll, &name, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "drop" => {
-                let r = api.call_drop(s, coll, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_drop(s, coll, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "rename" => {
                 let to = args.req_string("to")?;
-                let r = api.call_rename(s, coll, &to, &typed_options(&mut args, session)?)?;
+                let r = api
+                    .call_rename(s, coll, &to, &typed_options(&mut args, session)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "createChangeStream" => {
                 let pipeline: Step<Vec<Vec<u8>>> =
                     args.docs("pipeline")?.iter().map(bytes).collect();
-                let r =
-                    api.call_watch(s, coll, &pipeline?, &aggregate_options(&mut args, session)?)?;
+                let r = api
+                    .call_watch(s, coll, &pipeline?, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 cursor::entity(r)
             }
             other => Err(Fail(format!("collection.{other}: no WIT method for it"))),

@@ -8,6 +8,7 @@ use crate::unified::args::Args;
 use crate::unified::entities::{CursorEntity, Entity};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::Document;
 use std::collections::VecDeque;
 use wasmtime::component::ResourceAny;
@@ -22,10 +23,16 @@ pub fn drain(guest: &mut Guest, cursor: ResourceAny) -> Step<Result<Vec<Document
     let mut docs = Vec::new();
     let api = guest.driver.mongo_wasi_driver_cursor().cursor();
     for _ in 0..MAX_BATCHES {
-        let batch = match api.call_next_batch(&mut guest.store, cursor)? {
+        let batch = match api.call_next_batch(&mut guest.store, cursor).w()? {
             Ok(b) => b,
             Err(e) => {
-                let _ = cursor.resource_drop(&mut guest.store);
+                // On the WASI 0.3 face a destructor cannot do I/O (it runs outside
+                // any task), so the killCursors a drop sends on 0.2 waits for the
+                // next async call: close explicitly, as a 0.3 caller should.
+                if cfg!(feature = "async-face") {
+                    let _ = api.call_close(&mut guest.store, cursor, None).w();
+                }
+                let _ = crate::drop_resource(cursor, &mut guest.store);
                 return Ok(Err(e));
             }
         };
@@ -33,7 +40,7 @@ pub fn drain(guest: &mut Guest, cursor: ResourceAny) -> Step<Result<Vec<Document
             docs.push(decode(d, "a cursor document")?);
         }
         if batch.exhausted {
-            cursor.resource_drop(&mut guest.store)?;
+            crate::drop_resource(cursor, &mut guest.store)?;
             return Ok(Ok(docs));
         }
     }
@@ -65,7 +72,7 @@ pub fn entity(r: Result<ResourceAny, WitError>) -> Step<OpResult> {
 /// One `next-batch` into the entity's buffer.
 fn fetch(guest: &mut Guest, c: &mut CursorEntity) -> Step<Result<(), WitError>> {
     let api = guest.driver.mongo_wasi_driver_cursor().cursor();
-    let batch = match api.call_next_batch(&mut guest.store, c.handle)? {
+    let batch = match api.call_next_batch(&mut guest.store, c.handle).w()? {
         Ok(b) => b,
         Err(e) => return Ok(Err(e)),
     };
@@ -135,7 +142,7 @@ impl TestRun {
                 args.done()?;
                 // Errors from killCursors are suppressed, as the spec says.
                 let api = guest.driver.mongo_wasi_driver_cursor().cursor();
-                let _ = api.call_close(&mut guest.store, c.handle, timeout)?;
+                let _ = api.call_close(&mut guest.store, c.handle, timeout).w()?;
                 c.buffer.clear();
                 c.exhausted = true;
                 Ok(Ok(Output::None))

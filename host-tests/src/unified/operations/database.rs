@@ -10,6 +10,7 @@ use crate::unified::args::{bytes, Args};
 use crate::unified::entities::{CollectionEntity, Entity};
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::Bson;
 
 fn pipeline(args: &mut Args) -> Step<Vec<Vec<u8>>> {
@@ -46,7 +47,7 @@ impl TestRun {
                     read_preference,
                 };
                 args.done()?;
-                let r = api.call_run_command(s, db, &command, &opts)?;
+                let r = api.call_run_command(s, db, &command, &opts).w()?;
                 output(r, |d| {
                     Ok(Output::Value(decode(&d, "the command reply")?.into()))
                 })
@@ -54,12 +55,14 @@ impl TestRun {
             "runCursorCommand" | "createCommandCursor" => {
                 let command = bytes(&args.req_doc("command")?)?;
                 args.take("commandName");
-                let r = api.call_run_cursor_command(
-                    s,
-                    db,
-                    &command,
-                    &aggregate_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_run_cursor_command(
+                        s,
+                        db,
+                        &command,
+                        &aggregate_options(&mut args, session)?,
+                    )
+                    .w()?;
                 match name {
                     "runCursorCommand" => cursor::documents(g, r),
                     _ => cursor::entity(r),
@@ -67,27 +70,23 @@ impl TestRun {
             }
             "aggregate" => {
                 let p = pipeline(&mut args)?;
-                let r = api.call_aggregate(s, db, &p, &aggregate_options(&mut args, session)?)?;
+                let r = api
+                    .call_aggregate(s, db, &p, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 cursor::documents(g, r)
             }
             "listCollections" | "listCollectionObjects" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_list_collections(
-                    s,
-                    db,
-                    &filter,
-                    &aggregate_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_list_collections(s, db, &filter, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 cursor::documents(g, r)
             }
             "listCollectionNames" => {
                 let filter = bytes(&args.doc("filter")?.unwrap_or_default())?;
-                let r = api.call_list_collection_names(
-                    s,
-                    db,
-                    &filter,
-                    &op_options(&mut args, session)?,
-                )?;
+                let r = api
+                    .call_list_collection_names(s, db, &filter, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |names| {
                     Ok(Output::Value(Bson::Array(
                         names.into_iter().map(Bson::String).collect(),
@@ -96,8 +95,9 @@ impl TestRun {
             }
             "createCollection" => {
                 let coll = args.req_string("collection")?;
-                let r =
-                    api.call_create_collection(s, db, &coll, &op_options(&mut args, session)?)?;
+                let r = api
+                    .call_create_collection(s, db, &coll, &op_options(&mut args, session)?)
+                    .w()?;
                 output(r, |handle| {
                     Ok(Output::Entity(Entity::Collection(CollectionEntity {
                         handle,
@@ -114,13 +114,14 @@ impl TestRun {
                     write_concern: None,
                     read_preference: None,
                 };
-                let handle = api.call_collection(&mut *s, db, &coll, &opts)?;
+                let handle = api.call_collection(&mut *s, db, &coll, &opts).w()?;
                 let r = g
                     .driver
                     .mongo_wasi_driver_collection()
                     .collection()
-                    .call_drop(&mut g.store, handle, &op_options(&mut args, session)?)?;
-                handle.resource_drop(&mut g.store)?;
+                    .call_drop(&mut g.store, handle, &op_options(&mut args, session)?)
+                    .w()?;
+                crate::drop_resource(handle, &mut g.store)?;
                 output(r, |()| Ok(Output::None))
             }
             // No driver helper (the spec has none): collMod through runCommand,
@@ -147,12 +148,14 @@ impl TestRun {
                     read_preference: None,
                 };
                 args.done()?;
-                let r = api.call_run_command(s, db, &bytes(&command)?, &opts)?;
+                let r = api.call_run_command(s, db, &bytes(&command)?, &opts).w()?;
                 output(r, |_| Ok(Output::None))
             }
             "createChangeStream" => {
                 let p = pipeline(&mut args)?;
-                let r = api.call_watch(s, db, &p, &aggregate_options(&mut args, session)?)?;
+                let r = api
+                    .call_watch(s, db, &p, &aggregate_options(&mut args, session)?)
+                    .w()?;
                 cursor::entity(r)
             }
             other => Err(Fail(format!("database.{other}: no WIT method for it"))),

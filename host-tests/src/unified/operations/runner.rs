@@ -7,6 +7,7 @@ use crate::unified::events::{self, EventLog};
 use crate::unified::internal;
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::{doc, Bson, Document};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -45,7 +46,8 @@ impl TestRun {
         Ok(g.driver
             .mongo_wasi_driver_session()
             .session()
-            .call_pinned_server(&mut g.store, handle)?)
+            .call_pinned_server(&mut g.store, handle)
+            .w()?)
     }
 
     pub(super) fn runner_operation(&mut self, name: &str, args: Option<&Document>) -> Step<()> {
@@ -91,7 +93,7 @@ impl TestRun {
                 let want = str_arg(args, "state")?;
                 let g = &mut self.guest;
                 let api = g.driver.mongo_wasi_driver_session().session();
-                let got = match api.call_transaction_state(&mut g.store, session)? {
+                let got = match api.call_transaction_state(&mut g.store, session).w()? {
                     TransactionState::None => "none",
                     TransactionState::Starting => "starting",
                     TransactionState::InProgress => "in_progress",
@@ -107,7 +109,7 @@ impl TestRun {
                 let session = self.entities.session(str_arg(args, "session")?)?.handle;
                 let g = &mut self.guest;
                 let api = g.driver.mongo_wasi_driver_session().session();
-                let dirty = api.call_is_dirty(&mut g.store, session)?;
+                let dirty = api.call_is_dirty(&mut g.store, session).w()?;
                 match dirty == (name == "assertSessionDirty") {
                     true => Ok(()),
                     false => Err(Fail(format!("{name}: is-dirty() is {dirty}"))),
@@ -199,7 +201,7 @@ impl TestRun {
         let handle = self.entities.client(client)?.handle;
         let g = &mut self.guest;
         let api = g.driver.mongo_wasi_driver_client().client();
-        let _ = api.call_check_servers(&mut g.store, handle)?;
+        let _ = api.call_check_servers(&mut g.store, handle).w()?;
         Ok(())
     }
 

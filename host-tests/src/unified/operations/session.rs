@@ -9,6 +9,7 @@ use crate::unified::entities::transaction_options;
 use crate::unified::errors;
 use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
+use crate::Wait;
 use bson::{Bson, Document};
 use wasmtime::component::ResourceAny;
 
@@ -39,21 +40,23 @@ impl TestRun {
                     }
                 }
                 args.done()?;
-                let r = api.call_start_transaction(s, session, &transaction_options(&opts)?)?;
+                let r = api
+                    .call_start_transaction(s, session, &transaction_options(&opts)?)
+                    .w()?;
                 output(r, |()| Ok(Output::None))
             }
             "commitTransaction" | "abortTransaction" => {
                 let timeout = args.timeout()?;
                 args.done()?;
                 let r = match name {
-                    "commitTransaction" => api.call_commit_transaction(s, session, timeout)?,
-                    _ => api.call_abort_transaction(s, session, timeout)?,
+                    "commitTransaction" => api.call_commit_transaction(s, session, timeout).w()?,
+                    _ => api.call_abort_transaction(s, session, timeout).w()?,
                 };
                 output(r, |()| Ok(Output::None))
             }
             "getSnapshotTime" => {
                 args.done()?;
-                let t = api.call_snapshot_time(s, session)?;
+                let t = api.call_snapshot_time(s, session).w()?;
                 let t = t
                     .and_then(|d| bson::Document::from_reader(d.as_slice()).ok())
                     .and_then(|d| d.get("t").cloned())
@@ -62,7 +65,7 @@ impl TestRun {
             }
             "endSession" => {
                 args.done()?;
-                api.call_end(s, session)?;
+                api.call_end(s, session).w()?;
                 Ok(Ok(Output::None))
             }
             "withTransaction" => {
@@ -90,10 +93,10 @@ impl TestRun {
                     transaction: transaction_options(&opts)?,
                     timeout_ms,
                 };
-                let runner = api.call_with_transaction(s, session, &options)?;
+                let runner = api.call_with_transaction(s, session, &options).w()?;
                 let result = self.with_transaction(runner, &callback);
                 // Dropped whatever happened (a trap leaves the store unusable anyway).
-                let _ = runner.resource_drop(&mut self.guest.store);
+                let _ = crate::drop_resource(runner, &mut self.guest.store);
                 result
             }
             other => Err(Fail(format!("session.{other}: no WIT method for it"))),
@@ -106,7 +109,8 @@ impl TestRun {
             let api = self.guest.driver.mongo_wasi_driver_session();
             let step = api
                 .transaction_runner()
-                .call_step(&mut self.guest.store, runner)?;
+                .call_step(&mut self.guest.store, runner)
+                .w()?;
             match step {
                 Err(e) => return Ok(Err(e.into())),
                 Ok(RunnerStep::Done) => return Ok(Ok(Output::None)),
@@ -114,7 +118,8 @@ impl TestRun {
                     let outcome = self.callback(callback)?;
                     let api = self.guest.driver.mongo_wasi_driver_session();
                     api.transaction_runner()
-                        .call_report(&mut self.guest.store, runner, outcome.as_ref().map(|_| ()))?
+                        .call_report(&mut self.guest.store, runner, outcome.as_ref().map(|_| ()))
+                        .w()?
                         .map_err(|e| Fail(format!("report: {}", errors::describe(&e))))?;
                 }
             }
