@@ -259,6 +259,19 @@ impl Changes {
     }
 }
 
+/// One server's pool as it stands ([`crate::Client::pool_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStatus {
+    pub address: String,
+    /// Checked out (by operations, cursors or transactions).
+    pub in_use: usize,
+    /// Idle in the pool, `pending` included.
+    pub idle: usize,
+    /// Idle, but still owed the reply of an operation that timed out: drained
+    /// before reuse.
+    pub pending: usize,
+}
+
 /// What a checked-out connection is kept for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {

@@ -428,10 +428,19 @@ async fn attempt<O: Operation>(
         );
     }
     let deadline = ctx.timeout.io_deadline(started);
+    // Armed while the request is in flight: a caller dropped here leaves the
+    // server holding it.
+    let in_flight = InFlight {
+        client,
+        session: ctx.session,
+        address: &address,
+        connection_id,
+    };
     let result = match conn.send(request_id, &body, &sequences, deadline).await {
         Ok(()) => conn.receive(request_id, deadline).await,
         Err(e) => Err(e),
     };
+    std::mem::forget(in_flight);
     let elapsed = runtime::now().since(started);
 
     let failed = |e: &Error, reply: Option<RawDocumentBuf>| {
@@ -537,6 +546,30 @@ async fn attempt<O: Operation>(
             give_back(conn, cursor.filter(|_| !kills));
             failed(&e, None);
             Err(e)
+        }
+    }
+}
+
+/// A command in flight whose future was dropped (its caller cancelled, e.g.
+/// a serverless host whose HTTP client went away) between sending and the
+/// whole reply: the connection is closed as it drops, never pooled, and the
+/// session may hold server state (a running command, a transaction), so it
+/// is not reused (as after a network error). Forgotten once the exchange ends.
+struct InFlight<'a> {
+    client: &'a ClientInner,
+    session: Option<&'a Session>,
+    address: &'a str,
+    connection_id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // `try_`: a drop during a panic's unwinding must not panic again.
+        if let Ok(mut t) = self.client.topology.try_borrow_mut() {
+            t.abandoned(self.address, self.connection_id);
+        }
+        if let Some(s) = self.session {
+            s.mark_dirty();
         }
     }
 }

@@ -395,6 +395,36 @@ impl Topology {
         self.keep_or_close(conn);
     }
 
+    /// A checked-out connection whose operation was dropped mid-request or
+    /// mid-reply (a cancelled caller): the server may still answer on it, so
+    /// it is closed, never pooled (its socket closes as it drops). CMAP hears
+    /// it come back and close.
+    pub fn abandoned(&mut self, address: &str, id: u64) {
+        self.events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, address, id));
+        self.events.emit(|| {
+            PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                .because(CloseReason::Error.as_str())
+        });
+    }
+
+    /// Per server: connections checked out and idle (idle ones still owed a
+    /// reply counted apart), for a host watching what an instance holds.
+    pub fn pool_status(&self) -> Vec<cmap::PoolStatus> {
+        let mut out: Vec<cmap::PoolStatus> = self
+            .servers
+            .iter()
+            .map(|(address, s)| cmap::PoolStatus {
+                address: address.clone(),
+                in_use: s.in_use.total(),
+                idle: s.idle.len(),
+                pending: s.idle.iter().filter(|c| c.pending().is_some()).count(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.address.cmp(&b.address));
+        out
+    }
+
     fn keep_or_close(&mut self, conn: Connection) {
         let max = self.settings.max_pool_size;
         let current = conn.generation == self.generation_of(&conn.address, conn.hello.service_id);

@@ -10,6 +10,7 @@ SILENT_PORT=${SILENT_PORT:-47018}
 TRICKLE_PORT=${TRICKLE_PORT:-47019}
 DNS_PORT=${DNS_PORT:-47053}
 TLS_PORT=${TLS_PORT:-47054}
+SLOW_PORT=${SLOW_PORT:-47055}
 
 cargo build --target wasm32-wasip2 --release
 WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
@@ -81,8 +82,33 @@ while True:
     threading.Thread(target=pipe, args=(u, t), daemon=True).start()
 ' "$TLS_PORT" "$NX_PORT" "$TMP" &
 TLS_PID=$!
+# Relays each connection to nx-27017, holding every chunk 2 ms: each read and
+# connect of the driver then waits, so each is a point where a caller can cancel.
+python3 -c '
+import socket, sys, threading, time
+lp, bp = int(sys.argv[1]), int(sys.argv[2])
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", lp)); s.listen(64)
+def pipe(a, b):
+    try:
+        while True:
+            chunk = a.recv(65536)
+            if not chunk: break
+            time.sleep(0.002); b.sendall(chunk)
+    except OSError: pass
+    finally:
+        for x in (a, b):
+            try: x.close()
+            except OSError: pass
+while True:
+    c, _ = s.accept()
+    u = socket.create_connection(("127.0.0.1", bp))
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+' "$SLOW_PORT" "$NX_PORT" &
+SLOW_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SLOW_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
     rm -rf "$TMP"
 }
@@ -110,3 +136,9 @@ done
 # TLS handshake with the silent server bounded by timeoutMS.
 CA_PEM="$(cat "$TMP/ca.pem")" "$VENV/wasmtime" run -S cli -S inherit-network --env CA_PEM \
     "$WASM" tls "$TLS_PORT" "$SILENT_PORT"
+
+# Section 4: cancellation safety (src/cancel.rs): each await of find, insert,
+# commit and a GridFS upload, dropped in turn; the pool, the sessions and the
+# next operation are checked after each. Through the 2 ms relay, so that each
+# await of I/O is pending at least once.
+"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" cancel "$SLOW_PORT"

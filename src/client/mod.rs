@@ -104,6 +104,12 @@ impl Client {
         self.inner.topology.borrow_mut().take_pool_events()
     }
 
+    /// Each server's pool as it stands: connections checked out, idle, and
+    /// idle but owed a reply.
+    pub fn pool_status(&self) -> Vec<crate::cmap::PoolStatus> {
+        self.inner.topology.borrow().pool_status()
+    }
+
     /// Runs the server checks a background monitor would have run by now
     /// (`Topology::check_due_servers`), within the client's timeoutMS, else
     /// serverSelectionTimeoutMS.

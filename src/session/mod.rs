@@ -549,8 +549,11 @@ impl Session {
 
     /// After a network error: the server session must not be reused.
     pub(crate) fn mark_dirty(&self) {
-        if let Some(server) = self.state.borrow_mut().server.as_mut() {
-            server.dirty = true;
+        // `try_`: also called from a dropped operation's guard (executor.rs).
+        if let Ok(mut state) = self.state.try_borrow_mut() {
+            if let Some(server) = state.server.as_mut() {
+                server.dirty = true;
+            }
         }
     }
 }

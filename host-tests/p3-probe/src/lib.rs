@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+mod cancel;
 mod driver;
 
 struct Probe;
@@ -33,6 +34,21 @@ impl wasip3::exports::cli::run::Guest for Probe {
                 }
                 Err(e) => {
                     println!("TLS FAILED: {e}");
+                    Err(())
+                }
+            };
+        }
+        // `cancel NX`: every cancellation point of find, insert, commit and a
+        // GridFS upload (cancel.rs).
+        if args.get(1).map(String::as_str) == Some("cancel") {
+            let nx = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(47017);
+            return match cancel::cancel(nx).await {
+                Ok(()) => {
+                    println!("CANCEL OK");
+                    Ok(())
+                }
+                Err(e) => {
+                    println!("CANCEL FAILED: {e}");
                     Err(())
                 }
             };
