@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind};
 use crate::logging::{Component, Context, Fields, LogMessage, Loggable};
 use bson::cstr;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -217,6 +218,8 @@ impl CheckOutFailedReason {
 /// The connections of one pool checked out, by purpose (Load Balancer spec,
 /// "Connection Tracking"). Each is counted by its [`Lease`] until that is
 /// dropped, so a connection closed or lost anywhere stops counting too.
+/// With concurrent callers (WASI 0.3) it also holds the pool's wait queue and
+/// its interruptions of in-use connections: everything a checkout waits on.
 #[derive(Debug, Default)]
 pub struct InUse {
     total: Cell<usize>,
@@ -224,6 +227,80 @@ pub struct InUse {
     transactions: Cell<usize>,
     /// The pool's changes, which checkouts waiting for a connection watch.
     changes: Rc<Changes>,
+    /// CMAP's WaitQueue: the checkouts waiting, in arrival order.
+    queue: RefCell<VecDeque<u64>>,
+    /// The next ticket's number.
+    next_ticket: Cell<u64>,
+    /// Clears of the pool so far: a ticket taken before the latest one
+    /// fails (CMAP: a clear fails every request in the WaitQueue).
+    clears: Cell<u64>,
+    /// A clear with interruptInUseConnections: connections of this
+    /// generation or older are interrupted wherever they are in use.
+    interrupted: Cell<Option<u64>>,
+}
+
+/// A checkout's place in its pool's wait queue (CMAP WaitQueue), held until
+/// it takes a connection or starts establishing one. However it is dropped
+/// (done, timed out, or its future dropped) it leaves the queue, and the
+/// checkout behind it is woken: a waiter gone never blocks the others.
+#[derive(Debug)]
+pub struct Ticket {
+    pool: Rc<InUse>,
+    number: u64,
+    /// The pool's clears when it was taken.
+    clears: u64,
+}
+
+impl Ticket {
+    /// Whether this checkout is the oldest waiting: only it may take an idle
+    /// connection or start establishing one (FIFO).
+    pub fn is_first(&self) -> bool {
+        self.pool.queue.borrow().front() == Some(&self.number)
+    }
+
+    /// Whether the pool was cleared since this checkout began waiting.
+    pub fn cleared(&self) -> bool {
+        self.pool.clears.get() != self.clears
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        // `try_`: never a second panic while unwinding.
+        let Ok(mut queue) = self.pool.queue.try_borrow_mut() else {
+            return;
+        };
+        let first = queue.front() == Some(&self.number);
+        if let Some(at) = queue.iter().position(|&n| n == self.number) {
+            queue.remove(at);
+        }
+        drop(queue);
+        if first {
+            // The next in line may go now.
+            self.pool.notify();
+        }
+    }
+}
+
+/// PoolClearedError: a checkout waiting in a pool that was cleared, or an
+/// operation whose connection a clear interrupted. A network error, so
+/// retryable; the executor never hands a checkout's error to SDAM, and an
+/// interrupted connection's generation is stale, so neither marks the server
+/// Unknown again (CMAP "Clearing a non-load balanced pool").
+pub fn pool_cleared(address: &str, interrupted: bool) -> Error {
+    let message = match interrupted {
+        true => format!("Connection to {address} interrupted due to server monitor timeout"),
+        false => format!("Connection pool for {address} was cleared while waiting for a connection"),
+    };
+    let mut e = Error::network(message);
+    e.add_label("RetryableError");
+    e
+}
+
+/// Whether an available connection has been idle too long (CMAP
+/// maxIdleTimeMS: "perished", closed with reason `idle` instead of used).
+pub fn idle_too_long(since: Instant, now: Instant, max_idle: Option<Duration>) -> bool {
+    max_idle.is_some_and(|max| now.since(since) >= max)
 }
 
 /// Something that changes (a pool, a topology) and the tasks waiting for
@@ -313,6 +390,60 @@ impl InUse {
         Changes::next(&pool.changes)
     }
 
+    /// The pool a checked-out connection counts in, for its interruption
+    /// (WASI 0.3 only: `None` on 0.2, where nothing runs beside an operation).
+    pub fn of(lease: Option<&Lease>) -> Option<Rc<InUse>> {
+        match crate::runtime::CONCURRENT {
+            true => lease.map(|l| Rc::clone(&l.pool)),
+            false => None,
+        }
+    }
+
+    /// Joins the wait queue, at its end.
+    pub fn enter(pool: &Rc<InUse>) -> Ticket {
+        let number = pool.next_ticket.get();
+        pool.next_ticket.set(number + 1);
+        pool.queue.borrow_mut().push_back(number);
+        Ticket {
+            pool: Rc::clone(pool),
+            number,
+            clears: pool.clears.get(),
+        }
+    }
+
+    /// Checkouts waiting (the wait queue's length).
+    pub fn waiting(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    /// The pool was cleared (not behind a load balancer): every checkout
+    /// waiting fails, and with `interrupt` the connections in use of
+    /// `generation` (the one cleared) or older are interrupted.
+    pub fn cleared(&self, generation: u64, interrupt: bool) {
+        self.clears.set(self.clears.get() + 1);
+        if interrupt {
+            let through = self.interrupted.get().map_or(generation, |g| g.max(generation));
+            self.interrupted.set(Some(through));
+        }
+        self.notify();
+    }
+
+    /// Whether a connection of `generation` is interrupted.
+    pub fn is_interrupted(&self, generation: u64) -> bool {
+        self.interrupted.get().is_some_and(|g| generation <= g)
+    }
+
+    /// Ready once a clear interrupts connections of `generation` (never, if none does).
+    pub async fn interrupted(pool: Rc<InUse>, generation: u64) {
+        loop {
+            let changed = Changes::next(&pool.changes);
+            if pool.is_interrupted(generation) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     fn counter(&self, purpose: Purpose) -> Option<&Cell<usize>> {
         match purpose {
             Purpose::Operation => None,
@@ -399,6 +530,8 @@ pub struct PoolEvent {
     pub error: Option<String>,
     /// Pool cleared behind a load balancer: the service cleared.
     pub service_id: Option<bson::oid::ObjectId>,
+    /// Pool cleared: whether in-use connections were interrupted (a monitor's timeout).
+    pub interrupt_in_use_connections: bool,
 }
 
 impl PoolEvent {
@@ -413,6 +546,7 @@ impl PoolEvent {
             closed: false,
             error: None,
             service_id: None,
+            interrupt_in_use_connections: false,
         }
     }
 
@@ -755,6 +889,94 @@ mod tests {
             .took(Duration::from_millis(2));
         assert_eq!(e.reason.as_deref(), Some("stale"));
         assert_eq!(e.duration, Some(Duration::from_millis(2)));
+    }
+
+    /// A future's one poll, with a waker that records whether it was woken.
+    fn poll_once<F: std::future::Future>(
+        f: std::pin::Pin<&mut F>,
+        woken: &std::sync::Arc<Flag>,
+    ) -> Poll<F::Output> {
+        let waker = Waker::from(std::sync::Arc::clone(woken));
+        f.poll(&mut std::task::Context::from_waker(&waker))
+    }
+
+    #[derive(Default)]
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    impl Flag {
+        fn take(&self) -> bool {
+            self.0.swap(false, std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn the_wait_queue_serves_in_arrival_order_and_a_ticket_dropped_anywhere_leaves_it() {
+        let pool = Rc::new(InUse::default());
+        let (a, b, c) = (
+            InUse::enter(&pool),
+            InUse::enter(&pool),
+            InUse::enter(&pool),
+        );
+        assert!(a.is_first() && !b.is_first() && !c.is_first());
+        assert_eq!(pool.waiting(), 3);
+        // The second gives up (a timeout, a dropped future): the first stays first.
+        let woken = std::sync::Arc::new(Flag::default());
+        let mut next = std::pin::pin!(InUse::changed(&pool));
+        assert!(poll_once(next.as_mut(), &woken).is_pending());
+        drop(b);
+        assert!(!woken.take(), "not the first: nobody is woken");
+        assert!(a.is_first() && !c.is_first());
+        // The first leaves: the next in line is woken and is first.
+        drop(a);
+        assert!(woken.take(), "the one behind is woken");
+        assert!(poll_once(next.as_mut(), &woken).is_ready());
+        assert!(c.is_first());
+        let d = InUse::enter(&pool);
+        assert!(!d.is_first(), "a newcomer waits behind");
+        drop(c);
+        assert!(d.is_first());
+        drop(d);
+        assert_eq!(pool.waiting(), 0);
+    }
+
+    #[test]
+    fn a_clear_fails_the_waiting_tickets_only_and_interrupts_older_generations() {
+        let pool = Rc::new(InUse::default());
+        let before = InUse::enter(&pool);
+        let woken = std::sync::Arc::new(Flag::default());
+        let mut next = std::pin::pin!(InUse::changed(&pool));
+        assert!(poll_once(next.as_mut(), &woken).is_pending());
+        pool.cleared(3, false);
+        assert!(woken.take(), "waiters are woken to fail at once");
+        assert!(before.cleared());
+        assert!(!InUse::enter(&pool).cleared(), "a later checkout is not failed");
+        assert!(!pool.is_interrupted(0), "no interruption without the flag");
+        let mut interrupted = std::pin::pin!(InUse::interrupted(Rc::clone(&pool), 3));
+        assert!(poll_once(interrupted.as_mut(), &woken).is_pending());
+        pool.cleared(3, true);
+        assert!(woken.take());
+        assert!(poll_once(interrupted.as_mut(), &woken).is_ready());
+        assert!(pool.is_interrupted(2) && pool.is_interrupted(3));
+        assert!(!pool.is_interrupted(4), "connections made after the clear are not");
+        let e = pool_cleared("h:1", true);
+        assert!(e.is_network() && !e.is_timeout(), "retryable: {e}");
+        assert_eq!(
+            e.message,
+            "Connection to h:1 interrupted due to server monitor timeout"
+        );
+    }
+
+    #[test]
+    fn max_idle_time_perishes_connections_idle_that_long() {
+        let since = Instant(1_000 * MS);
+        let max = Some(Duration::from_millis(100));
+        assert!(!idle_too_long(since, Instant(1_099 * MS), max));
+        assert!(idle_too_long(since, Instant(1_100 * MS), max));
+        assert!(!idle_too_long(since, Instant(9_000 * MS), None), "unset: never");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct Connection {
     unauthenticated: Option<(RawDocumentBuf, Option<auth::Suspended>)>,
     /// While checked out: its place among its pool's connections in use.
     pub(crate) lease: Option<crate::cmap::Lease>,
+    /// When it last became available in its pool (kept only with maxIdleTimeMS).
+    pub(crate) available_since: crate::deadline::Instant,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -138,6 +140,7 @@ impl Connection {
             pending: None,
             unauthenticated: None,
             lease: None,
+            available_since: crate::deadline::Instant(0),
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;

@@ -436,10 +436,17 @@ async fn attempt<O: Operation>(
         address: &address,
         connection_id,
     };
-    let result = match conn.send(request_id, &body, &sequences, deadline).await {
-        Ok(()) => conn.receive(request_id, deadline).await,
-        Err(e) => Err(e),
+    // WASI 0.3: a clear with interruptInUseConnections ends the round trip
+    // (the connection is then stale: closed at check-in, not abandoned).
+    let pool = crate::cmap::InUse::of(conn.lease.as_ref());
+    let round_trip = async {
+        match conn.send(request_id, &body, &sequences, deadline).await {
+            Ok(()) => conn.receive(request_id, deadline).await,
+            Err(e) => Err(e),
+        }
     };
+    let result =
+        crate::topology::interruptible(pool, (&address, generation), round_trip).await;
     std::mem::forget(in_flight);
     let elapsed = runtime::now().since(started);
 

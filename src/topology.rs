@@ -58,9 +58,16 @@ pub struct TopologySettings {
     /// waitQueueTimeoutMS: the longest a checkout waits for a connection,
     /// unless timeoutMS is set (CSOT replaces it).
     pub wait_queue_timeout: Option<Duration>,
-    /// CMAP minPoolSize: filled by `check_due_servers` (the host's idle time;
-    /// a single-threaded client has no background thread).
+    /// CMAP minPoolSize: filled by `check_due_servers` (the host's idle
+    /// time) on both faces, and on WASI 0.3 by a background task per pool
+    /// too (`Topology::fill_soon`).
     pub min_pool_size: usize,
+    /// CMAP maxIdleTimeMS: an available connection idle this long is closed
+    /// (reason `idle`) instead of checked out.
+    pub max_idle_time: Option<Duration>,
+    /// connectTimeoutMS, which bounds each background establishment (CSOT
+    /// "Background Connection Pooling"; never 0 here).
+    pub background_connect_ms: u64,
     /// How often a known server is checked again (SDAM single-threaded
     /// default: 60 s), which also keeps RTT samples fresh for CSOT.
     pub heartbeat: Duration,
@@ -93,6 +100,8 @@ struct ServerState {
     in_use: Rc<cmap::InUse>,
     /// Its connections being established (maxConnecting counts them).
     connecting: usize,
+    /// WASI 0.3: a background task is filling it to minPoolSize.
+    filling: bool,
 }
 
 pub struct Topology {
@@ -109,6 +118,11 @@ pub struct Topology {
     dns_configured: bool,
     /// Checks that ended: selections waiting for the topology to change watch them.
     checks: Rc<cmap::Changes>,
+    /// The client was closed: checkouts fail, check-ins close, background tasks end.
+    closed: bool,
+    /// Itself, for the background tasks of WASI 0.3 (a drain, a pool's
+    /// fill), which end when the client is gone.
+    me: std::rc::Weak<RefCell<Topology>>,
 }
 
 impl Topology {
@@ -133,6 +147,8 @@ impl Topology {
             rng,
             dns_configured: false,
             checks: Rc::default(),
+            closed: false,
+            me: std::rc::Weak::new(),
         }
     }
 
@@ -272,8 +288,12 @@ impl Topology {
     }
 
     /// The most recent idle connection still current; stale and broken ones
-    /// met on the way are closed.
+    /// met on the way are closed, and with maxIdleTimeMS every one idle
+    /// that long (CMAP: perished).
     fn take_idle(&mut self, address: &str) -> Option<Connection> {
+        if let Some(max_idle) = self.settings.max_idle_time {
+            self.close_idle_past(address, max_idle);
+        }
         while let Some(conn) = self.state(address).idle.pop() {
             let generation = self.generation_of(address, conn.hello.service_id);
             if conn.generation == generation && !conn.is_broken() {
@@ -286,6 +306,22 @@ impl Topology {
             self.closed(&conn, reason);
         }
         None
+    }
+
+    /// Closes the available connections of `address` idle for `max_idle` or longer.
+    fn close_idle_past(&mut self, address: &str, max_idle: Duration) {
+        let now = runtime::now();
+        let state = self.state(address);
+        let perished = |c: &Connection| cmap::idle_too_long(c.available_since, now, Some(max_idle));
+        if !state.idle.iter().any(perished) {
+            return;
+        }
+        let (gone, kept): (Vec<Connection>, Vec<Connection>) =
+            std::mem::take(&mut state.idle).into_iter().partition(perished);
+        state.idle = kept;
+        for conn in &gone {
+            self.closed(conn, CloseReason::Idle);
+        }
     }
 
     /// Whether a checkout must wait before opening a connection: maxPoolSize
@@ -386,12 +422,19 @@ impl Topology {
     }
 
     /// A checked-out connection comes back: it stays idle, or is closed
-    /// (broken, stale, or the pool is full). A pending one is kept too: its
-    /// reply is drained at checkout.
+    /// (broken, stale, or the pool is full or closed). A pending one (its
+    /// operation timed out with the reply still due) is kept too: on WASI
+    /// 0.2 its reply is drained at the next checkout; on 0.3 a background
+    /// task drains it now and then makes it available, so no operation
+    /// waits for it (it still counts as in use meanwhile: maxPoolSize).
     pub fn checkin(&mut self, mut conn: Connection) {
-        conn.lease = None;
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, &conn.address, conn.id));
+        if runtime::CONCURRENT && conn.pending().is_some() && !conn.is_broken() && !self.closed {
+            runtime::detach(drain_in_background(self.me.clone(), conn));
+            return;
+        }
+        conn.lease = None;
         self.keep_or_close(conn);
     }
 
@@ -425,20 +468,79 @@ impl Topology {
         out
     }
 
-    fn keep_or_close(&mut self, conn: Connection) {
+    fn keep_or_close(&mut self, mut conn: Connection) {
+        if self.closed {
+            return self.closed(&conn, CloseReason::PoolClosed);
+        }
         let max = self.settings.max_pool_size;
         let current = conn.generation == self.generation_of(&conn.address, conn.hello.service_id);
+        if self.settings.max_idle_time.is_some() {
+            conn.available_since = runtime::now();
+        }
         let state = self.state(&conn.address);
         match cmap::checkin_outcome(conn.is_broken(), current, state.idle.len(), max) {
-            None => state.idle.push(conn),
+            None => {
+                state.idle.push(conn);
+                if runtime::CONCURRENT {
+                    // A check's or a fill's connection: the first in line takes it.
+                    state.in_use.notify();
+                }
+            }
             Some(reason) => self.closed(&conn, reason),
         }
+    }
+
+    /// WASI 0.3: starts a background task filling the pool of `address` to
+    /// minPoolSize, unless one runs or it needs none (CMAP "Background
+    /// Thread"; never on 0.2, whose `check_due_servers` fills pools inline).
+    fn fill_soon(&mut self, address: &str) {
+        if !runtime::CONCURRENT || self.settings.min_pool_size == 0 {
+            return;
+        }
+        if self.needs_filling(address) && !std::mem::replace(&mut self.state(address).filling, true)
+        {
+            runtime::detach(fill_in_background(self.me.clone(), address.to_string()));
+        }
+    }
+
+    /// Whether a background fill may open another connection to `address`
+    /// now: the pool is ready, below minPoolSize in total (available, in
+    /// use and being established) and below maxConnecting establishments.
+    fn needs_filling(&mut self, address: &str) -> bool {
+        let (min, max) = (self.settings.min_pool_size, self.settings.max_pool_size);
+        let max_connecting = self.settings.max_connecting.max(1);
+        let lb = self.settings.connect.load_balanced;
+        let closed = self.closed;
+        let state = self.state(address);
+        let total = state.idle.len() + state.in_use.total() + state.connecting;
+        !closed
+            && !lb
+            && state.ready
+            && total < min
+            && (max == 0 || total < max)
+            && state.connecting < max_connecting
     }
 
     /// A network error (not a timeout) marks the server unknown and clears its pool.
     pub fn mark_unknown(&mut self, address: &str, err: &Error) {
         self.clear(address, None);
         self.check_failed(address, err);
+    }
+
+    /// A server check failed: the server is Unknown and its pool cleared;
+    /// after a network timeout with interruptInUseConnections (SDAM
+    /// "Network or command error during server check"), so operations
+    /// still waiting on that server's connections fail at once.
+    fn check_failed_and_clear(&mut self, address: &str, err: &Error) {
+        self.clear_pool(address, None, err.is_timeout());
+        self.check_failed(address, err);
+    }
+
+    /// Clears the pool of `address` as SDAM does: `interrupt`
+    /// (interruptInUseConnections) also interrupts its connections in use.
+    /// Test runners call it for the CMAP spec tests' `clear`.
+    pub fn clear_pool(&mut self, address: &str, service: Option<ObjectId>, interrupt: bool) {
+        self.clear_with(address, service, interrupt);
     }
 
     /// A server error on a connection of pool `generation` to a server of
@@ -531,8 +633,20 @@ impl Topology {
     /// balanced pool"); there only the connections to the failed one's
     /// `service` go (Load Balancer spec), or all without one.
     fn clear(&mut self, address: &str, service: Option<ObjectId>) {
+        self.clear_with(address, service, false)
+    }
+
+    /// `clear`, and with `interrupt` (interruptInUseConnections; never
+    /// behind a load balancer) the connections in use of the generation
+    /// cleared are interrupted. Outside a load balancer every checkout
+    /// waiting in the pool's queue fails with PoolClearedError.
+    fn clear_with(&mut self, address: &str, service: Option<ObjectId>, interrupt: bool) {
         let load_balanced = self.settings.connect.load_balanced;
+        let interrupt = interrupt && !load_balanced;
         let state = self.state(address);
+        if !load_balanced {
+            state.in_use.cleared(state.generation, interrupt);
+        }
         let service = service.filter(|_| load_balanced);
         match service {
             Some(id) => match state.service_clears.iter_mut().find(|(s, _)| *s == id) {
@@ -550,6 +664,7 @@ impl Topology {
         if was_ready {
             self.events.emit(|| PoolEvent {
                 service_id: service,
+                interrupt_in_use_connections: interrupt,
                 ..PoolEvent::new(PoolEventKind::PoolCleared, address, 0)
             });
         }
@@ -596,11 +711,14 @@ impl Topology {
     }
 
     pub fn close(&mut self) {
+        self.closed = true;
         let addresses: Vec<String> = self.servers.keys().cloned().collect();
         for address in addresses {
             let state = self.state(&address);
             state.generation += 1;
             state.ready = false;
+            // Checkouts waiting look again, and fail: the pool is closed.
+            state.in_use.notify();
             let idle = std::mem::take(&mut state.idle);
             for conn in &idle {
                 self.closed(conn, CloseReason::PoolClosed);
@@ -680,7 +798,9 @@ impl Topology {
 /// the instance. What needs I/O (selection's checks, checkout's connects and
 /// drains, seedlist discovery) is here; what only changes state is on
 /// `Topology`, reached through `Deref` for a statement at a time.
-pub struct Shared(RefCell<Topology>);
+/// On WASI 0.3 its background tasks (a pending reply's drain, a pool's
+/// minPoolSize fill) hold it weakly, and end once the client is gone.
+pub struct Shared(Rc<RefCell<Topology>>);
 
 impl std::ops::Deref for Shared {
     type Target = RefCell<Topology>;
@@ -690,8 +810,11 @@ impl std::ops::Deref for Shared {
 }
 
 impl Shared {
-    pub fn new(topology: Topology) -> Shared {
-        Shared(RefCell::new(topology))
+    pub fn new(mut topology: Topology) -> Shared {
+        Shared(Rc::new_cyclic(|me| {
+            topology.me = me.clone();
+            RefCell::new(topology)
+        }))
     }
 
     /// Selects a server for `criteria`, checking servers as needed, within
@@ -965,8 +1088,9 @@ impl Shared {
             }
             // SDAM "network or command error during server check": the
             // server is Unknown and its pool cleared (after the retry on a
-            // new connection, for a known server's pooled check).
-            Err(e) => t.mark_unknown(address, &e),
+            // new connection, for a known server's pooled check); after a
+            // timeout its connections in use are interrupted too.
+            Err(e) => t.check_failed_and_clear(address, &e),
         }
         Ok(())
     }
@@ -1045,17 +1169,57 @@ impl Shared {
                     .error(e)
             }),
         }
+        // WASI 0.3: keep minPoolSize (a connection may have been closed).
+        t.fill_soon(address);
         drop(t);
         result
     }
 
+    /// The checkout itself. With concurrent callers (WASI 0.3) it waits in
+    /// the pool's FIFO wait queue (CMAP WaitQueue): only the first in line
+    /// takes an idle connection or starts establishing one, and it waits
+    /// there while maxPoolSize connections are in use or maxConnecting are
+    /// being established. Each waiter's wait is bounded by its own deadline
+    /// (waitQueueTimeoutMS, or under CSOT what selection's deadline leaves),
+    /// never by another's, and a waiter that leaves (a timeout, a dropped
+    /// future) wakes the one behind it. A clear fails every waiter.
     async fn check_out(
         &self,
         address: &str,
         timeout: &OpTimeout,
         selection: Deadline,
     ) -> Result<Connection> {
+        let wait_queue = match (timeout.csot, self.borrow().settings.wait_queue_timeout) {
+            (None, Some(limit)) if runtime::CONCURRENT => Deadline::after(runtime::now(), limit),
+            _ => Deadline::Infinite,
+        };
+        let until = selection.min(wait_queue);
+        // One caller at a time on WASI 0.2: no queue, nothing to wait for.
+        let ticket = match runtime::CONCURRENT {
+            true => Some(cmap::InUse::enter(&self.borrow_mut().state(address).in_use)),
+            false => None,
+        };
         loop {
+            let changed = match &ticket {
+                Some(ticket) => {
+                    let changed = {
+                        let mut t = self.borrow_mut();
+                        if t.closed {
+                            return Err(Error::closed("connection pool"));
+                        }
+                        if ticket.cleared() {
+                            return Err(cmap::pool_cleared(address, false));
+                        }
+                        cmap::InUse::changed(&t.state(address).in_use)
+                    };
+                    if !ticket.is_first() {
+                        self.wait_turn(address, until, changed).await?;
+                        continue;
+                    }
+                    Some(changed)
+                }
+                None => None,
+            };
             let idle = self.borrow_mut().take_idle(address);
             if let Some(mut conn) = idle {
                 match self.drain(&mut conn, timeout).await {
@@ -1073,59 +1237,88 @@ impl Shared {
                     }
                 }
             }
-            // maxPoolSize, and maxConnecting (CMAP): wait for a connection to
-            // come back or an establishment to end, within the selection deadline.
+            // maxPoolSize, and maxConnecting (CMAP): the first in line waits
+            // for a connection to come back or an establishment to end.
             let full = self.borrow_mut().pool_full(address);
-            match full {
-                None => break,
-                Some(Full::InUse) if !runtime::CONCURRENT => {
+            match (full, changed) {
+                (None, _) => break,
+                (Some(_), Some(changed)) => self.wait_turn(address, until, changed).await?,
+                (Some(_), None) => {
                     // One caller at a time: none can come back while this waits.
                     let mut t = self.borrow_mut();
                     let max = t.settings.max_pool_size;
                     return Err(t.state(address).in_use.wait_queue_timeout(max));
                 }
-                Some(full) => {
-                    let changed = cmap::InUse::changed(&self.borrow_mut().state(address).in_use);
-                    let wait_queue = match (timeout.csot, self.borrow().settings.wait_queue_timeout)
-                    {
-                        (None, Some(limit)) => Deadline::after(runtime::now(), limit),
-                        _ => Deadline::Infinite,
-                    };
-                    let until = selection.min(wait_queue);
-                    let waited = runtime::within(until, "connection pool wait queue", async {
-                        changed.await;
-                        Ok(())
-                    })
-                    .await;
-                    if let Err(e) = waited {
-                        let mut t = self.borrow_mut();
-                        let max = t.settings.max_pool_size;
-                        return Err(match full {
-                            Full::InUse => t.state(address).in_use.wait_queue_timeout(max),
-                            Full::Connecting => e,
-                        });
-                    }
-                }
             }
         }
         let (connect, handshake) = timeout.establish_deadlines(selection, runtime::now());
         let created = runtime::now();
-        let (id, load_balanced) = {
+        let (id, load_balanced, generation, pool) = {
             let mut t = self.borrow_mut();
-            t.state(address).connecting += 1;
-            (t.created(address), t.settings.connect.load_balanced)
+            let state = t.state(address);
+            state.connecting += 1;
+            let (generation, pool) = (state.generation, Rc::clone(&state.in_use));
+            (t.created(address), t.settings.connect.load_balanced, generation, pool)
         };
         // Counted as connecting until the handshake ends, however it ends
-        // (a dropped future included).
+        // (a dropped future included); out of the queue from here on.
         let _connecting = Connecting(self, address);
+        drop(ticket);
         if load_balanced {
             return self
                 .establish_behind_load_balancer(address, id, created, (connect, handshake), timeout)
                 .await;
         }
-        let result = self.establish(address, id, connect, handshake, true).await;
-        self.borrow_mut()
-            .handshake_done(address, id, created, result, timeout)
+        let establish = self.establish(address, id, connect, handshake, true);
+        if !runtime::CONCURRENT {
+            let result = establish.await;
+            return self
+                .borrow_mut()
+                .handshake_done(address, id, created, result, timeout);
+        }
+        // A clear with interruptInUseConnections interrupts an establishment too.
+        let interrupted = async {
+            cmap::InUse::interrupted(pool, generation).await;
+            Err(None)
+        };
+        let established = async { establish.await.map_err(Some) };
+        match race(established, interrupted).await {
+            Ok(conn) => self
+                .borrow_mut()
+                .handshake_done(address, id, created, Ok(conn), timeout),
+            Err(Some(e)) => self
+                .borrow_mut()
+                .handshake_done(address, id, created, Err(e), timeout),
+            Err(None) => {
+                // The clear already did SDAM's part: the connection is only closed.
+                self.borrow_mut().events.emit(|| {
+                    PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                        .because(CloseReason::Stale.as_str())
+                });
+                Err(cmap::pool_cleared(address, true))
+            }
+        }
+    }
+
+    /// Waits for the pool's next change (`changed`), within `until`: its
+    /// expiry is the checkout's WaitQueueTimeoutError (CMAP).
+    async fn wait_turn(
+        &self,
+        address: &str,
+        until: Deadline,
+        changed: impl std::future::Future<Output = ()>,
+    ) -> Result<()> {
+        let waited = runtime::within(until, "connection pool wait queue", async {
+            changed.await;
+            Ok(())
+        })
+        .await;
+        if waited.is_err() {
+            let mut t = self.borrow_mut();
+            let max = t.settings.max_pool_size;
+            return Err(t.state(address).in_use.wait_queue_timeout(max));
+        }
+        Ok(())
     }
 
     /// Load Balancer spec, "Initial Handshake Errors": an error before the hello
@@ -1325,8 +1518,83 @@ impl Shared {
         if !std::mem::replace(&mut state.ready, true) {
             t.events
                 .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
+            // After the ready event (CMAP): the background fill may start.
+            t.fill_soon(address);
         }
         Ok(conn)
+    }
+}
+
+/// WASI 0.3, a pending response drained in the background (the
+/// pending-response rules of cmap.rs: within its window, counted from the
+/// timeout): the connection is then available again, or closed. It counts as
+/// in use until then (its lease), so maxPoolSize still holds; no operation
+/// waits for it. A client gone meanwhile drops it.
+async fn drain_in_background(me: std::rc::Weak<RefCell<Topology>>, mut conn: Connection) {
+    let Some(topology) = me.upgrade() else {
+        return;
+    };
+    let shared = Shared(topology);
+    // timeoutMS=0: no operation's budget, the window alone bounds the drain.
+    let window_only = OpTimeout::start(
+        runtime::now(),
+        Some(0),
+        crate::csot::LegacyTimeouts::default(),
+    );
+    let drained = shared.drain(&mut conn, &window_only).await;
+    let mut t = shared.borrow_mut();
+    conn.lease = None;
+    match drained {
+        Ok(true) => t.keep_or_close(conn),
+        // Closed (its reply never came, or came wrong); `Err` is a timeout
+        // inside the window, which the window-only deadline rules out.
+        Ok(false) | Err(_) => {
+            conn.abandon_pending();
+            t.closed(&conn, CloseReason::Error);
+        }
+    }
+}
+
+/// WASI 0.3, CMAP's background "populate the pool" for `address`: one
+/// connection at a time (maxConnecting permitting) while the pool is ready
+/// and below minPoolSize, each establishment bounded by connectTimeoutMS.
+/// It ends when the pool is full enough, is cleared or closed, an
+/// establishment fails (SDAM handles the error, as for a checkout), or the
+/// client is gone; a checkout's end starts it again if needed.
+async fn fill_in_background(me: std::rc::Weak<RefCell<Topology>>, address: String) {
+    loop {
+        let Some(topology) = me.upgrade() else {
+            return;
+        };
+        let shared = Shared(topology);
+        let (id, connect_ms) = {
+            let mut t = shared.borrow_mut();
+            if !t.needs_filling(&address) {
+                t.state(&address).filling = false;
+                return;
+            }
+            t.state(&address).connecting += 1;
+            (t.created(&address), t.settings.background_connect_ms)
+        };
+        let _connecting = Connecting(&shared, &address);
+        let created = runtime::now();
+        let deadline = Deadline::from_ms(created, Some(connect_ms));
+        let result = shared
+            .establish(&address, id, deadline, deadline, true)
+            .await;
+        let legacy = crate::csot::LegacyTimeouts {
+            connect_ms,
+            ..Default::default()
+        };
+        let timeout = OpTimeout::start(created, None, legacy);
+        let mut t = shared.borrow_mut();
+        match t.handshake_done(&address, id, created, result, &timeout) {
+            Ok(conn) => t.keep_or_close(conn),
+            Err(_) => {
+                t.state(&address).filling = false;
+                return;
+            }
+        }
     }
 }
 
@@ -1349,6 +1617,40 @@ async fn first(a: impl std::future::Future<Output = ()>, b: impl std::future::Fu
         _ => std::task::Poll::Ready(()),
     })
     .await
+}
+
+/// Whichever of two futures ends first, `a` polled first (the other is dropped).
+pub(crate) async fn race<T>(
+    a: impl std::future::Future<Output = T>,
+    b: impl std::future::Future<Output = T>,
+) -> T {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    std::future::poll_fn(|cx| match a.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(out),
+        std::task::Poll::Pending => b.as_mut().poll(cx),
+    })
+    .await
+}
+
+/// An operation's round trip on a connection of `generation` (`io`),
+/// interrupted by a clear with interruptInUseConnections of its `pool`
+/// (`InUse::of`)
+/// (WASI 0.3; on 0.2 nothing runs beside it, so `io` runs alone): the I/O is
+/// dropped, which cancels it, and the operation fails with the CMAP spec's
+/// retryable PoolClearedError. The connection is stale: closed at check-in.
+pub(crate) async fn interruptible<T>(
+    pool: Option<Rc<cmap::InUse>>,
+    (address, generation): (&str, u64),
+    io: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(pool) = pool.filter(|_| runtime::CONCURRENT) else {
+        return io.await;
+    };
+    let interrupted = async {
+        cmap::InUse::interrupted(pool, generation).await;
+        Err(cmap::pool_cleared(address, true))
+    };
+    race(io, interrupted).await
 }
 
 /// Why a checkout must wait before it may open a connection (CMAP).
@@ -1484,6 +1786,8 @@ mod tests {
             max_connecting: 2,
             wait_queue_timeout: None,
             min_pool_size: 0,
+            max_idle_time: None,
+            background_connect_ms: 10_000,
             heartbeat: Duration::from_secs(60),
             monitor_pool: false,
             log: Default::default(),

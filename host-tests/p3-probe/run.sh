@@ -11,6 +11,10 @@ TRICKLE_PORT=${TRICKLE_PORT:-47019}
 DNS_PORT=${DNS_PORT:-47053}
 TLS_PORT=${TLS_PORT:-47054}
 SLOW_PORT=${SLOW_PORT:-47055}
+PROXY_PORT=${PROXY_PORT:-47056}
+# The failpoint proxy (host-tests/proxy), built in the driver's target directory.
+PROXY=${PROXY:-../../target/debug/failpoint-proxy}
+[ -x "$PROXY" ] || (cd ../.. && cargo build -q -p mongo-wasi-proxy --bin failpoint-proxy)
 
 cargo build --target wasm32-wasip2 --release
 WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
@@ -107,8 +111,11 @@ while True:
     threading.Thread(target=pipe, args=(u, c), daemon=True).start()
 ' "$SLOW_PORT" "$NX_PORT" &
 SLOW_PID=$!
+# failCommand (blockConnection) in front of nx-27017, for section 5.
+"$PROXY" --backend "127.0.0.1:$NX_PORT" --listen "127.0.0.1:$PROXY_PORT" >"$TMP/proxy.log" 2>&1 &
+PROXY_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SLOW_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SLOW_PID" "$PROXY_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
     rm -rf "$TMP"
 }
@@ -142,3 +149,8 @@ CA_PEM="$(cat "$TMP/ca.pem")" "$VENV/wasmtime" run -S cli -S inherit-network --e
 # next operation are checked after each. Through the 2 ms relay, so that each
 # await of I/O is pending at least once.
 "$VENV/wasmtime" run -S cli -S inherit-network "$WASM" cancel "$SLOW_PORT"
+
+# Section 5: CMAP on WASI 0.3 through the failpoint proxy (src/pool.rs): the
+# FIFO wait queue, a waiter's timeout beside others, a pending reply drained in
+# the background, interruptInUseConnections, minPoolSize, maxIdleTimeMS.
+"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" pool "$PROXY_PORT"

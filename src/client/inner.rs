@@ -162,6 +162,16 @@ impl ClientInner {
             max_connecting: o.max_connecting.unwrap_or(2) as usize,
             wait_queue_timeout: o.wait_queue_timeout_ms.map(Duration::from_millis),
             min_pool_size: o.min_pool_size.unwrap_or(0) as usize,
+            max_idle_time: o
+                .max_idle_time_ms
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
+            // connectTimeoutMS bounds a background establishment (CSOT spec);
+            // 0 ("none") keeps the default there, so a fill task always ends.
+            background_connect_ms: o
+                .connect_timeout_ms
+                .filter(|&ms| ms > 0)
+                .unwrap_or(LegacyTimeouts::default().connect_ms),
             // SDAM: single-threaded clients check every 60 s by default.
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
             monitor_pool: options.monitor_commands,

@@ -123,6 +123,20 @@ impl Client {
             .await
     }
 
+    /// Clears the pool of `address` (`host:port`) as SDAM does after a
+    /// failed server check; `interrupt_in_use_connections` as after a
+    /// network timeout: operations using its connections fail at once with
+    /// a retryable PoolClearedError (WASI 0.3). Checkouts waiting in the pool
+    /// fail too. For test runners (CMAP spec tests' `clear`); an application
+    /// has no need of it.
+    #[doc(hidden)]
+    pub fn clear_pool(&self, address: &str, interrupt_in_use_connections: bool) {
+        self.inner
+            .topology
+            .borrow_mut()
+            .clear_pool(address, None, interrupt_in_use_connections);
+    }
+
     /// Drains the recorded SDAM events (empty unless monitoring is on).
     pub fn take_sdam_events(&self) -> Vec<crate::sdam::monitoring::SdamEvent> {
         self.inner.topology.borrow_mut().take_sdam_events()

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 mod cancel;
 mod driver;
+mod pool;
 
 struct Probe;
 
@@ -49,6 +50,20 @@ impl wasip3::exports::cli::run::Guest for Probe {
                 }
                 Err(e) => {
                     println!("CANCEL FAILED: {e}");
+                    Err(())
+                }
+            };
+        }
+        // `pool PROXY`: CMAP through the failpoint proxy (pool.rs).
+        if args.get(1).map(String::as_str) == Some("pool") {
+            let port = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(0);
+            return match pool::pool(port).await {
+                Ok(()) => {
+                    println!("POOL OK");
+                    Ok(())
+                }
+                Err(e) => {
+                    println!("POOL FAILED: {e}");
                     Err(())
                 }
             };
