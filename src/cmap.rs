@@ -290,7 +290,9 @@ impl Drop for Ticket {
 pub fn pool_cleared(address: &str, interrupted: bool) -> Error {
     let message = match interrupted {
         true => format!("Connection to {address} interrupted due to server monitor timeout"),
-        false => format!("Connection pool for {address} was cleared while waiting for a connection"),
+        false => format!(
+            "Connection pool for {address} was cleared: no connection until the server is checked again"
+        ),
     };
     let mut e = Error::network(message);
     e.add_label("RetryableError");
@@ -422,7 +424,10 @@ impl InUse {
     pub fn cleared(&self, generation: u64, interrupt: bool) {
         self.clears.set(self.clears.get() + 1);
         if interrupt {
-            let through = self.interrupted.get().map_or(generation, |g| g.max(generation));
+            let through = self
+                .interrupted
+                .get()
+                .map_or(generation, |g| g.max(generation));
             self.interrupted.set(Some(through));
         }
         self.notify();
@@ -953,7 +958,10 @@ mod tests {
         pool.cleared(3, false);
         assert!(woken.take(), "waiters are woken to fail at once");
         assert!(before.cleared());
-        assert!(!InUse::enter(&pool).cleared(), "a later checkout is not failed");
+        assert!(
+            !InUse::enter(&pool).cleared(),
+            "a later checkout is not failed"
+        );
         assert!(!pool.is_interrupted(0), "no interruption without the flag");
         let mut interrupted = std::pin::pin!(InUse::interrupted(Rc::clone(&pool), 3));
         assert!(poll_once(interrupted.as_mut(), &woken).is_pending());
@@ -961,7 +969,10 @@ mod tests {
         assert!(woken.take());
         assert!(poll_once(interrupted.as_mut(), &woken).is_ready());
         assert!(pool.is_interrupted(2) && pool.is_interrupted(3));
-        assert!(!pool.is_interrupted(4), "connections made after the clear are not");
+        assert!(
+            !pool.is_interrupted(4),
+            "connections made after the clear are not"
+        );
         let e = pool_cleared("h:1", true);
         assert!(e.is_network() && !e.is_timeout(), "retryable: {e}");
         assert_eq!(
@@ -976,7 +987,10 @@ mod tests {
         let max = Some(Duration::from_millis(100));
         assert!(!idle_too_long(since, Instant(1_099 * MS), max));
         assert!(idle_too_long(since, Instant(1_100 * MS), max));
-        assert!(!idle_too_long(since, Instant(9_000 * MS), None), "unset: never");
+        assert!(
+            !idle_too_long(since, Instant(9_000 * MS), None),
+            "unset: never"
+        );
     }
 
     #[test]

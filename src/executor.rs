@@ -445,8 +445,7 @@ async fn attempt<O: Operation>(
             Err(e) => Err(e),
         }
     };
-    let result =
-        crate::topology::interruptible(pool, (&address, generation), round_trip).await;
+    let result = crate::topology::interruptible(pool, (&address, generation), round_trip).await;
     std::mem::forget(in_flight);
     let elapsed = runtime::now().since(started);
 

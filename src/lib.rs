@@ -73,7 +73,7 @@ pub mod versioned_api;
 mod component;
 
 pub use bulk_write::{ClientBulkWriteOptions, ClientWriteModel};
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, PooledConnection};
 pub use collection::{
     Collection, DeleteModel, FindOptions, Hint, OpOptions, ReadMode, ReturnDocument,
     SearchIndexModel, UpdateModel, UpdateSpec, WriteModel,

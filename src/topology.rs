@@ -316,8 +316,9 @@ impl Topology {
         if !state.idle.iter().any(perished) {
             return;
         }
-        let (gone, kept): (Vec<Connection>, Vec<Connection>) =
-            std::mem::take(&mut state.idle).into_iter().partition(perished);
+        let (gone, kept): (Vec<Connection>, Vec<Connection>) = std::mem::take(&mut state.idle)
+            .into_iter()
+            .partition(perished);
         state.idle = kept;
         for conn in &gone {
             self.closed(conn, CloseReason::Idle);
@@ -532,15 +533,25 @@ impl Topology {
     /// "Network or command error during server check"), so operations
     /// still waiting on that server's connections fail at once.
     fn check_failed_and_clear(&mut self, address: &str, err: &Error) {
-        self.clear_pool(address, None, err.is_timeout());
+        self.clear_with(address, None, err.is_timeout());
         self.check_failed(address, err);
     }
 
-    /// Clears the pool of `address` as SDAM does: `interrupt`
-    /// (interruptInUseConnections) also interrupts its connections in use.
-    /// Test runners call it for the CMAP spec tests' `clear`.
-    pub fn clear_pool(&mut self, address: &str, service: Option<ObjectId>, interrupt: bool) {
-        self.clear_with(address, service, interrupt);
+    /// Clears the pool of `address` (the CMAP spec tests' `clear`):
+    /// `interrupt` (interruptInUseConnections) also interrupts its
+    /// connections in use.
+    pub fn clear_pool(&mut self, address: &str, interrupt: bool) {
+        self.clear_with(address, None, interrupt);
+    }
+
+    /// Marks the pool of `address` ready, as a successful check does (the
+    /// CMAP spec tests' `ready`); on WASI 0.3 its minPoolSize fill starts.
+    pub fn pool_ready(&mut self, address: &str) {
+        if !std::mem::replace(&mut self.state(address).ready, true) {
+            self.events
+                .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
+            self.fill_soon(address);
+        }
     }
 
     /// A server error on a connection of pool `generation` to a server of
@@ -1207,10 +1218,14 @@ impl Shared {
                         if t.closed {
                             return Err(Error::closed("connection pool"));
                         }
-                        if ticket.cleared() {
+                        let lb = t.settings.connect.load_balanced;
+                        let state = t.state(address);
+                        // A paused pool (cleared since its last good check)
+                        // hands out nothing (CMAP); a load balancer's never pauses.
+                        if ticket.cleared() || !(state.ready || lb) {
                             return Err(cmap::pool_cleared(address, false));
                         }
-                        cmap::InUse::changed(&t.state(address).in_use)
+                        cmap::InUse::changed(&state.in_use)
                     };
                     if !ticket.is_first() {
                         self.wait_turn(address, until, changed).await?;
@@ -1258,7 +1273,12 @@ impl Shared {
             let state = t.state(address);
             state.connecting += 1;
             let (generation, pool) = (state.generation, Rc::clone(&state.in_use));
-            (t.created(address), t.settings.connect.load_balanced, generation, pool)
+            (
+                t.created(address),
+                t.settings.connect.load_balanced,
+                generation,
+                pool,
+            )
         };
         // Counted as connecting until the handshake ends, however it ends
         // (a dropped future included); out of the queue from here on.
@@ -1504,6 +1524,12 @@ impl Shared {
         }
         let Established { conn, rtt, .. } = result?;
         let state = t.state(address);
+        if runtime::CONCURRENT && !check && conn.generation != state.generation {
+            // The pool was cleared while this one connected (WASI 0.3): it is
+            // stale, and says nothing of the server now (SDAM), nor readies
+            // the pool; the checkout that opened it still gets it (CMAP).
+            return Ok(conn);
+        }
         state.rtt.add(rtt);
         let average = state.rtt.average();
         t.checked(address, conn.hello.clone(), average);

@@ -131,10 +131,45 @@ impl Client {
     /// has no need of it.
     #[doc(hidden)]
     pub fn clear_pool(&self, address: &str, interrupt_in_use_connections: bool) {
+        let error = crate::Error::network("cleared by the caller");
+        let mut t = self.inner.topology.borrow_mut();
+        t.clear_pool(address, interrupt_in_use_connections);
+        // As after a failed check: the server is Unknown until checked again.
+        t.mark_unknown(address, &error);
+    }
+
+    /// The CMAP spec tests' pool operations, on the pool of `address`
+    /// alone (no server selection, no SDAM): `ready`, `clear`, `checkOut`
+    /// (bounded by waitQueueTimeoutMS, else serverSelectionTimeoutMS),
+    /// `checkIn`. For test runners; an application has no need of them.
+    #[doc(hidden)]
+    pub fn pool_ready(&self, address: &str) {
+        self.inner.topology.borrow_mut().pool_ready(address);
+    }
+
+    #[doc(hidden)]
+    pub fn pool_clear(&self, address: &str, interrupt_in_use_connections: bool) {
         self.inner
             .topology
             .borrow_mut()
-            .clear_pool(address, None, interrupt_in_use_connections);
+            .clear_pool(address, interrupt_in_use_connections);
+    }
+
+    #[doc(hidden)]
+    pub async fn pool_check_out(&self, address: &str) -> Result<PooledConnection> {
+        let timeout = self.start_timeout(None);
+        let selection = timeout.selection_deadline(crate::runtime::now());
+        let conn = self
+            .inner
+            .topology
+            .checkout(address, &timeout, selection)
+            .await?;
+        Ok(PooledConnection(conn))
+    }
+
+    #[doc(hidden)]
+    pub fn pool_check_in(&self, conn: PooledConnection) {
+        self.inner.topology.borrow_mut().checkin(conn.0);
     }
 
     /// Drains the recorded SDAM events (empty unless monitoring is on).
@@ -385,5 +420,17 @@ mod tests {
         assert_eq!(topology.connect_settings().server_api.as_ref(), Some(&api));
         let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
         assert!(plain.inner.server_api.is_none());
+    }
+}
+
+/// A connection checked out by `Client::pool_check_out` (CMAP spec tests);
+/// dropped without `pool_check_in`, it is closed and stops counting.
+#[doc(hidden)]
+pub struct PooledConnection(crate::conn::Connection);
+
+impl PooledConnection {
+    /// The driver's id of the connection (CMAP events' `connectionId`).
+    pub fn id(&self) -> u64 {
+        self.0.id
     }
 }
