@@ -1821,6 +1821,59 @@ mod tests {
     }
 
     #[test]
+    fn a_clear_fails_the_wait_queue_and_says_whether_it_interrupts() {
+        let mut t = topology(false);
+        t.settings.monitor_pool = true;
+        t.events = PoolEvents::new(true);
+        let a = "lb:27017";
+        t.pool_ready(a);
+        let waiting = cmap::InUse::enter(&t.state(a).in_use);
+        t.clear_pool(a, true);
+        assert!(waiting.cleared(), "a clear fails the checkouts waiting");
+        let in_use = Rc::clone(&t.state(a).in_use);
+        assert!(in_use.is_interrupted(0) && !in_use.is_interrupted(1));
+        // A paused pool: cleared again, no event (CMAP), but its waiters still fail.
+        let later = cmap::InUse::enter(&in_use);
+        t.clear_pool(a, false);
+        assert!(later.cleared());
+        let cleared: Vec<bool> = t
+            .take_pool_events()
+            .iter()
+            .filter(|e| e.kind == PoolEventKind::PoolCleared)
+            .map(|e| e.interrupt_in_use_connections)
+            .collect();
+        assert_eq!(cleared, [true]);
+        // Behind a load balancer the wait queue is left alone (CMAP).
+        let mut lb = topology(true);
+        let waiting = cmap::InUse::enter(&lb.state(a).in_use);
+        lb.clear_pool(a, true);
+        assert!(!waiting.cleared());
+        assert!(!lb.state(a).in_use.is_interrupted(0));
+    }
+
+    #[test]
+    fn a_background_fill_runs_only_for_a_ready_pool_short_of_min_pool_size() {
+        let a = "lb:27017";
+        let mut t = topology(false);
+        t.settings.min_pool_size = 2;
+        assert!(!t.needs_filling(a), "paused: never");
+        t.state(a).ready = true;
+        assert!(t.needs_filling(a));
+        t.state(a).connecting = 2;
+        assert!(!t.needs_filling(a), "maxConnecting establishments already");
+        t.state(a).connecting = 1;
+        let lease = cmap::InUse::lease(&t.state(a).in_use);
+        assert!(!t.needs_filling(a), "in use + connecting = minPoolSize");
+        drop(lease);
+        t.close();
+        assert!(!t.needs_filling(a), "closed");
+        let mut lb = topology(true);
+        lb.settings.min_pool_size = 2;
+        lb.state(a).ready = true;
+        assert!(!lb.needs_filling(a), "never behind a load balancer");
+    }
+
+    #[test]
     fn behind_a_load_balancer_a_clear_ages_only_its_services_connections() {
         let (x, y) = (Some(ObjectId::new()), Some(ObjectId::new()));
         let mut t = topology(true);
