@@ -328,6 +328,18 @@ impl Client {
     }
 }
 
+/// A connection checked out by `Client::pool_check_out` (CMAP spec tests);
+/// dropped without `pool_check_in`, it is closed and stops counting.
+#[doc(hidden)]
+pub struct PooledConnection(crate::conn::Connection);
+
+impl PooledConnection {
+    /// The driver's id of the connection (CMAP events' `connectionId`).
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,17 +432,5 @@ mod tests {
         assert_eq!(topology.connect_settings().server_api.as_ref(), Some(&api));
         let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
         assert!(plain.inner.server_api.is_none());
-    }
-}
-
-/// A connection checked out by `Client::pool_check_out` (CMAP spec tests);
-/// dropped without `pool_check_in`, it is closed and stops counting.
-#[doc(hidden)]
-pub struct PooledConnection(crate::conn::Connection);
-
-impl PooledConnection {
-    /// The driver's id of the connection (CMAP events' `connectionId`).
-    pub fn id(&self) -> u64 {
-        self.0.id
     }
 }
