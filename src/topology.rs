@@ -432,8 +432,11 @@ impl Topology {
         self.events
             .emit(|| PoolEvent::new(PoolEventKind::ConnectionCheckedIn, &conn.address, conn.id));
         if runtime::CONCURRENT && conn.pending().is_some() && !conn.is_broken() && !self.closed {
-            runtime::detach(drain_in_background(self.me.clone(), conn));
-            return;
+            let current = self.generation_of(&conn.address, conn.hello.service_id);
+            if conn.generation == current {
+                runtime::detach(drain_in_background(self.me.clone(), conn));
+                return;
+            }
         }
         conn.lease = None;
         self.keep_or_close(conn);
