@@ -347,7 +347,8 @@ pub struct PoolStatus {
     /// Idle in the pool, `pending` included.
     pub idle: usize,
     /// Idle, but still owed the reply of an operation that timed out: drained
-    /// before reuse.
+    /// before reuse (WASI 0.2; on 0.3 a background task drains such a
+    /// connection at once, and it counts in `in_use` until then).
     pub pending: usize,
 }
 
