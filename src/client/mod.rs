@@ -131,7 +131,7 @@ impl Client {
     /// has no need of it.
     #[doc(hidden)]
     pub fn clear_pool(&self, address: &str, interrupt_in_use_connections: bool) {
-        let error = crate::Error::network("cleared by the caller");
+        let error = crate::error::Error::network("cleared by the caller");
         let mut t = self.inner.topology.borrow_mut();
         t.clear_pool(address, interrupt_in_use_connections);
         // As after a failed check: the server is Unknown until checked again.
