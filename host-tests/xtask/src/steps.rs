@@ -176,6 +176,10 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         "test: unified spec suites again with --auth --tls (expected-pass list)",
         || spec::expected_pass_step(ctx, true),
     );
+    let _ = run.step(
+        "test: unified spec suites again with wire compression (zstd, snappy, zlib; expected-pass list)",
+        || spec::compressed_step(ctx),
+    );
     // The benchmark's smoke test (issue: `--quick` runs in CI): every contender
     // and measurement runs once; no thresholds, timing belongs in the benchmark.
     crate::bench::steps(run, ctx, &crate::bench::parse(&["--quick"])?)
