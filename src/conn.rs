@@ -5,6 +5,12 @@
 //! half-read or garbled reply must never be read as the next one. The exception (cmap.rs)
 //! is a read that timed out after the request was fully written: the
 //! connection is then *pending* and its reply is drained before any reuse.
+//!
+//! Wire compression (`wire::compression`): a connection whose handshake
+//! offered compressors reads OP_COMPRESSED replies, and one whose server
+//! accepted one sends every command in it but those the spec never
+//! compresses. The compressed side of a message lives in a second buffer,
+//! made only then; the message is still written in one call.
 
 use crate::auth::{self, Authenticator, HelloAuth, Step};
 use crate::cmap::{PendingResponse, ALIVENESS_PROBE};
@@ -31,6 +37,9 @@ const INITIAL_BUFFER: usize = 16 * 1024;
 const FIRST_READ_MIN: usize = 4 * 1024;
 const FIRST_READ_MAX: usize = 64 * 1024;
 
+/// The compression buffer keeps at most this much between messages.
+const SPARE_KEEP_CAPACITY: usize = 1 << 20;
+
 pub fn next_request_id() -> i32 {
     NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
 }
@@ -40,6 +49,15 @@ pub struct Connection {
     stream: Stream,
     /// The message being sent, then its reply (and nothing after it).
     buf: Vec<u8>,
+    /// The other side of a compressed message (empty without compression):
+    /// the message is built in `buf`, compressed here, and the two swapped,
+    /// so `buf` is always what goes on, or came off, the wire last.
+    spare: Vec<u8>,
+    /// The compressor the handshake negotiated, with zlib's level.
+    compressor: Option<(wire::Compressor, Option<i32>)>,
+    /// Whether the handshake offered compressors: only then may a reply come
+    /// compressed (a server may compress even the handshake's reply).
+    compression_offered: bool,
     /// How much the first read of the next reply asks for.
     first_read: usize,
     /// Driver-side id, unique per client.
@@ -80,6 +98,8 @@ pub struct ConnectSettings {
     /// The loadBalanced URI option: every hello says so, and every reply must
     /// name the mongos behind the load balancer (`load_balancer`).
     pub load_balanced: bool,
+    /// The `compressors` offered in the handshake, and `zlibCompressionLevel`.
+    pub compression: wire::Compression,
 }
 
 /// What establishing a connection measured.
@@ -127,6 +147,9 @@ impl Connection {
         let mut conn = Connection {
             stream,
             buf: Vec::with_capacity(INITIAL_BUFFER),
+            spare: Vec::new(),
+            compressor: None,
+            compression_offered: !settings.compression.compressors.is_empty(),
             first_read: FIRST_READ_MIN,
             id,
             generation,
@@ -161,6 +184,10 @@ impl Connection {
         })?;
         let rtt = runtime::now().since(started);
         conn.hello = HelloReply::parse(&reply)?;
+        conn.compressor = settings
+            .compression
+            .negotiate(&reply)
+            .map(|c| (c, settings.compression.zlib_level));
         if authenticate {
             // Never authenticate to a server this driver cannot use. A
             // server check's hello goes to SDAM first (topology.rs), which
@@ -236,6 +263,7 @@ impl Connection {
         if settings.load_balanced {
             cmd.append(bson::cstr!("loadBalanced"), true);
         }
+        handshake::append_compression(&mut cmd, &settings.compression.compressors);
         if let Some(a) = auth {
             handshake::append_auth(
                 &mut cmd,
@@ -349,6 +377,7 @@ impl Connection {
         let mut unsolicited = false;
         let r = self.read_frame(deadline).await.and_then(|len| {
             unsolicited = self.buf.len() > len;
+            let len = self.decompress_buf(len)?;
             match wire::check_reply(&self.buf[..len], pending.request_id, wire::OP_MSG) {
                 Ok(_) => Ok(()),
                 Err(mut e) => {
@@ -378,7 +407,8 @@ impl Connection {
         self.hello.max_message_size_bytes
     }
 
-    /// Sends one OP_MSG in one write.
+    /// Sends one OP_MSG in one write, compressed when the handshake
+    /// negotiated a compressor and the command may be.
     pub async fn send(
         &mut self,
         request_id: i32,
@@ -389,7 +419,51 @@ impl Connection {
         let max = self.max_message_size();
         self.buf.clear();
         wire::encode_op_msg(&mut self.buf, request_id, 0, body, sequences, max)?;
+        if let Some((compressor, zlib_level)) = self.compressor {
+            let name = match body.iter().next() {
+                Some(Ok((key, _))) => key.as_str(),
+                _ => "",
+            };
+            if wire::compression::may_compress(name)
+                && wire::compression::compress(
+                    &self.buf,
+                    compressor,
+                    zlib_level,
+                    max,
+                    &mut self.spare,
+                )?
+            {
+                std::mem::swap(&mut self.buf, &mut self.spare);
+                self.spare.clear();
+                self.trim_spare();
+            }
+        }
         self.flush_buf(deadline).await
+    }
+
+    /// When the frame of `len` bytes in the buffer is an OP_COMPRESSED
+    /// reply, replaces it with the message it carries (bounded by
+    /// maxMessageSizeBytes) and returns that message's length; bytes read
+    /// past the frame are dropped (the caller has noted them). A compressed
+    /// reply on a connection that offered no compressor is a protocol error
+    /// (`wire::decode` says so).
+    fn decompress_buf(&mut self, len: usize) -> Result<usize> {
+        if !self.compression_offered || !wire::compression::is_compressed(&self.buf[..len]) {
+            return Ok(len);
+        }
+        let max = self.max_message_size();
+        wire::compression::decompress(&self.buf[..len], max, &mut self.spare)?;
+        std::mem::swap(&mut self.buf, &mut self.spare);
+        self.spare.clear();
+        self.trim_spare();
+        Ok(self.buf.len())
+    }
+
+    /// A spare buffer grown for one large message does not stay.
+    fn trim_spare(&mut self) {
+        if self.spare.capacity() > SPARE_KEEP_CAPACITY {
+            self.spare = Vec::new();
+        }
     }
 
     async fn flush_buf(&mut self, deadline: Deadline) -> Result<()> {
@@ -415,8 +489,9 @@ impl Connection {
         self.buf.clear();
         let mut unsolicited = false;
         let r = self.read_frame(deadline).await.and_then(|len| {
-            let range = wire::check_reply(&self.buf[..len], request_id, op_code)?;
             unsolicited = self.buf.len() > len;
+            let len = self.decompress_buf(len)?;
+            let range = wire::check_reply(&self.buf[..len], request_id, op_code)?;
             wire::take_document(&mut self.buf, range)
         });
         match &r {

@@ -80,13 +80,22 @@ pub fn documents(mut bytes: &[u8]) -> Vec<&RawDocument> {
     out
 }
 
-/// A frame as `Connection::receive` reads it: the length prefix, then
-/// `check_reply` for either request opcode, then the body.
+/// A frame as `Connection::receive` reads it: the length prefix, an
+/// OP_COMPRESSED frame unwrapped (within 1 MiB here, the same bound logic as
+/// the connection's 48 MB), then `check_reply` for either request opcode,
+/// then the body.
 pub fn wire_frame(frame: &[u8]) {
     if frame.len() >= 4 {
         let prefix = [frame[0], frame[1], frame[2], frame[3]];
         let _ = note(wire::frame_length(prefix, wire::DEFAULT_MAX_MESSAGE_SIZE));
     }
+    let mut plain = Vec::new();
+    let frame = match wire::compression::is_compressed(frame)
+        && note(wire::compression::decompress(frame, 1 << 20, &mut plain)).is_ok()
+    {
+        true => &plain[..],
+        false => frame,
+    };
     for sent in [wire::OP_MSG, wire::OP_QUERY] {
         if let Ok(range) = note(wire::check_reply(frame, 7, sent)) {
             let mut buf = frame.to_vec();

@@ -184,6 +184,16 @@ fn command(
     cmd
 }
 
+/// Adds the compressors the client offers (Wire Compression spec), in its
+/// order; an empty list when it offers none, as the spec suggests.
+pub fn append_compression(cmd: &mut RawDocumentBuf, compressors: &[crate::wire::Compressor]) {
+    let mut list = bson::RawArrayBuf::new();
+    for c in compressors {
+        list.push(c.as_str());
+    }
+    cmd.append(cstr!("compression"), list);
+}
+
 /// Adds authentication to a handshake `hello`: `saslSupportedMechs`
 /// (mechanism negotiation) and `speculativeAuthenticate` (the first auth
 /// command, answered in the hello reply: one round trip saved).

@@ -157,6 +157,10 @@ impl ClientInner {
                 auth,
                 tls,
                 load_balanced: o.load_balanced == Some(true),
+                compression: crate::wire::Compression {
+                    compressors: o.compressors.clone().unwrap_or_default(),
+                    zlib_level: o.zlib_compression_level,
+                },
             }),
             max_pool_size: o.max_pool_size.unwrap_or(100) as usize,
             max_connecting: o.max_connecting.unwrap_or(2) as usize,

@@ -148,22 +148,7 @@ impl ServerMonitoringMode {
 }
 
 /// Wire compressors the OP_COMPRESSED spec names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compressor {
-    Snappy,
-    Zlib,
-    Zstd,
-}
-
-impl Compressor {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Compressor::Snappy => "snappy",
-            Compressor::Zlib => "zlib",
-            Compressor::Zstd => "zstd",
-        }
-    }
-}
+pub use crate::wire::Compressor;
 
 /// Options whose invalid value only warns, as the URI options spec's tests
 /// want (`compressors=bogus`, `zlibCompressionLevel=99`): ignoring them costs
@@ -375,13 +360,9 @@ fn monitoring_mode(v: &str) -> ValueResult<ServerMonitoringMode> {
 }
 
 fn compressors(v: &str, warnings: &mut Vec<String>) -> ValueResult<Vec<Compressor>> {
-    use Compressor::*;
     let mut out = Vec::new();
     for name in v.split(',') {
-        match [Snappy, Zlib, Zstd]
-            .into_iter()
-            .find(|c| c.as_str() == name)
-        {
+        match Compressor::from_name(name) {
             Some(c) if !out.contains(&c) => out.push(c),
             Some(_) => {}
             None => warnings.push(format!("unsupported compressor {name:?} ignored")),

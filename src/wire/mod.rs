@@ -3,6 +3,7 @@
 //! and hands the whole frame to [`check_reply`] (or [`decode`]). Decoded
 //! messages borrow the frame: nothing is copied until a caller asks.
 
+pub mod compression;
 mod crc32c;
 mod documents;
 mod legacy;
@@ -10,6 +11,7 @@ mod op_msg;
 pub mod raw;
 mod reply;
 
+pub use compression::{Compression, Compressor};
 pub use documents::{Documents, Slice};
 pub use legacy::{encode_op_query, OpReply};
 pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg};
@@ -102,7 +104,7 @@ pub fn decode(frame: &[u8]) -> Result<(Header, Message<'_>)> {
         OP_REPLY => Message::Reply(OpReply::decode(frame)?),
         OP_COMPRESSED => {
             return Err(Error::protocol(
-                "compressed reply, but no compressor was negotiated",
+                "compressed reply, but no compressor was offered",
             ))
         }
         other => {

@@ -347,7 +347,14 @@ fn wire_seeds() -> Vec<Vec<u8>> {
     compressed.push(1); // snappy
     compressed.extend_from_slice(&[0x11; 16]);
     fix_frame(&mut compressed);
-    vec![
+    // Real OP_COMPRESSED frames of an OP_MSG reply, one per compressor.
+    let plain = op_msg(&body, &[("documents", &docs)], 0);
+    let real = wire::Compressor::ALL.map(|c| {
+        let mut out = Vec::new();
+        wire::compression::compress(&plain, c, None, 1 << 20, &mut out).unwrap();
+        out
+    });
+    let mut seeds = vec![
         op_msg(&body, &[], 0),
         op_msg(&body, &[("documents", &docs)], 0),
         op_msg(&body, &[("documents", &docs), ("updates", &docs[..1])], 0),
@@ -356,7 +363,9 @@ fn wire_seeds() -> Vec<Vec<u8>> {
         op_reply(&[rawdoc! { "ismaster": true, "ok": 1 }], wire::OP_REPLY),
         op_reply(&docs, wire::OP_REPLY),
         compressed,
-    ]
+    ];
+    seeds.extend(real);
+    seeds
 }
 
 fn hello_seeds() -> Vec<Vec<u8>> {

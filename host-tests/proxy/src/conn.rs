@@ -18,6 +18,7 @@ use crate::auth;
 use crate::cluster_time;
 use crate::codes::{self, error_doc, with_labels};
 use crate::commands::{self, canonical};
+use crate::compression::{self, OP_COMPRESSED};
 use crate::failpoint::{self as fp, CmdInfo};
 use crate::frame::{self, FrameError, Message, FLAG_MORE_TO_COME, OP_MSG, OP_QUERY};
 use crate::names;
@@ -73,6 +74,8 @@ pub(crate) fn serve(shared: Arc<Shared>, member: usize, client: TcpStream, id: u
         unacked: VecDeque::new(),
         drop_after_reply: Vec::new(),
         auth: auth::Session::default(),
+        compressors: Vec::new(),
+        reply_compressor: None,
     };
     if let Err(why) = conn.run() {
         conn.shared.log(&format!("connection {id} dropped: {why}"));
@@ -97,6 +100,10 @@ struct Conn {
     /// `$listLocalSessions` collections done with, dropped once the reply is sent so that
     /// the drop is not charged to the command (`conn/sessions.rs`).
     drop_after_reply: Vec<String>,
+    /// The compressor ids this connection's hello negotiated (`compression.rs`).
+    compressors: Vec<u8>,
+    /// The compressor of the request being answered: its replies go back in it.
+    reply_compressor: Option<u8>,
 }
 
 impl Drop for Conn {
@@ -120,6 +127,8 @@ impl Conn {
                 Err(FrameError::Invalid(m)) => return Err(self.protocol_error(m)),
                 Err(FrameError::Io(e)) => return Err(format!("client: {e}")),
             };
+            lock(&self.shared.stats).bytes_received += msg.bytes.len() as u64;
+            let msg = self.decompress(msg)?;
             let keep = match msg.op_code {
                 OP_MSG => self.on_op_msg(&msg)?,
                 OP_QUERY => self.on_op_query(&msg)?,
@@ -130,6 +139,60 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// A compressed request unwrapped (its compressor noted for the reply);
+    /// anything else as it is.
+    fn decompress(&mut self, msg: Message) -> Result<Message, String> {
+        self.reply_compressor = None;
+        if msg.op_code != OP_COMPRESSED {
+            return Ok(msg);
+        }
+        let (plain, id) =
+            compression::unwrap(&msg).map_err(|e| self.protocol_error(e.to_string()))?;
+        if id != 0 && !self.compressors.contains(&id) {
+            let why = format!("{} was not negotiated", compression::name_of(id));
+            return Err(self.protocol_error(why));
+        }
+        let name = match plain.op_code {
+            OP_MSG => frame::parse_op_msg(&plain)
+                .ok()
+                .and_then(|m| m.body.keys().next().cloned()),
+            OP_QUERY => frame::parse_op_query(&plain).ok().and_then(|q| {
+                let cmd = q.query.get_document("$query").unwrap_or(&q.query);
+                cmd.keys().next().cloned()
+            }),
+            _ => None,
+        }
+        .unwrap_or_default();
+        if compression::never_compressed(&name) {
+            let why = format!("{name} must never be compressed (Wire Compression spec)");
+            return Err(self.protocol_error(why));
+        }
+        let mut stats = lock(&self.shared.stats);
+        *stats
+            .compressed_received
+            .entry(compression::name_of(id).to_string())
+            .or_insert(0) += 1;
+        drop(stats);
+        self.reply_compressor = Some(id);
+        Ok(plain)
+    }
+
+    /// A hello's reply gets the compressors both sides have, when it offered any.
+    fn negotiate_compression(&mut self, name: &str, body: &Document, action: &mut Action) {
+        let Action::Reply(reply) = action else {
+            return;
+        };
+        if !commands::is_hello(name) || !is_ok(reply) {
+            return;
+        }
+        if let Some((ids, names)) = compression::negotiate(body) {
+            self.compressors = ids;
+            if !names.is_empty() {
+                reply.insert("compression", names);
+            }
+        }
     }
 
     fn protocol_error(&self, why: String) -> String {
@@ -145,13 +208,14 @@ impl Conn {
         let Some(name) = body.keys().next().cloned() else {
             return Err(self.protocol_error("empty command document".into()));
         };
-        let action = match body.get_str("$db") {
+        let mut action = match body.get_str("$db") {
             Ok(db) => self.dispatch(&name, db, &body, &parsed.sequences, received),
             Err(_) => Action::Reply(error_doc(
                 codes::OP_MSG_NO_DB,
                 "OP_MSG requests require a $db argument",
             )),
         };
+        self.negotiate_compression(&name, &body, &mut action);
         match action {
             Action::Reply(_) if more_to_come => Ok(true),
             Action::Reply(mut reply) => {
@@ -195,13 +259,14 @@ impl Conn {
             Err(_) => q.query,
         };
         let name = cmd.keys().next().cloned().unwrap_or_default();
-        let action = match q.collection.strip_suffix(".$cmd") {
+        let mut action = match q.collection.strip_suffix(".$cmd") {
             Some(db) if commands::is_hello(&name) => self.dispatch(&name, db, &cmd, &[], received),
             _ => Action::Forward {
                 supports_wc: false,
                 close_after: false,
             },
         };
+        self.negotiate_compression(&name, &cmd, &mut action);
         let reply = match action {
             Action::Close => return Ok(false),
             Action::Reply(reply) => reply,
@@ -224,6 +289,24 @@ impl Conn {
 
     fn send(&mut self, bytes: &std::io::Result<Vec<u8>>) -> Result<(), String> {
         let bytes = bytes.as_ref().map_err(|e| format!("encode reply: {e}"))?;
+        self.send_bytes(bytes)
+    }
+
+    /// Writes one reply to the client, compressed as its request was.
+    fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let compressed;
+        let bytes = match self.reply_compressor {
+            Some(id) => {
+                compressed = compression::wrap(bytes, id);
+                *lock(&self.shared.stats)
+                    .compressed_sent
+                    .entry(compression::name_of(id).to_string())
+                    .or_insert(0) += 1;
+                &compressed[..]
+            }
+            None => bytes,
+        };
+        lock(&self.shared.stats).bytes_sent += bytes.len() as u64;
         frame::write_all(&mut self.client, bytes).map_err(|e| format!("client write: {e}"))
     }
 
@@ -507,8 +590,7 @@ impl Conn {
                     parsed.flags & FLAG_MORE_TO_COME,
                     &doc,
                 ))?,
-                None => frame::write_all(&mut self.client, &reply.bytes)
-                    .map_err(|e| format!("client write: {e}"))?,
+                None => self.send_bytes(&reply.bytes)?,
             }
             if !exhaust {
                 return Ok(());

@@ -21,6 +21,13 @@ pub struct Stats {
     pub auth_failed: u64,
     /// Connections authenticated by a hello's `speculativeAuthenticate` conversation.
     pub speculative_auth_succeeded: u64,
+    /// Bytes of messages read from and written to clients, as on the wire
+    /// (compressed when they were).
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    /// OP_COMPRESSED requests read and replies written, by compressor.
+    pub compressed_received: BTreeMap<String, u64>,
+    pub compressed_sent: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -47,11 +54,12 @@ impl Stats {
     }
 
     pub(crate) fn to_document(&self) -> Document {
-        let commands: Document = self
-            .commands
-            .iter()
-            .map(|(k, v)| (k.clone(), (*v as i64).into()))
-            .collect();
+        let counts = |m: &BTreeMap<String, u64>| -> Document {
+            m.iter()
+                .map(|(k, v)| (k.clone(), (*v as i64).into()))
+                .collect()
+        };
+        let commands = counts(&self.commands);
         doc! {
             "connections": {
                 "opened": self.connections_opened as i64,
@@ -64,6 +72,12 @@ impl Stats {
                 "succeeded": self.auth_succeeded as i64,
                 "failed": self.auth_failed as i64,
                 "speculativeSucceeded": self.speculative_auth_succeeded as i64,
+            },
+            "wire": {
+                "bytesReceived": self.bytes_received as i64,
+                "bytesSent": self.bytes_sent as i64,
+                "compressedReceived": counts(&self.compressed_received),
+                "compressedSent": counts(&self.compressed_sent),
             },
         }
     }

@@ -5,6 +5,7 @@
 //!             [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH]
 //!             [--update-expected PATH] [--update-expected-auth-tls PATH]
 //!             [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] [--only-expected]
+//!             [--compressors LIST]
 //! ```
 //!
 //! `--backend` is nx-27017; spec-runner puts failpoint proxies in front of it (a
@@ -26,7 +27,9 @@
 //! `--only-expected` runs just the tests on the `--expected` list (a second
 //! configuration's check, in less time). `--update-expected` rewrites a list from the
 //! passes on the run's own deployment, `--update-expected-auth-tls` one from those on
-//! the auth+TLS one.
+//! the auth+TLS one. `--compressors zstd,snappy,zlib` makes every client offer wire
+//! compression (the proxies speak it as mongod does), the list rotated by one per
+//! client so that each compressor is negotiated by a third of them.
 
 use host_tests::unified::deployment::Deployments;
 use host_tests::unified::report::{Report, Status};
@@ -43,7 +46,7 @@ const USAGE: &str =
     "usage: spec-runner --backend 127.0.0.1:PORT (--suite DIR ... | --all) [--json PATH] \
 [--filter SUBSTR] [--verbose] [--skips PATH] [--expected PATH] [--update-expected PATH] \
 [--update-expected-auth-tls PATH] [--test-timeout SECS] [--loop-ms MS] [--auth] [--tls] \
-[--only-expected]";
+[--only-expected] [--compressors LIST]";
 
 struct Cli {
     backend: SocketAddr,
@@ -60,6 +63,7 @@ struct Cli {
     auth: bool,
     tls: bool,
     only_expected: bool,
+    compressors: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -80,6 +84,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         auth: false,
         tls: false,
         only_expected: false,
+        compressors: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -107,6 +112,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--loop-ms" => cli.loop_budget = Duration::from_millis(number(value()?)?),
             "--auth" => cli.auth = true,
             "--only-expected" => cli.only_expected = true,
+            "--compressors" => cli.compressors = Some(value()?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -186,12 +192,19 @@ fn run(cli: &Cli) -> Result<bool, String> {
     let spec_root = spec_root()?;
     let skips = read_skips(&cli.skips)?;
     let expected = cli.expected.as_deref().map(read_expected).transpose()?;
+    if let Some(list) = &cli.compressors {
+        host_tests::unified::uri::set_compressors(list);
+    }
     let mut deployment = Deployments::start(cli.backend, cli.auth, cli.tls)?;
     let v = deployment.main.info.version;
     println!(
-        "spec-runner: {}{} (proxies report {}.{}.{} between tests, and per test the newest of {} to {} its requirements allow{}), spec tests in {}, {} skip-list entries, {} s per test",
+        "spec-runner: {}{}{} (proxies report {}.{}.{} between tests, and per test the newest of {} to {} its requirements allow{}), spec tests in {}, {} skip-list entries, {} s per test",
         cli.backend,
         if cli.tls { " over TLS" } else { "" },
+        match &cli.compressors {
+            Some(list) => format!(", clients compressing with {list} (rotated)"),
+            None => String::new(),
+        },
         v[0],
         v[1],
         v[2],

@@ -2,6 +2,31 @@
 //! `uriOptions` as query parameters.
 
 use bson::{Bson, Document};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// The run's `--compressors` list (spec-runner), when there is one.
+static COMPRESSORS: OnceLock<Vec<String>> = OnceLock::new();
+/// Client entities made so far: each gets the list rotated by one more.
+static CLIENTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Every client entity from now on offers these compressors (a comma-separated
+/// list), rotated by one per client so that each compressor is the preferred,
+/// hence the negotiated, one for a third of the clients. A client whose
+/// `uriOptions` name `compressors` keeps its own.
+pub fn set_compressors(list: &str) {
+    let list = list.split(',').filter(|c| !c.is_empty()).map(String::from);
+    let _ = COMPRESSORS.set(list.collect());
+}
+
+/// The next client's rotation of the run's compressors, if it has any.
+fn next_compressors() -> Option<String> {
+    let list = COMPRESSORS.get().filter(|l| !l.is_empty())?;
+    let n = CLIENTS.fetch_add(1, Ordering::Relaxed) % list.len();
+    let mut rotated = list[n..].to_vec();
+    rotated.extend_from_slice(&list[..n]);
+    Some(rotated.join(","))
+}
 
 /// The mechanisms the runner's own credentials (`--auth`) can authenticate with.
 const RUNNER_MECHANISMS: &[&str] = &["SCRAM-SHA-1", "SCRAM-SHA-256"];
@@ -36,6 +61,15 @@ pub fn client_uri(base: &str, options: &Document) -> Result<String, String> {
         })
         .filter(|(k, _)| !options.keys().any(|o| o.eq_ignore_ascii_case(k)))
         .collect();
+    let named = |key: &str| {
+        options.keys().any(|o| o.eq_ignore_ascii_case(key))
+            || params.iter().any(|(k, _)| k.eq_ignore_ascii_case(key))
+    };
+    if !named("compressors") {
+        if let Some(list) = next_compressors() {
+            params.push(("compressors".to_string(), list));
+        }
+    }
     for (key, value) in options {
         match value {
             // readPreferenceTags: one parameter per tag set.

@@ -180,11 +180,13 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         "test: unified spec suites again with --auth --tls (expected-pass list)",
         || spec::expected_pass_step(ctx, true, spec::Face::Sync),
     );
-    // The second face: the same list through the WASI 0.3 component. Plain only: the
-    // --auth --tls run checks what the faces share (auth, TLS), on the 0.2 one.
+    // The second face and wire compression in one run (CI's time): the same list
+    // through the WASI 0.3 component, every client compressing. The --auth --tls run
+    // checks what the faces share (auth, TLS), on the 0.2 one.
     let _ = run.step(
-        "test: unified spec suites through the WASI 0.3 face (expected-pass list)",
-        || spec::expected_pass_step(ctx, false, spec::Face::Async),
+        "test: unified spec suites through the WASI 0.3 face with wire compression \
+         (zstd, snappy, zlib; expected-pass list)",
+        || spec::compressed_step(ctx, spec::Face::Async),
     );
     // The benchmark's smoke test (issue: `--quick` runs in CI): every contender
     // and measurement runs once; no thresholds, timing belongs in the benchmark.
