@@ -96,6 +96,22 @@ def cold():
     return {"total_s": took, "per_op_us": []}
 
 
+def distant(uri):
+    """A cold request to `uri` (the distant section): its wall time, its
+    CLOCK_MONOTONIC bounds (for the relay's flights) and the process's CPU time."""
+    cpu = time.process_time()
+    t0 = time.monotonic_ns()
+    t = time.perf_counter()
+    c = pymongo.MongoClient(uri)
+    doc = c.perftest.corpus.find_one({"_id": 1})
+    took = time.perf_counter() - t
+    t1 = time.monotonic_ns()
+    cpu = time.process_time() - cpu
+    c.close()
+    assert doc is not None
+    return {"total_s": took, "per_op_us": [], "t0_ns": t0, "t1_ns": t1, "cpu_s": cpu}
+
+
 def run(name, ops, arg):
     global gridfs_id
     if name == "run_command":
@@ -131,6 +147,8 @@ def run(name, ops, arg):
         return whole(lambda: [bson.decode(data) for _ in range(ops)])
     if name == "cold":
         return cold()
+    if name == "distant":
+        return distant(arg)
     if name == "deadline":
         return timing_out(db.slow, ops, int(arg))
     if name == "churn":

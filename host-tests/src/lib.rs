@@ -28,6 +28,7 @@ pub mod dns_responder;
 pub mod guest;
 pub mod listeners;
 pub mod recorder;
+pub mod relay;
 pub mod unified;
 
 use std::hash::{Hash, Hasher};

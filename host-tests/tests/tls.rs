@@ -13,6 +13,7 @@ use host_tests::bindings::exports::mongo_wasi::driver::client::ClientOptions;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
 use host_tests::guest::{no_options, Guest, WitResult};
 use host_tests::listeners::{Behaviour, Listener};
+use host_tests::relay::{Config as RelayConfig, Relay};
 use mongo_wasi_proxy::testcerts::{ClientAuth, Identity, TestCerts, CLIENT_SUBJECT};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, Stats, User};
 use std::net::SocketAddr;
@@ -434,6 +435,32 @@ fn scram_sha_256_over_tls_speculates_in_the_hello() {
     .expect_err("a wrong password");
     assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
     assert_eq!(e.code, Some(18), "{e:?}");
+}
+
+/// A cold request over TLS with SCRAM-SHA-256, through a relay 30 ms away
+/// that counts the round trips: TCP, TLS 1.3, the hello (carrying saslStart),
+/// one saslContinue, the command, all on one connection (the server check's
+/// connection serves the operation too). docs/driver.md, "Round trips of a
+/// cold request".
+#[test]
+fn a_cold_scram_request_over_tls_makes_five_round_trips() {
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());
+    let rtt = Duration::from_millis(30);
+    let relay = Relay::tcp(proxy.addresses()[0], RelayConfig::rtt(rtt)).unwrap();
+    let addr = relay.addr();
+    let uri = format!(
+        "mongodb://both:both-pw@127.0.0.1:{}/?tls=true&authMechanism=SCRAM-SHA-256",
+        addr.port()
+    );
+    let mut guest = Guest::new(&[addr]).unwrap();
+    let started = Instant::now();
+    ping_in(&mut guest, &uri, options(Some(&certs().ca), None)).expect("ping");
+    let took = started.elapsed();
+    let f = relay.take();
+    assert_eq!(f.connections(), 1, "{f:?}");
+    assert_eq!(f.answered(), 5, "{f:?}");
+    assert_eq!(f.serial(), 5, "{f:?}");
+    assert!(took >= rtt * 5, "{took:?}");
 }
 
 /// Not a check: prints the cost of a cold connection over TLS (TCP connect, TLS

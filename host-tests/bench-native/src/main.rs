@@ -61,6 +61,8 @@ struct Bench {
     gridfs_id: Option<bson::Bson>,
     /// The concurrency section's client (`maxPoolSize=WIDTH`) and its width.
     wide: Option<(usize, Client)>,
+    /// Fields the last request adds to its reply (the distant section's).
+    extra: Option<serde_json::Value>,
 }
 
 impl Bench {
@@ -225,6 +227,34 @@ impl Bench {
                 }
                 s
             }
+            // A cold request to the URI in `arg` (the distant section): also
+            // its CLOCK_MONOTONIC bounds and the process's CPU time.
+            "distant" => {
+                let uri = arg.ok_or("distant needs a URI")?;
+                let cpu = clock(libc::CLOCK_PROCESS_CPUTIME_ID);
+                let t0 = clock(libc::CLOCK_MONOTONIC);
+                let t = Instant::now();
+                let c = Client::with_uri_str(uri).await?;
+                let d = c
+                    .database("perftest")
+                    .collection::<RawDocumentBuf>("corpus")
+                    .find_one(doc! { "_id": 1 })
+                    .await?;
+                let total_s = t.elapsed().as_secs_f64();
+                let t1 = clock(libc::CLOCK_MONOTONIC);
+                let cpu = clock(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu;
+                c.shutdown().await;
+                if d.is_none() {
+                    return Err("cold findOne found nothing".into());
+                }
+                self.extra = Some(serde_json::json!({
+                    "t0_ns": t0, "t1_ns": t1, "cpu_s": cpu as f64 / 1e9,
+                }));
+                Sample {
+                    total_s,
+                    per_op_us: Vec::new(),
+                }
+            }
             n if n.starts_with("bson_") => {
                 let (op, set) = n[5..].split_once('_').unwrap_or(("", ""));
                 let Some((_, doc)) = self.data.sets.iter().find(|(s, _)| *s == set) else {
@@ -249,6 +279,17 @@ impl Bench {
         };
         Ok(Some(s))
     }
+}
+
+/// A clock's reading in nanoseconds.
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn main() -> Result<()> {
@@ -285,6 +326,7 @@ fn main() -> Result<()> {
             data,
             gridfs_id: None,
             wide: None,
+            extra: None,
         };
         println!("ready");
         let stdin = std::io::stdin();
@@ -301,7 +343,15 @@ fn main() -> Result<()> {
                 [n] => (*n, 1, None),
             };
             let reply = match b.run(name, ops, arg).await {
-                Ok(Some(s)) => serde_json::json!({"total_s": s.total_s, "per_op_us": s.per_op_us}),
+                Ok(Some(s)) => {
+                    let mut v = serde_json::json!({"total_s": s.total_s, "per_op_us": s.per_op_us});
+                    if let (Some(m), Some(serde_json::Value::Object(x))) =
+                        (v.as_object_mut(), b.extra.take())
+                    {
+                        m.extend(x);
+                    }
+                    v
+                }
                 Ok(None) => serde_json::json!({"unsupported": true}),
                 Err(e) => serde_json::json!({"error": e.to_string()}),
             };

@@ -127,7 +127,8 @@ impl TestCerts {
         use ExtendedKeyUsagePurpose::ServerAuth as Server;
         let (ca_pem, issuer) = ca("mongo-wasi test CA");
         let (untrusted_ca, other) = ca("mongo-wasi untrusted CA");
-        let local = ["localhost", "127.0.0.1"];
+        // The seedlist tests' SRV target too, so `mongodb+srv` runs over TLS.
+        let local = ["localhost", "127.0.0.1", "localhost.test.build.10gen.cc"];
         let server_name = [(DnType::CommonName, "localhost")];
         TestCerts {
             ca: ca_pem,

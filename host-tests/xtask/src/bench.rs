@@ -26,7 +26,8 @@ pub(crate) struct Args {
     native: bool,
     nx: bool,
     /// Passed to the harness: only these sections (work, cold, deadline, churn,
-    /// concurrent, nx, footprint).
+    /// concurrent, nx, footprint, distant). `distant` runs in a full run or
+    /// when named, never in a plain `--quick` (CI's).
     only: Option<String>,
 }
 

@@ -1021,6 +1021,22 @@ impl External {
     }
 }
 
+impl External {
+    /// One request line; its JSON reply as it is (for replies beyond a `Sample`).
+    pub fn request(&mut self, line: &str) -> anyhow::Result<serde_json::Value> {
+        writeln!(self.stdin, "{line}")?;
+        self.stdin.flush()?;
+        let mut reply = String::new();
+        self.stdout.read_line(&mut reply)?;
+        anyhow::ensure!(!reply.is_empty(), "{} exited", self.name);
+        Ok(serde_json::from_str(reply.trim())?)
+    }
+
+    pub fn name_str(&self) -> &'static str {
+        self.name
+    }
+}
+
 impl Contender for External {
     fn name(&self) -> &'static str {
         self.name

@@ -9,6 +9,7 @@
 mod calls;
 mod concurrent;
 mod contenders;
+mod distant;
 mod report;
 mod workload;
 
@@ -23,7 +24,7 @@ use workload::{Data, Sample, Workload};
 
 const USAGE: &str = "usage: bench --data DIR [--quick] [--json PATH] [--svg PATH] \
 [--native BIN] [--python PY --pyscript PATH] [--nx URI] [--pinned TEXT] \
-[--only SECTION,..] (sections: work, cold, deadline, churn, concurrent, nx, footprint) \
+[--only SECTION,..] (sections: work, cold, deadline, churn, concurrent, nx, footprint, distant) \
 [--p3-bench WASM --wasmtime BIN] [--workloads W,...] \
 [--rounds N] [--contenders NAME,...] [--count-calls] [--call-cost]";
 
@@ -131,6 +132,9 @@ pub struct Results {
     pub memory_per_instance: BTreeMap<usize, f64>,
     /// The concurrency section (concurrent.rs).
     pub concurrent: concurrent::Figures,
+    /// The distant section (distant.rs), and how long it took.
+    pub distant: distant::Figures,
+    pub distant_seconds: f64,
     pub errors: Vec<String>,
 }
 
@@ -390,6 +394,20 @@ fn main() -> anyhow::Result<()> {
                  `cargo xtask bench` passes them)"
                     .into(),
             ),
+        }
+    }
+
+    // ---- a distant server: cold requests through a delaying relay. Not in
+    // --quick unless asked for by name (CI's smoke run stays short).
+    if a.only.iter().any(|s| s == "distant") || (a.only.is_empty() && !a.quick) {
+        let setup = distant::Setup {
+            native: a.native.as_deref(),
+            python: a.python.as_ref().map(|(p, s)| (p.as_path(), s.as_path())),
+            data_dir: &a.data,
+            runs: if a.quick { 3 } else { 5 },
+        };
+        if let Err(e) = distant::run(&setup, &server, &mut r) {
+            r.errors.push(format!("distant: {e:#}"));
         }
     }
 

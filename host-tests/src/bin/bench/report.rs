@@ -250,6 +250,7 @@ pub fn json(r: &Results) -> Value {
         }).collect::<Map<_, _>>(),
         "deadline": deadline,
         "concurrent": concurrent_json(r, &conc),
+        "distant": crate::distant::json(r),
         "footprint": {
             "component_bytes": r.component_bytes,
             "host_rss_bytes_per_instance": r.memory_per_instance.iter()
@@ -407,6 +408,7 @@ pub fn print(r: &Results) {
             conc["new_connections_per_iteration"], conc["native_warm_up_connections"]
         );
     }
+    crate::distant::print(r, &mut out);
     let _ = writeln!(
         out,
         "\nratios (mongo-wasi's cost over the other's; < 1.0: mongo-wasi ahead):"
