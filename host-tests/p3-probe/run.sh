@@ -10,6 +10,7 @@ SILENT_PORT=${SILENT_PORT:-47018}
 TRICKLE_PORT=${TRICKLE_PORT:-47019}
 DNS_PORT=${DNS_PORT:-47053}
 TLS_PORT=${TLS_PORT:-47054}
+SCRAM_PORT=${SCRAM_PORT:-47055}
 
 cargo build --target wasm32-wasip2 --release
 WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
@@ -81,8 +82,11 @@ while True:
     threading.Thread(target=pipe, args=(u, t), daemon=True).start()
 ' "$TLS_PORT" "$NX_PORT" "$TMP" &
 TLS_PID=$!
+# A SCRAM server asking for 10,000,000 iterations (PyMongo's bson: the venv's python).
+"$VENV/python" lying_scram.py "$SCRAM_PORT" &
+SCRAM_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SCRAM_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
     rm -rf "$TMP"
 }
@@ -110,3 +114,7 @@ done
 # TLS handshake with the silent server bounded by timeoutMS.
 CA_PEM="$(cat "$TMP/ca.pem")" "$VENV/wasmtime" run -S cli -S inherit-network --env CA_PEM \
     "$WASM" tls "$TLS_PORT" "$SILENT_PORT"
+
+# Section 4: PBKDF2 under a lying SCRAM server's iteration count times out
+# at timeoutMS and yields between slices: another client's pings go on.
+"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" scram "$SCRAM_PORT" "$NX_PORT"

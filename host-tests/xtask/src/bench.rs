@@ -26,7 +26,7 @@ pub(crate) struct Args {
     native: bool,
     nx: bool,
     /// Passed to the harness: only these sections (work, cold, deadline, churn,
-    /// concurrent, nx, footprint).
+    /// concurrent, nx, footprint); `pbkdf2` runs here, only when named.
     only: Option<String>,
 }
 
@@ -82,6 +82,14 @@ const FAST_RELEASE: [&str; 7] = [
 ];
 
 pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
+    // PBKDF2 only when asked for by name (its own builds; crate::pbkdf2).
+    let only = a.only.as_deref().unwrap_or_default();
+    if only.split(',').any(|s| s == "pbkdf2") {
+        crate::pbkdf2::steps(run, ctx)?;
+        if only.split(',').all(|s| s == "pbkdf2") {
+            return Ok(());
+        }
+    }
     setup::steps(run, ctx)?;
     let target = ctx.target_dir()?.to_path_buf();
     run.step("bench: build the component (mongo_wasi.wasm)", || {

@@ -227,7 +227,8 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
 
 /// host-tests/p3-probe/run.sh on free loopback ports: it builds the probe
 /// (the driver with feature p3), starts nx-27017, a silent and a trickling
-/// listener and a DNS responder, runs both sections, and stops them by PID.
+/// listener, a DNS responder, a TLS relay and a lying SCRAM server, runs its
+/// sections, and stops them by PID.
 /// The probe fails (non-zero exit) on any check that does not hold.
 fn p3_probe(ctx: &Ctx) -> Result<()> {
     let mut cmd = Command::new("bash");
@@ -240,6 +241,7 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
         "TRICKLE_PORT",
         "DNS_PORT",
         "TLS_PORT",
+        "SCRAM_PORT",
     ] {
         cmd.env(var, crate::server::free_port()?.to_string());
     }
