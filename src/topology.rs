@@ -136,7 +136,6 @@ impl Topology {
         }
     }
 
-    #[cfg(test)]
     pub fn connect_settings(&self) -> &ConnectSettings {
         &self.settings.connect
     }

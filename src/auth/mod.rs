@@ -12,6 +12,7 @@ mod x509;
 
 use crate::error::{check_ok, Error, ErrorKind, Result};
 use crate::uri::{AuthMechanism, Credential};
+use crate::warm::ScramKeys;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bson::spec::BinarySubtype;
@@ -131,6 +132,41 @@ impl Authenticator {
 
     pub fn cache(&self) -> &KeyCache {
         &self.cache
+    }
+
+    /// The password in key-derivation form for each SCRAM mechanism this
+    /// credential may use (none for other mechanisms).
+    fn scram_passwords(&self) -> Vec<(Hash, String)> {
+        let c = &self.credential;
+        let (Some(user), Some(password)) = (c.username.as_deref(), c.password.as_deref()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if matches!(c.mechanism, None | Some(AuthMechanism::ScramSha1)) {
+            out.push((Hash::Sha1, scram::mongo_password_digest(user, password)));
+        }
+        if matches!(c.mechanism, None | Some(AuthMechanism::ScramSha256)) {
+            if let Ok(p) = saslprep::prepare(password) {
+                out.push((Hash::Sha256, p.into_owned()));
+            }
+        }
+        out
+    }
+
+    /// The SCRAM keys this instance derived for this credential, for a warm
+    /// state (`crate::warm`).
+    pub fn warm_keys(&self) -> Vec<ScramKeys> {
+        let user = self.credential.username.as_deref().unwrap_or_default();
+        self.cache.export(user, &self.scram_passwords())
+    }
+
+    /// Takes a warm state's SCRAM keys into the instance's cache, those
+    /// derived for this credential (user and password); returns how many.
+    /// A connection then skips PBKDF2 when the server's salt and iteration
+    /// count are the ones the keys were derived with.
+    pub fn adopt_warm_keys(&self, keys: &[ScramKeys]) -> usize {
+        let user = self.credential.username.as_deref().unwrap_or_default();
+        self.cache.import(user, &self.scram_passwords(), keys)
     }
 
     /// The `hello` fields for a new connection; `nonce` is asked for a

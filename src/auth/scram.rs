@@ -7,6 +7,7 @@
 
 use super::saslprep;
 use crate::error::{Error, ErrorKind, Result};
+use crate::warm::ScramKeys;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use ring::{digest, hmac};
@@ -217,6 +218,84 @@ impl KeyCache {
         Err(d)
     }
 
+    /// The derived keys of one credential, for a warm state: the entries
+    /// whose password (in key-derivation form, per mechanism) is in
+    /// `passwords`, each with its check value (never the password).
+    pub(crate) fn export(&self, user: &str, passwords: &[(Hash, String)]) -> Vec<ScramKeys> {
+        let entries = self.entries.borrow();
+        let mut out: Vec<ScramKeys> = entries
+            .iter()
+            .filter_map(|(k, e)| match e {
+                Entry::Ready(keys) if passwords.contains(&(k.hash, k.password.clone())) => {
+                    Some(ScramKeys {
+                        mechanism: k.hash.mechanism().to_string(),
+                        salt: k.salt.clone(),
+                        iterations: k.iterations,
+                        check: check_value(k.hash, k, user, &keys.client_key),
+                        client_key: keys.client_key.clone(),
+                        server_key: keys.server_key.clone(),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        // A stable order: the same keys make the same blob.
+        out.sort_by(|a, b| {
+            (&a.mechanism, &a.salt, a.iterations).cmp(&(&b.mechanism, &b.salt, b.iterations))
+        });
+        out
+    }
+
+    /// Takes a warm state's keys into the cache, those whose check value
+    /// proves they were derived for `user` and one of `passwords` (others
+    /// are left out). Returns how many were taken.
+    pub(crate) fn import(
+        &self,
+        user: &str,
+        passwords: &[(Hash, String)],
+        keys: &[ScramKeys],
+    ) -> usize {
+        let mut taken = 0;
+        for k in keys {
+            let Some((hash, password)) =
+                passwords.iter().find(|(h, _)| h.mechanism() == k.mechanism)
+            else {
+                continue;
+            };
+            let len = hash
+                .hmac_key(b"")
+                .algorithm()
+                .digest_algorithm()
+                .output_len();
+            let ok = k.client_key.len() == len
+                && k.server_key.len() == len
+                && hmac::verify(
+                    &hmac::Key::new(hmac::HMAC_SHA256, &k.client_key),
+                    &check_message(*hash, user, password, &k.salt, k.iterations),
+                    &k.check,
+                )
+                .is_ok();
+            if !ok || !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&k.iterations) {
+                continue;
+            }
+            let key = CacheKey {
+                hash: *hash,
+                password: password.clone(),
+                salt: k.salt.clone(),
+                iterations: k.iterations,
+            };
+            self.insert(
+                key,
+                Keys {
+                    client_key: k.client_key.clone(),
+                    server_key: k.server_key.clone(),
+                },
+            );
+            taken += 1;
+        }
+        taken
+    }
+
     fn insert(&self, key: CacheKey, keys: Keys) {
         let mut entries = self.entries.borrow_mut();
         if entries.len() >= CACHE_CAPACITY && !entries.contains_key(&key) {
@@ -224,6 +303,27 @@ impl KeyCache {
         }
         entries.insert(key, Entry::Ready(keys));
     }
+}
+
+/// What a warm state's check value authenticates: the mechanism, the user,
+/// the password in key-derivation form, the salt and the iteration count.
+fn check_message(hash: Hash, user: &str, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    let mut m = format!(
+        "mongo-wasi warm state v1\0{}\0{user}\0{password}\0{iterations}\0",
+        hash.mechanism()
+    )
+    .into_bytes();
+    m.extend_from_slice(salt);
+    m
+}
+
+/// HMAC-SHA256(ClientKey, check_message): binds a warm state's keys to the
+/// credential, salt and iteration count they were derived for.
+fn check_value(hash: Hash, key: &CacheKey, user: &str, client_key: &[u8]) -> Vec<u8> {
+    let message = check_message(hash, user, &key.password, &key.salt, key.iterations);
+    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, client_key), &message)
+        .as_ref()
+        .to_vec()
 }
 
 enum State {
@@ -637,6 +737,70 @@ mod tests {
         c.server_first(first, &cache).unwrap();
         assert_eq!(c.derive(0, &cache).unwrap(), Some(from_a));
         assert_eq!(cache.derivations(), 1);
+    }
+
+    /// A warm state's keys: handed out only for the credential asked for,
+    /// taken back only by the same user, password and mechanism (the check
+    /// value), and used only while the salt and iteration count match.
+    #[test]
+    fn warm_keys_round_trip_only_for_their_credential() {
+        let first = b"r=NNserver,s=QSXCR+Q6sek8bf92,i=4096";
+        let pw = [(Hash::Sha256, "pencil".to_string())];
+        let conversation = || Scram::new(Hash::Sha256, "user", "pencil", "NN".into()).unwrap();
+        let cache = KeyCache::default();
+        let proof = conversation()
+            .client_final(first, &cache, &in_time)
+            .unwrap();
+        let keys = cache.export("user", &pw);
+        assert_eq!(keys.len(), 1);
+        assert_eq!(
+            (keys[0].iterations, &keys[0].salt[..]),
+            (4096, &BASE64.decode("QSXCR+Q6sek8bf92").unwrap()[..])
+        );
+        assert!(cache
+            .export("user", &[(Hash::Sha256, "other".into())])
+            .is_empty());
+        assert!(!format!("{keys:?}").contains("pencil"));
+
+        let fresh = KeyCache::default();
+        assert_eq!(fresh.import("someone", &pw, &keys), 0, "another user");
+        assert_eq!(
+            fresh.import("user", &[(Hash::Sha256, "other".into())], &keys),
+            0,
+            "another password"
+        );
+        assert_eq!(
+            fresh.import("user", &[(Hash::Sha1, "pencil".into())], &keys),
+            0,
+            "another mechanism"
+        );
+        let mut tampered = keys.clone();
+        tampered[0].client_key[0] ^= 1;
+        assert_eq!(fresh.import("user", &pw, &tampered), 0, "a changed key");
+        assert_eq!(fresh.import("user", &pw, &keys), 1);
+        assert_eq!(
+            conversation()
+                .client_final(first, &fresh, &in_time)
+                .unwrap(),
+            proof
+        );
+        assert_eq!(fresh.derivations(), 0, "no PBKDF2");
+        // Another salt, or another iteration count: derived again.
+        conversation()
+            .client_final(b"r=NNserver,s=QSXCR+Q6sek8bf93,i=4096", &fresh, &in_time)
+            .unwrap();
+        assert_eq!(fresh.derivations(), 1);
+        conversation()
+            .client_final(b"r=NNserver,s=QSXCR+Q6sek8bf92,i=4097", &fresh, &in_time)
+            .unwrap();
+        assert_eq!(fresh.derivations(), 2);
+        // The check value covers the salt and iteration count too.
+        let mut moved = keys.clone();
+        moved[0].iterations = 4097;
+        assert_eq!(KeyCache::default().import("user", &pw, &moved), 0);
+        let mut moved = keys.clone();
+        moved[0].salt.push(0);
+        assert_eq!(KeyCache::default().import("user", &pw, &moved), 0);
     }
 
     fn text(b: Vec<u8>) -> String {
