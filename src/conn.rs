@@ -234,9 +234,23 @@ impl Connection {
         reply: &RawDocument,
         deadline: Deadline,
     ) -> Result<()> {
-        let in_time = || deadline.check(runtime::now(), "SCRAM key derivation (PBKDF2)");
-        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce, &in_time)?;
-        while let Step::Send(mut cmd) = step {
+        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce)?;
+        loop {
+            let mut cmd = match step {
+                Step::Done => return Ok(()),
+                Step::Send(cmd) => cmd,
+                // PBKDF2 in slices: the deadline is checked before each (a
+                // server may ask for 10,000,000 iterations: seconds of CPU),
+                // and the other tasks run between them on WASI 0.3.
+                Step::Derive => {
+                    deadline.check(runtime::now(), "SCRAM key derivation (PBKDF2)")?;
+                    step = conversation.derive(auth::scram::ITERATIONS_PER_SLICE)?;
+                    if step == Step::Derive {
+                        runtime::yield_now().await;
+                    }
+                    continue;
+                }
+            };
             cmd.append(bson::cstr!("$db"), conversation.db());
             let request_id = next_request_id();
             let sent = self.send(request_id, &cmd, &[], deadline).await;
@@ -246,9 +260,8 @@ impl Connection {
             };
             let reply = reply
                 .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
-            step = conversation.reply(&reply, &in_time)?;
+            step = conversation.reply(&reply)?;
         }
-        Ok(())
     }
 
     async fn hello(

@@ -61,6 +61,7 @@ pub mod runtime;
 mod session;
 mod topology;
 pub mod versioned_api;
+pub mod warm;
 
 // Export names such as `mongo-wasi:driver/client@0.2.0` only link into a
 // wasm component; a native cdylib's linker rejects them.

@@ -152,7 +152,6 @@ impl Topology {
         }
     }
 
-    #[cfg(test)]
     pub fn connect_settings(&self) -> &ConnectSettings {
         &self.settings.connect
     }

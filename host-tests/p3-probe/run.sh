@@ -15,6 +15,7 @@ PROXY_PORT=${PROXY_PORT:-47056}
 # The failpoint proxy (host-tests/proxy), built in the driver's target directory.
 PROXY=${PROXY:-../../target/debug/failpoint-proxy}
 [ -x "$PROXY" ] || (cd ../.. && cargo build -q -p mongo-wasi-proxy --bin failpoint-proxy)
+SCRAM_PORT=${SCRAM_PORT:-47057}
 
 cargo build --target wasm32-wasip2 --release
 WASM=${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/p3_probe.wasm
@@ -114,8 +115,11 @@ SLOW_PID=$!
 # failCommand (blockConnection) in front of nx-27017, for section 5.
 "$PROXY" --backend "127.0.0.1:$NX_PORT" --listen "127.0.0.1:$PROXY_PORT" >"$TMP/proxy.log" 2>&1 &
 PROXY_PID=$!
+# A SCRAM server asking for 10,000,000 iterations (PyMongo's bson: the venv's python).
+"$VENV/python" lying_scram.py "$SCRAM_PORT" &
+SCRAM_PID=$!
 cleanup() {
-    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SLOW_PID" "$PROXY_PID" 2>/dev/null || true
+    kill "$SILENT_PID" "$TRICKLE_PID" "$DNS_PID" "$TLS_PID" "$SLOW_PID" "$PROXY_PID" "$SCRAM_PID" 2>/dev/null || true
     "$VENV/nx-27017" --stop --pid-file "$TMP/nx.pid" || true
     rm -rf "$TMP"
 }
@@ -154,3 +158,7 @@ CA_PEM="$(cat "$TMP/ca.pem")" "$VENV/wasmtime" run -S cli -S inherit-network --e
 # FIFO wait queue, a waiter's timeout beside others, a pending reply drained in
 # the background, interruptInUseConnections, minPoolSize, maxIdleTimeMS.
 "$VENV/wasmtime" run -S cli -S inherit-network "$WASM" pool "$PROXY_PORT"
+
+# Section 6: PBKDF2 under a lying SCRAM server's iteration count times out
+# at timeoutMS and yields between slices: another client's pings go on.
+"$VENV/wasmtime" run -S cli -S inherit-network "$WASM" scram "$SCRAM_PORT" "$NX_PORT"

@@ -523,6 +523,30 @@ impl Guest {
             .w()
     }
 
+    /// `client.warm-state`: the blob a client in a new instance can adopt.
+    pub fn warm_state(&mut self, client: Client) -> Result<Vec<u8>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_warm_state(&mut self.store, client.0)
+    }
+
+    /// `client.adopt-warm-state`: how many SCRAM key sets were taken.
+    pub fn adopt_warm_state(&mut self, client: Client, blob: &[u8]) -> Result<WitResult<u32>> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_adopt_warm_state(&mut self.store, client.0, blob)
+    }
+
+    /// `client.scram-derivations`: PBKDF2 runs in this instance.
+    pub fn scram_derivations(&mut self, client: Client) -> Result<u64> {
+        self.driver
+            .mongo_wasi_driver_client()
+            .client()
+            .call_scram_derivations(&mut self.store, client.0)
+    }
+
     /// `client.close`: ends its sessions and closes its pooled connections.
     pub fn close(&mut self, client: Client) -> Result<()> {
         self.driver

@@ -429,3 +429,72 @@ fn cost(p: &Proxy, runs: usize) {
         );
     }
 }
+
+/// Warm state (issue 28): a client in a new instance that adopts the first
+/// instance's blob authenticates without PBKDF2 (`scram-derivations` stays
+/// 0); a server whose user has another salt (the users created again) makes
+/// it derive again; keys for another password are left out; a blob that is
+/// not one is invalid-argument. The blob never holds the password.
+#[test]
+fn a_warm_state_skips_pbkdf2_in_a_new_instance_until_the_salt_changes() {
+    let p = proxy();
+    let sha256 = uri(&p, "both:both-pw", "?authMechanism=SCRAM-SHA-256");
+    let mut first = Guest::new(&[addr(&p)]).unwrap();
+    let client = first.connect(&sha256, None, false).unwrap().unwrap();
+    let db = first.database(client, "auth_tests", None).unwrap();
+    let coll = first.collection(db, "c", None).unwrap();
+    first
+        .count_documents(coll, &rawdoc! {}, &no_options())
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.scram_derivations(client).unwrap(), 1);
+    let blob = first.warm_state(client).unwrap();
+    assert!(
+        !blob.windows(b"both-pw".len()).any(|w| w == b"both-pw"),
+        "the password is not in the blob"
+    );
+
+    // A new instance, the same user and password, the blob adopted: no PBKDF2.
+    let mut second = Guest::new(&[addr(&p)]).unwrap();
+    let client = second.connect(&sha256, None, false).unwrap().unwrap();
+    assert_eq!(second.adopt_warm_state(client, &blob).unwrap().unwrap(), 1);
+    let db = second.database(client, "auth_tests", None).unwrap();
+    let coll = second.collection(db, "c", None).unwrap();
+    second
+        .count_documents(coll, &rawdoc! {}, &no_options())
+        .unwrap()
+        .expect("authenticated with the adopted keys");
+    assert_eq!(second.scram_derivations(client).unwrap(), 0, "no PBKDF2");
+
+    // Another password: its keys are not taken (and it is refused as before).
+    let mut other = Guest::new(&[addr(&p)]).unwrap();
+    let wrong = uri(&p, "both:wrong-pw", "?authMechanism=SCRAM-SHA-256");
+    let client = other.connect(&wrong, None, false).unwrap().unwrap();
+    assert_eq!(other.adopt_warm_state(client, &blob).unwrap().unwrap(), 0);
+    let e = first_command(&mut other, &wrong).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
+
+    // The users created again (new salts): the adopted keys no longer
+    // match, PBKDF2 runs and authentication succeeds.
+    let p2 = proxy();
+    let sha256 = uri(&p2, "both:both-pw", "?authMechanism=SCRAM-SHA-256");
+    let mut third = Guest::new(&[addr(&p2)]).unwrap();
+    let client = third.connect(&sha256, None, false).unwrap().unwrap();
+    assert_eq!(third.adopt_warm_state(client, &blob).unwrap().unwrap(), 1);
+    let db = third.database(client, "auth_tests", None).unwrap();
+    let coll = third.collection(db, "c", None).unwrap();
+    third
+        .count_documents(coll, &rawdoc! {}, &no_options())
+        .unwrap()
+        .expect("derived again for the new salt");
+    assert_eq!(third.scram_derivations(client).unwrap(), 1, "derived again");
+
+    // Not a warm state: a clear error, no panic.
+    for garbage in [&b""[..], b"not bson at all", &[0xff; 100_000]] {
+        let e = third
+            .adopt_warm_state(client, garbage)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e:?}");
+    }
+}

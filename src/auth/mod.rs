@@ -12,6 +12,7 @@ mod x509;
 
 use crate::error::{check_ok, Error, ErrorKind, Result};
 use crate::uri::{AuthMechanism, Credential};
+use crate::warm::ScramKeys;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bson::spec::BinarySubtype;
@@ -57,6 +58,10 @@ pub enum Step {
     /// Send this command to the credential's source database (OP_MSG, `$db`
     /// added by the sender) and give the reply to [`Conversation::reply`].
     Send(RawDocumentBuf),
+    /// SCRAM's key derivation (PBKDF2) is under way: check the deadline,
+    /// call [`Conversation::derive`] for the next slice (and, on WASI 0.3,
+    /// yield to the other tasks between slices).
+    Derive,
     /// The server accepted the credential.
     Done,
 }
@@ -129,6 +134,41 @@ impl Authenticator {
         &self.cache
     }
 
+    /// The password in key-derivation form for each SCRAM mechanism this
+    /// credential may use (none for other mechanisms).
+    fn scram_passwords(&self) -> Vec<(Hash, String)> {
+        let c = &self.credential;
+        let (Some(user), Some(password)) = (c.username.as_deref(), c.password.as_deref()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if matches!(c.mechanism, None | Some(AuthMechanism::ScramSha1)) {
+            out.push((Hash::Sha1, scram::mongo_password_digest(user, password)));
+        }
+        if matches!(c.mechanism, None | Some(AuthMechanism::ScramSha256)) {
+            if let Ok(p) = saslprep::prepare(password) {
+                out.push((Hash::Sha256, p.into_owned()));
+            }
+        }
+        out
+    }
+
+    /// The SCRAM keys this instance derived for this credential, for a warm
+    /// state (`crate::warm`).
+    pub fn warm_keys(&self) -> Vec<ScramKeys> {
+        let user = self.credential.username.as_deref().unwrap_or_default();
+        self.cache.export(user, &self.scram_passwords())
+    }
+
+    /// Takes a warm state's SCRAM keys into the instance's cache, those
+    /// derived for this credential (user and password); returns how many.
+    /// A connection then skips PBKDF2 when the server's salt and iteration
+    /// count are the ones the keys were derived with.
+    pub fn adopt_warm_keys(&self, keys: &[ScramKeys]) -> usize {
+        let user = self.credential.username.as_deref().unwrap_or_default();
+        self.cache.import(user, &self.scram_passwords(), keys)
+    }
+
     /// The `hello` fields for a new connection; `nonce` is asked for a
     /// speculative SCRAM start.
     pub fn hello_fields(&self, nonce: impl FnOnce() -> String) -> Result<HelloAuth<'_>> {
@@ -160,20 +200,18 @@ impl Authenticator {
 
     /// After the handshake reply: continue the speculative conversation the
     /// server answered, else start one with the configured or negotiated
-    /// mechanism. `nonce` is asked only for a new SCRAM conversation;
-    /// `in_time` as for [`Conversation::reply`].
+    /// mechanism. `nonce` is asked only for a new SCRAM conversation.
     pub fn after_hello<'a>(
         &'a self,
         hello: HelloAuth<'a>,
         reply: &RawDocument,
         nonce: impl FnOnce() -> String,
-        in_time: &dyn Fn() -> Result<()>,
     ) -> Result<(Conversation<'a>, Step)> {
         if let (Some(mut conv), Ok(answer)) = (
             hello.conversation,
             reply.get_document("speculativeAuthenticate"),
         ) {
-            let step = conv.advance(answer, in_time)?;
+            let step = conv.advance(answer)?;
             return Ok((conv, step));
         }
         let mechanism = match self.credential.mechanism {
@@ -207,11 +245,11 @@ impl Authenticator {
         let password = c.password.as_deref().unwrap_or_default();
         let kind = match mechanism {
             AuthMechanism::ScramSha1 => Kind::Scram {
-                scram: Scram::new(Hash::Sha1, username, password, nonce())?,
+                scram: Box::new(Scram::new(Hash::Sha1, username, password, nonce())?),
                 id: None,
             },
             AuthMechanism::ScramSha256 => Kind::Scram {
-                scram: Scram::new(Hash::Sha256, username, password, nonce())?,
+                scram: Box::new(Scram::new(Hash::Sha256, username, password, nonce())?),
                 id: None,
             },
             AuthMechanism::Plain => Kind::Plain,
@@ -264,7 +302,7 @@ pub fn negotiate(hello_reply: &RawDocument) -> AuthMechanism {
 
 enum Kind {
     Scram {
-        scram: Scram,
+        scram: Box<Scram>,
         /// The server's conversationId, once saslStart was answered.
         id: Option<RawBson>,
     },
@@ -291,11 +329,30 @@ impl Conversation<'_> {
     }
 
     /// Takes the server's reply to the last command and returns the next
-    /// step. `in_time` is the operation's deadline: SCRAM's key derivation
-    /// calls it between slices and ends with its error.
-    pub fn reply(&mut self, reply: &RawDocument, in_time: &dyn Fn() -> Result<()>) -> Result<Step> {
+    /// step.
+    pub fn reply(&mut self, reply: &RawDocument) -> Result<Step> {
         check_ok(reply).map_err(|e| as_auth_error(e, &self.describe()))?;
-        self.advance(reply, in_time)
+        self.advance(reply)
+    }
+
+    /// After [`Step::Derive`]: runs up to `iterations` more of SCRAM's key
+    /// derivation (a slice; `scram::ITERATIONS_PER_SLICE`), then says what
+    /// is next: `Derive` again, or the client-final message to send.
+    pub fn derive(&mut self, iterations: u32) -> Result<Step> {
+        let cache = &self.auth.cache;
+        match &mut self.kind {
+            Kind::Scram {
+                scram,
+                id: Some(cid),
+            } => Ok(match scram.derive(iterations, cache)? {
+                Some(client_final) => Step::Send(sasl_continue(cid.clone(), client_final)),
+                None => Step::Derive,
+            }),
+            _ => Err(Error::new(
+                ErrorKind::Authentication,
+                format!("{} failed: no key derivation is due", self.describe()),
+            )),
+        }
     }
 
     fn first_command(&self) -> RawDocumentBuf {
@@ -328,7 +385,7 @@ impl Conversation<'_> {
 
     /// Moves on from a successful reply (a command's, or the hello's
     /// `speculativeAuthenticate`, which has the same fields but no `ok`).
-    fn advance(&mut self, reply: &RawDocument, in_time: &dyn Fn() -> Result<()>) -> Result<Step> {
+    fn advance(&mut self, reply: &RawDocument) -> Result<Step> {
         let done = reply.get_bool("done").unwrap_or(false);
         let what = self.describe();
         let failed =
@@ -353,9 +410,9 @@ impl Conversation<'_> {
                         ));
                     }
                     let server_first = payload(reply, &failed)?;
-                    let client_final = scram.client_final(&server_first, cache, in_time)?;
-                    *id = Some(cid.clone());
-                    return Ok(Step::Send(sasl_continue(cid, client_final)));
+                    scram.server_first(&server_first, cache)?;
+                    *id = Some(cid);
+                    return Ok(Step::Derive);
                 };
                 if !scram.is_verified() {
                     scram.verify_server_final(&payload(reply, &failed)?)?;

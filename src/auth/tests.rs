@@ -20,9 +20,31 @@ fn bin(s: &str) -> Binary {
     binary(s.as_bytes().to_vec())
 }
 
-/// No deadline.
-fn in_time() -> Result<()> {
-    Ok(())
+/// Runs key derivation to its end (no deadline), as conn does between its
+/// deadline checks.
+fn derived(conv: &mut Conversation<'_>, mut step: Step) -> Result<Step> {
+    while step == Step::Derive {
+        step = conv.derive(u32::MAX)?;
+    }
+    Ok(step)
+}
+
+/// `Authenticator::after_hello`, key derivation run to its end.
+fn after_hello<'a>(
+    a: &'a Authenticator,
+    hello: HelloAuth<'a>,
+    reply: &RawDocument,
+    nonce: impl FnOnce() -> String,
+) -> Result<(Conversation<'a>, Step)> {
+    let (mut conv, step) = a.after_hello(hello, reply, nonce)?;
+    let step = derived(&mut conv, step)?;
+    Ok((conv, step))
+}
+
+/// `Conversation::reply`, key derivation run to its end.
+fn answer(conv: &mut Conversation<'_>, r: &RawDocument) -> Result<Step> {
+    let step = conv.reply(r)?;
+    derived(conv, step)
 }
 
 fn no_nonce() -> String {
@@ -32,7 +54,7 @@ fn no_nonce() -> String {
 fn sent(step: Step) -> RawDocumentBuf {
     match step {
         Step::Send(cmd) => cmd,
-        Step::Done => panic!("expected a command"),
+        other => panic!("expected a command, not {other:?}"),
     }
 }
 
@@ -130,7 +152,7 @@ fn speculative_sha256_conversation_saves_the_saslstart() {
             "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST),
         },
     };
-    let (mut conv, step) = a.after_hello(hello, &reply, no_nonce, &in_time).unwrap();
+    let (mut conv, step) = after_hello(&a, hello, &reply, no_nonce).unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha256);
     assert_eq!(conv.db(), "admin");
     let cmd = sent(step);
@@ -138,7 +160,7 @@ fn speculative_sha256_conversation_saves_the_saslstart() {
     assert_eq!(cmd.get_i32("conversationId").unwrap(), 1);
     assert_eq!(payload_text(&cmd), CLIENT_FINAL);
     let last = rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(SERVER_FINAL) };
-    assert_eq!(conv.reply(&last, &in_time).unwrap(), Step::Done);
+    assert_eq!(answer(&mut conv, &last).unwrap(), Step::Done);
     assert_eq!(a.cache().derivations(), 1);
 }
 
@@ -152,11 +174,11 @@ fn a_second_client_of_the_same_user_skips_pbkdf2() {
                 "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST),
             },
         };
-        let (mut conv, step) = a.after_hello(hello, &reply, no_nonce, &in_time).unwrap();
+        let (mut conv, step) = after_hello(a, hello, &reply, no_nonce).unwrap();
         assert_eq!(payload_text(&sent(step)), CLIENT_FINAL);
         let last =
             rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(SERVER_FINAL) };
-        assert_eq!(conv.reply(&last, &in_time).unwrap(), Step::Done);
+        assert_eq!(answer(&mut conv, &last).unwrap(), Step::Done);
     };
     let first = auth("mongodb://user:pencil@h/");
     conversation(&first);
@@ -173,9 +195,7 @@ fn without_a_speculative_answer_the_negotiated_mechanism_starts_over() {
     let a = auth("mongodb://user:pencil@h/");
     let hello = a.hello_fields(|| NONCE.into()).unwrap();
     let reply = rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-1"] };
-    let (conv, step) = a
-        .after_hello(hello, &reply, || "fresh".into(), &in_time)
-        .unwrap();
+    let (conv, step) = after_hello(&a, hello, &reply, || "fresh".into()).unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha1);
     let cmd = sent(step);
     assert_eq!(cmd.get_str("mechanism").unwrap(), "SCRAM-SHA-1");
@@ -194,27 +214,29 @@ fn without_a_speculative_answer_the_negotiated_mechanism_starts_over() {
 fn full_conversation_with_the_pre_4_4_empty_exchange() {
     let a = auth("mongodb://user:pencil@h/?authMechanism=SCRAM-SHA-256");
     let hello = a.hello_fields(|| "unused".into()).unwrap();
-    let (mut conv, step) = a
-        .after_hello(hello, &rawdoc! { "ok": 1 }, || NONCE.into(), &in_time)
-        .unwrap();
+    let (mut conv, step) = after_hello(&a, hello, &rawdoc! { "ok": 1 }, || NONCE.into()).unwrap();
     assert_eq!(
         payload_text(&sent(step)),
         "n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     );
-    let step = conv
-        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FIRST) }, &in_time)
-        .unwrap();
+    let step = answer(
+        &mut conv,
+        &rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FIRST) },
+    )
+    .unwrap();
     let cmd = sent(step);
     assert_eq!(cmd.get_i64("conversationId").unwrap(), 7, "echoed as sent");
     assert_eq!(payload_text(&cmd), CLIENT_FINAL);
-    let step = conv
-        .reply(&rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FINAL) }, &in_time)
-        .unwrap();
+    let step = answer(
+        &mut conv,
+        &rawdoc! { "ok": 1, "conversationId": 7_i64, "done": false, "payload": bin(SERVER_FINAL) },
+    )
+    .unwrap();
     assert_eq!(payload_text(&sent(step)), "");
     assert_eq!(
-        conv.reply(
-            &rawdoc! { "ok": 1, "conversationId": 7_i64, "done": true, "payload": bin("") },
-            &in_time
+        answer(
+            &mut conv,
+            &rawdoc! { "ok": 1, "conversationId": 7_i64, "done": true, "payload": bin("") }
         )
         .unwrap(),
         Step::Done
@@ -232,16 +254,14 @@ fn started(uri: &str) -> (Authenticator, RawDocumentBuf) {
 #[test]
 fn a_refusal_is_an_authentication_error_with_the_code_and_without_the_password() {
     let (a, reply) = started("mongodb://user:pencil@h/");
-    let (mut conv, _) = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .unwrap();
-    let e = conv
-        .reply(&rawdoc! { "ok": 0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed" }, &in_time)
+    let (mut conv, _) = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .unwrap();
+    let e = answer(&mut conv, &rawdoc! { "ok": 0, "errmsg": "Authentication failed.", "code": 18, "codeName": "AuthenticationFailed" })
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication);
     assert_eq!(e.code, Some(18));
@@ -256,21 +276,19 @@ fn a_refusal_is_an_authentication_error_with_the_code_and_without_the_password()
 #[test]
 fn a_tampered_signature_fails_the_conversation() {
     let (a, reply) = started("mongodb://user:pencil@h/");
-    let (mut conv, _) = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .unwrap();
+    let (mut conv, _) = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .unwrap();
     let forged = SERVER_FINAL.replace("v=6", "v=7");
-    let e = conv
-        .reply(
-            &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(&forged) },
-            &in_time,
-        )
-        .unwrap_err();
+    let e = answer(
+        &mut conv,
+        &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin(&forged) },
+    )
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication);
     assert!(e.message.contains("signature"), "{e}");
 }
@@ -280,40 +298,37 @@ fn a_server_that_skips_its_proof_is_refused() {
     let a = auth("mongodb://user:pencil@h/");
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": {
     "conversationId": 1, "done": true, "payload": bin(SERVER_FIRST) } };
-    let e = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .err()
-        .expect("done before the server's proof");
+    let e = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .err()
+    .expect("done before the server's proof");
     assert!(e.message.contains("before proving"), "{e}");
     // No conversationId: malformed.
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": { "done": false, "payload": bin(SERVER_FIRST) } };
-    let e = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .err()
-        .unwrap();
+    let e = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .err()
+    .unwrap();
     assert!(e.message.contains("conversationId"), "{e}");
     // No payload.
     let reply =
         rawdoc! { "ok": 1, "speculativeAuthenticate": { "conversationId": 1, "done": false } };
-    let e = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .err()
-        .unwrap();
+    let e = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .err()
+    .unwrap();
     assert!(e.message.contains("payload"), "{e}");
 }
 
@@ -321,53 +336,49 @@ fn a_server_that_skips_its_proof_is_refused() {
 fn x509_speculation_answered_is_done_and_plain_is_one_step() {
     let a = auth("mongodb://h/?authMechanism=MONGODB-X509");
     let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": { "dbname": "$external", "user": "CN=client" } };
-    let (_, step) = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &reply,
-            no_nonce,
-            &in_time,
-        )
-        .unwrap();
+    let (_, step) = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &reply,
+        no_nonce,
+    )
+    .unwrap();
     assert_eq!(step, Step::Done);
 
-    let (mut conv, step) = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &rawdoc! { "ok": 1 },
-            no_nonce,
-            &in_time,
-        )
-        .unwrap();
+    let (mut conv, step) = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &rawdoc! { "ok": 1 },
+        no_nonce,
+    )
+    .unwrap();
     assert_eq!(
         sent(step),
         rawdoc! { "authenticate": 1, "mechanism": "MONGODB-X509" }
     );
     assert_eq!(conv.db(), "$external");
     assert_eq!(
-        conv.reply(&rawdoc! { "ok": 1, "user": "CN=client" }, &in_time)
-            .unwrap(),
+        answer(&mut conv, &rawdoc! { "ok": 1, "user": "CN=client" }).unwrap(),
         Step::Done
     );
 
     let a = auth("mongodb://user:pencil@h/?authMechanism=PLAIN");
-    let (mut conv, step) = a
-        .after_hello(
-            a.hello_fields(|| NONCE.into()).unwrap(),
-            &rawdoc! { "ok": 1 },
-            no_nonce,
-            &in_time,
-        )
-        .unwrap();
+    let (mut conv, step) = after_hello(
+        &a,
+        a.hello_fields(|| NONCE.into()).unwrap(),
+        &rawdoc! { "ok": 1 },
+        no_nonce,
+    )
+    .unwrap();
     assert_eq!(
         sent(step).get_binary("payload").unwrap().bytes,
         b"\0user\0pencil"
     );
     assert_eq!(conv.db(), "$external");
     assert_eq!(
-        conv.reply(
-            &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin("") },
-            &in_time
+        answer(
+            &mut conv,
+            &rawdoc! { "ok": 1, "conversationId": 1, "done": true, "payload": bin("") }
         )
         .unwrap(),
         Step::Done
@@ -402,9 +413,7 @@ fn a_password_sasl_prep_refuses_is_not_speculated_when_negotiated() {
     assert!(hello.speculative.is_none());
     assert!(hello.sasl_supported_mechs.is_some());
     let reply = rawdoc! { "ok": 1, "saslSupportedMechs": ["SCRAM-SHA-1"] };
-    let (conv, _) = a
-        .after_hello(hello, &reply, || "n".into(), &in_time)
-        .unwrap();
+    let (conv, _) = after_hello(&a, hello, &reply, || "n".into()).unwrap();
     assert_eq!(conv.mechanism(), AuthMechanism::ScramSha1);
 
     let a = auth("mongodb://user:bell%07@h/?authMechanism=SCRAM-SHA-256");
@@ -432,4 +441,31 @@ fn nonces_are_printable_and_comma_free() {
         "{n}"
     );
     assert_eq!(nonce_from(&[0; NONCE_BYTES as usize]).len(), 32);
+}
+
+/// The server-first message makes the conversation derive its keys in
+/// slices (4096 iterations: the first with the setup, 4095 in 4 slices of
+/// 1024), and only then send the client-final message.
+#[test]
+fn key_derivation_comes_in_slices_before_the_client_final_message() {
+    let a = auth("mongodb://user:pencil@h/?authMechanism=SCRAM-SHA-256");
+    let hello = a.hello_fields(|| NONCE.into()).unwrap();
+    let reply = rawdoc! { "ok": 1, "speculativeAuthenticate": {
+    "conversationId": 3, "done": false, "payload": bin(SERVER_FIRST) } };
+    let (mut conv, step) = a.after_hello(hello, &reply, no_nonce).unwrap();
+    assert_eq!(step, Step::Derive);
+    for _ in 0..3 {
+        assert_eq!(conv.derive(1024).unwrap(), Step::Derive);
+    }
+    let cmd = sent(conv.derive(1024).unwrap());
+    assert_eq!(cmd.get_i32("conversationId").unwrap(), 3);
+    assert_eq!(payload_text(&cmd), CLIENT_FINAL);
+    let e = conv.derive(1024).unwrap_err();
+    assert!(e.message.contains("out of turn"), "{e}");
+    // A second connection finds the keys: one call, no iterations.
+    let hello = a.hello_fields(|| NONCE.into()).unwrap();
+    let (mut conv, step) = a.after_hello(hello, &reply, no_nonce).unwrap();
+    assert_eq!(step, Step::Derive);
+    assert_eq!(payload_text(&sent(conv.derive(0).unwrap())), CLIENT_FINAL);
+    assert_eq!(a.cache().derivations(), 1);
 }

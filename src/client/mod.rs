@@ -38,6 +38,39 @@ impl Client {
         self.inner.timeout_ms
     }
 
+    /// What this client learned that a client in a new instance can reuse,
+    /// as an opaque, versioned blob (`crate::warm`): today the SCRAM keys
+    /// this instance derived for the client's credential, so the next
+    /// instance skips PBKDF2. Never the password, but as secret as it: the
+    /// keys authenticate as the user. No I/O.
+    pub fn warm_state(&self) -> Vec<u8> {
+        let auth = self.inner.topology.borrow().connect_settings().auth.clone();
+        let scram = auth.map(|a| a.warm_keys()).unwrap_or_default();
+        crate::warm::WarmState { scram }.encode()
+    }
+
+    /// How many times this instance ran PBKDF2 (SCRAM key derivation) for
+    /// any client: a connection whose keys came from the instance's cache or
+    /// an adopted warm state runs none. 0 for a client without a password.
+    pub fn scram_derivations(&self) -> u64 {
+        let auth = self.inner.topology.borrow().connect_settings().auth.clone();
+        auth.map_or(0, |a| a.cache().derivations())
+    }
+
+    /// Takes back a blob [`Client::warm_state`] handed out (call it before
+    /// the first operation): the SCRAM keys derived for this client's user
+    /// and password go into the instance's key cache, and a connection whose
+    /// server announces the same salt and iteration count skips PBKDF2 (a
+    /// changed salt or count derives again). Returns how many key sets were
+    /// taken. A blob that is not a warm state is `InvalidArgument`; one of
+    /// another format version is ignored (0). No I/O.
+    pub fn adopt_warm_state(&self, blob: &[u8]) -> Result<u32> {
+        let state = crate::warm::WarmState::decode(blob)?;
+        let auth = self.inner.topology.borrow().connect_settings().auth.clone();
+        let taken = auth.map_or(0, |a| a.adopt_warm_keys(&state.scram));
+        Ok(taken as u32)
+    }
+
     /// A database handle; `timeout_ms` `None` inherits the client's.
     pub fn database(&self, name: &str, timeout_ms: Option<u64>) -> Database {
         let timeout_ms =
@@ -345,6 +378,24 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
     use crate::versioned_api::{ServerApi, ServerApiVersion};
+
+    /// The warm state of a client that learned nothing is an empty blob of
+    /// the current version; a client without a password takes nothing from
+    /// a blob; what is not a warm state is invalid-argument.
+    #[test]
+    fn warm_state_without_keys_and_bad_blobs() {
+        let plain = Client::connect("mongodb://127.0.0.1:1/").unwrap();
+        let blob = plain.warm_state();
+        assert!(crate::warm::WarmState::decode(&blob).unwrap().is_empty());
+        assert_eq!(plain.adopt_warm_state(&blob).unwrap(), 0);
+        assert_eq!(plain.scram_derivations(), 0);
+        let user = Client::connect("mongodb://u:p@127.0.0.1:1/").unwrap();
+        assert_eq!(user.adopt_warm_state(&blob).unwrap(), 0);
+        for bad in [&b""[..], b"{}", &[7u8; 70_000]] {
+            let e = user.adopt_warm_state(bad).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        }
+    }
 
     fn refusal(uri: &str) -> Error {
         match Client::connect(uri) {

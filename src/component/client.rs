@@ -91,6 +91,18 @@ impl GuestClient for ClientRes {
         }
     }
 
+    fn warm_state(&self) -> Vec<u8> {
+        self.0.warm_state()
+    }
+
+    fn adopt_warm_state(&self, blob: Vec<u8>) -> WitResult<u32> {
+        wrap(self.0.adopt_warm_state(&blob))
+    }
+
+    fn scram_derivations(&self) -> u64 {
+        self.0.scram_derivations()
+    }
+
     fn database(&self, name: String, options: CollectionOptions) -> Database {
         let (rc, bad_rc) = super::option_doc(options.read_concern);
         let (wc, bad_wc) = super::option_doc(options.write_concern);

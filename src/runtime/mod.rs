@@ -38,10 +38,10 @@ pub use clock::now;
 #[cfg(not(feature = "p3"))]
 pub use tcp::TcpStream;
 #[cfg(not(feature = "p3"))]
-pub use wait::{check, sleep_until, wait, within, CONCURRENT};
+pub use wait::{check, sleep_until, wait, within, yield_now, CONCURRENT};
 
 #[cfg(feature = "p3")]
-pub use p3::{check, now, sleep_until, within, TcpStream, CONCURRENT};
+pub use p3::{check, now, sleep_until, within, yield_now, TcpStream, CONCURRENT};
 
 pub use dns_udp::lookup as dns_lookup;
 

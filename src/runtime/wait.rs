@@ -52,6 +52,10 @@ pub async fn sleep_until(deadline: Deadline) {
     }
 }
 
+/// Lets the instance's other tasks run between slices of a long computation
+/// (PBKDF2). On WASI 0.2 there are none (one caller per instance): nothing.
+pub async fn yield_now() {}
+
 /// Whether operations of one instance run concurrently. Not on WASI 0.2:
 /// one export call at a time, so a checkout that would wait for another
 /// caller's connection fails at once instead.

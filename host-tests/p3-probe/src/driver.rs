@@ -296,3 +296,76 @@ pub async fn tls(port: u16, silent: u16, ca: Vec<u8>) -> std::result::Result<(),
 fn after(ms: u64) -> mongo_wasi::Deadline {
     mongo_wasi::Deadline::after(rt::now(), std::time::Duration::from_millis(ms))
 }
+
+/// PBKDF2 on the 0.3 face: a client whose server asks for 10,000,000
+/// iterations (lying_scram.py; some 14 s of CPU) with timeoutMS 500 times
+/// out near 500 ms, and meanwhile another client's pings to nx-27017 in the
+/// same instance keep going: key derivation yields between its slices.
+pub async fn scram(lying: u16, nx: u16) -> std::result::Result<(), String> {
+    let liar = Client::with_options(
+        &format!("mongodb://user:pencil@127.0.0.1:{lying}/?authMechanism=SCRAM-SHA-256"),
+        ClientOptions {
+            timeout_ms: Some(500),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let other = Client::with_options(
+        &format!("mongodb://127.0.0.1:{nx}/"),
+        ClientOptions {
+            timeout_ms: Some(10_000),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let db = other.database("p3probe", None);
+    let opts = mongo_wasi::RunCommandOptions::default();
+    let ping = || db.run_command(rawdoc! { "ping": 1 }, &opts);
+    ping().await.map_err(|e| format!("warm-up ping: {e}"))?;
+    let done = std::cell::Cell::new(false);
+    let t = rt::now();
+    let lying = async {
+        let r = liar
+            .database("p3probe", None)
+            .collection("c", None)
+            .find_one(rawdoc! {}, &FindOptions::default())
+            .await;
+        done.set(true);
+        (r, ms_since(t))
+    };
+    let pings = async {
+        let (mut n, mut gap, mut last) = (0u32, 0f64, rt::now());
+        // Bounded: the lying operation ends by its deadline; 10 s at most.
+        while !done.get() && ms_since(t) < 10_000.0 {
+            if let Err(e) = ping().await {
+                return Err(format!("ping #{n}: {e}"));
+            }
+            gap = gap.max(ms_since(last));
+            last = rt::now();
+            n += 1;
+        }
+        Ok((n, gap))
+    };
+    let ((r, waited), pinged) = futures_lite::future::zip(lying, pings).await;
+    let (n, gap) = pinged?;
+    println!(
+        "S1. SCRAM asking 10,000,000 iterations, timeoutMS 500: {waited:.1} ms: {:?}; \
+         meanwhile {n} pings on another client, the longest {gap:.1} ms",
+        r.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    let timed_out = matches!(&r, Err(e) if e.is_timeout() && e.to_string().contains("PBKDF2"));
+    // Not before its deadline; on a loaded machine well within 1.5 s.
+    if !timed_out || !(495.0..1500.0).contains(&waited) {
+        return Err(format!(
+            "the lying SCRAM server: {r:?} after {waited:.1} ms"
+        ));
+    }
+    // Without yields between slices the pings would stop for the whole
+    // derivation (~500 ms); a slice is ~1-2 ms.
+    if n < 10 || gap > 150.0 {
+        return Err(format!(
+            "the other client starved: {n} pings, the longest {gap:.1} ms"
+        ));
+    }
+    Ok(())
+}

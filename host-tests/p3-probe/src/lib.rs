@@ -68,6 +68,20 @@ impl wasip3::exports::cli::run::Guest for Probe {
                 }
             };
         }
+        // `scram LYING NX`: PBKDF2 yields to the other tasks (driver.rs).
+        if args.get(1).map(String::as_str) == Some("scram") {
+            let port = |i: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
+            return match driver::scram(port(2), port(3)).await {
+                Ok(()) => {
+                    println!("SCRAM OK");
+                    Ok(())
+                }
+                Err(e) => {
+                    println!("SCRAM FAILED: {e}");
+                    Err(())
+                }
+            };
+        }
         // `driver NX SILENT [seq|concurrent]`: the whole driver (driver.rs).
         if args.get(1).map(String::as_str) == Some("driver") {
             let port = |i: usize, d: u16| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);

@@ -27,7 +27,7 @@ pub(crate) struct Args {
     nx: bool,
     /// Passed to the harness: only these sections (work, cold, deadline, churn,
     /// concurrent, nx, footprint, distant). `distant` runs in a full run or
-    /// when named, never in a plain `--quick` (CI's).
+    /// when named, never in a plain `--quick` (CI's); `pbkdf2` runs here, only when named.
     only: Option<String>,
 }
 
@@ -83,6 +83,14 @@ const FAST_RELEASE: [&str; 7] = [
 ];
 
 pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
+    // PBKDF2 only when asked for by name (its own builds; crate::pbkdf2).
+    let only = a.only.as_deref().unwrap_or_default();
+    if only.split(',').any(|s| s == "pbkdf2") {
+        crate::pbkdf2::steps(run, ctx)?;
+        if only.split(',').all(|s| s == "pbkdf2") {
+            return Ok(());
+        }
+    }
     setup::steps(run, ctx)?;
     let target = ctx.target_dir()?.to_path_buf();
     run.step("bench: build the component (mongo_wasi.wasm)", || {

@@ -51,6 +51,7 @@ const CORE: &[&str] = &[
     "load_balancer",
     "error",
     "write_result",
+    "warm",
 ];
 const ENGINE: &[&str] = &[
     "executor",

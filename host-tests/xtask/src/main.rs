@@ -8,6 +8,7 @@ mod examples;
 mod imports;
 mod layers;
 mod node;
+mod pbkdf2;
 mod run;
 mod server;
 mod setup;
@@ -62,7 +63,9 @@ commands:
                       mongo-wasi vs the mongodb crate, PyMongo and a raw OP_MSG floor on
                       a fast in-memory server, pinned to one core; a table on stdout,
                       JSON (default target/bench/bench.json) and an SVG chart;
-                      --only runs some sections: work, cold, deadline, churn, nx, footprint
+                      --only runs some sections: work, cold, deadline, churn, nx, footprint;
+                      --only pbkdf2 (never by default) times SCRAM's PBKDF2 natively and in
+                      wasm32-wasip2 (as shipped, +simd128, opt-level 3) under wasmtime
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
                       spec-runner against a fresh nx-27017

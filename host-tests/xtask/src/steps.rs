@@ -239,8 +239,9 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
 
 /// host-tests/p3-probe/run.sh on free loopback ports: it builds the probe
 /// (the driver with feature p3), starts nx-27017, a silent and a trickling
-/// listener, a DNS responder, a TLS relay and a slow relay, runs its sections
-/// (the runtime, the driver, TLS, cancellation), and stops them by PID.
+/// listener, a DNS responder, a TLS relay, a slow relay, the failpoint proxy and a
+/// lying SCRAM server, runs its sections (the runtime, the driver, TLS,
+/// cancellation, CMAP, PBKDF2 under a deadline), and stops them by PID.
 /// The probe fails (non-zero exit) on any check that does not hold.
 fn p3_probe(ctx: &Ctx) -> Result<()> {
     let mut cmd = Command::new("bash");
@@ -254,6 +255,8 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
         "DNS_PORT",
         "TLS_PORT",
         "SLOW_PORT",
+        "PROXY_PORT",
+        "SCRAM_PORT",
     ] {
         cmd.env(var, crate::server::free_port()?.to_string());
     }

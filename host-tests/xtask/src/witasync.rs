@@ -34,8 +34,11 @@ pub const TWINS: [&str; 6] = [
 
 /// `resource.func` of the methods that stay sync: no I/O, no wait (the 0.2
 /// skin runs none of them under `block_on`). Static funcs stay sync too.
-pub const SYNC: [&str; 28] = [
+pub const SYNC: [&str; 31] = [
     "client.database",
+    "client.warm-state",
+    "client.adopt-warm-state",
+    "client.scram-derivations",
     "client.start-session",
     "client.take-command-events",
     "client.take-pool-events",

@@ -47,6 +47,15 @@ pub async fn sleep_until(deadline: Deadline) {
     }
 }
 
+/// Lets the instance's other tasks run between slices of a long computation
+/// (PBKDF2): a task that computes without awaiting starves every other one
+/// (their I/O and timers are not even delivered).
+pub async fn yield_now() {
+    // Natively (unit tests) there is no component-model executor.
+    #[cfg(target_os = "wasi")]
+    wit_bindgen::yield_async().await;
+}
+
 /// Operations of one instance run concurrently on WASI 0.3 (tasks of one
 /// executor): a checkout may wait for another operation's connection.
 pub const CONCURRENT: bool = true;
