@@ -529,6 +529,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_warm_state(&mut self.store, client.0)
+            .w()
     }
 
     /// `client.adopt-warm-state`: how many SCRAM key sets were taken.
@@ -537,6 +538,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_adopt_warm_state(&mut self.store, client.0, blob)
+            .w()
     }
 
     /// `client.scram-derivations`: PBKDF2 runs in this instance.
@@ -545,6 +547,7 @@ impl Guest {
             .mongo_wasi_driver_client()
             .client()
             .call_scram_derivations(&mut self.store, client.0)
+            .w()
     }
 
     /// `client.close`: ends its sessions and closes its pooled connections.
