@@ -1585,7 +1585,8 @@ async fn drain_in_background(me: std::rc::Weak<RefCell<Topology>>, mut conn: Con
 
 /// WASI 0.3, CMAP's background "populate the pool" for `address`: one
 /// connection at a time (maxConnecting permitting) while the pool is ready
-/// and below minPoolSize, each establishment bounded by connectTimeoutMS.
+/// and below minPoolSize, each establishment bounded by connectTimeoutMS;
+/// idle connections past maxIdleTimeMS are closed (and replaced) on the way.
 /// It ends when the pool is full enough, is cleared or closed, an
 /// establishment fails (SDAM handles the error, as for a checkout), or the
 /// client is gone; a checkout's end starts it again if needed.
@@ -1597,6 +1598,10 @@ async fn fill_in_background(me: std::rc::Weak<RefCell<Topology>>, address: Strin
         let shared = Shared(topology);
         let (id, connect_ms) = {
             let mut t = shared.borrow_mut();
+            // Perished idle connections go first, and are replaced (CMAP).
+            if let Some(max_idle) = t.settings.max_idle_time {
+                t.close_idle_past(&address, max_idle);
+            }
             if !t.needs_filling(&address) {
                 t.state(&address).filling = false;
                 return;
