@@ -9,6 +9,8 @@
 //! with a compressor the connection did not negotiate, or a command the
 //! Wire Compression spec says never to compress (authentication, hello), is
 //! a protocol error. Written apart from the driver's codec (same libraries).
+//! Public so that another test server (a benchmark's) can speak it too:
+//! [`negotiate`] a hello, [`unwrap`] a request, [`wrap`] its reply.
 
 use std::io::Read;
 
@@ -71,15 +73,29 @@ fn le_i32(b: &[u8], at: usize) -> i32 {
     i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn invalid<T>(why: String) -> Result<T, FrameError> {
-    Err(FrameError::Invalid(why))
+fn invalid<T>(why: String) -> Result<T, String> {
+    Err(why)
 }
 
 /// The message an OP_COMPRESSED `msg` carries, and its compressor id.
-pub fn unwrap(msg: &Message) -> Result<(Message, u8), FrameError> {
-    let b = &msg.bytes;
-    if b.len() < HEADER_LEN + 9 {
-        return invalid("OP_COMPRESSED message truncated".into());
+pub(crate) fn unwrap_message(msg: &Message) -> Result<(Message, u8), FrameError> {
+    let (bytes, id) = unwrap(&msg.bytes).map_err(FrameError::Invalid)?;
+    Ok((
+        Message {
+            request_id: msg.request_id,
+            response_to: msg.response_to,
+            op_code: le_i32(&bytes, 12),
+            bytes,
+        },
+        id,
+    ))
+}
+
+/// The whole message (header rebuilt) an OP_COMPRESSED message `b` carries,
+/// and its compressor id; why not, when it is not a valid one.
+pub fn unwrap(b: &[u8]) -> Result<(Vec<u8>, u8), String> {
+    if b.len() < HEADER_LEN + 9 || le_i32(b, 12) != OP_COMPRESSED {
+        return invalid("not a whole OP_COMPRESSED message".into());
     }
     let op_code = le_i32(b, 16);
     let size = le_i32(b, 20);
@@ -95,25 +111,24 @@ pub fn unwrap(msg: &Message) -> Result<(Message, u8), FrameError> {
     let body = match id {
         0 => data.to_vec(),
         1 => {
-            let len = snap::raw::decompress_len(data)
-                .map_err(|e| FrameError::Invalid(format!("snappy: {e}")))?;
+            let len = snap::raw::decompress_len(data).map_err(|e| format!("snappy: {e}"))?;
             if len != size {
                 return invalid(format!("snappy length {len}, uncompressedSize {size}"));
             }
             snap::raw::Decoder::new()
                 .decompress_vec(data)
-                .map_err(|e| FrameError::Invalid(format!("snappy: {e}")))?
+                .map_err(|e| format!("snappy: {e}"))?
         }
         2 => miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(data, size)
-            .map_err(|e| FrameError::Invalid(format!("zlib: {e:?}")))?,
+            .map_err(|e| format!("zlib: {e:?}"))?,
         3 => {
             let mut out = Vec::new();
-            let decoder = ruzstd::decoding::StreamingDecoder::new(data)
-                .map_err(|e| FrameError::Invalid(format!("zstd: {e}")))?;
+            let decoder =
+                ruzstd::decoding::StreamingDecoder::new(data).map_err(|e| format!("zstd: {e}"))?;
             decoder
                 .take(size as u64 + 1)
                 .read_to_end(&mut out)
-                .map_err(|e| FrameError::Invalid(format!("zstd: {e}")))?;
+                .map_err(|e| format!("zstd: {e}"))?;
             out
         }
         other => return invalid(format!("unknown compressorId {other}")),
@@ -127,19 +142,10 @@ pub fn unwrap(msg: &Message) -> Result<(Message, u8), FrameError> {
     }
     let mut bytes = Vec::with_capacity(HEADER_LEN + size);
     bytes.extend_from_slice(&((HEADER_LEN + size) as i32).to_le_bytes());
-    bytes.extend_from_slice(&msg.request_id.to_le_bytes());
-    bytes.extend_from_slice(&msg.response_to.to_le_bytes());
+    bytes.extend_from_slice(&b[4..12]);
     bytes.extend_from_slice(&op_code.to_le_bytes());
     bytes.extend_from_slice(&body);
-    Ok((
-        Message {
-            request_id: msg.request_id,
-            response_to: msg.response_to,
-            op_code,
-            bytes,
-        },
-        id,
-    ))
+    Ok((bytes, id))
 }
 
 /// `message` (a whole message, header included) wrapped with compressor `id`
@@ -188,7 +194,7 @@ mod tests {
                 op_code: OP_COMPRESSED,
                 bytes: wrapped,
             };
-            let (plain, got) = unwrap(&msg).unwrap();
+            let (plain, got) = unwrap_message(&msg).unwrap();
             assert_eq!((plain.bytes, got, plain.op_code), (m.clone(), id, 2013));
         }
     }
@@ -206,7 +212,7 @@ mod tests {
                 op_code: OP_COMPRESSED,
                 bytes: wrapped,
             };
-            assert!(unwrap(&msg).is_err(), "{id}");
+            assert!(unwrap_message(&msg).is_err(), "{id}");
         }
     }
 

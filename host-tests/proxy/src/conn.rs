@@ -149,7 +149,7 @@ impl Conn {
             return Ok(msg);
         }
         let (plain, id) =
-            compression::unwrap(&msg).map_err(|e| self.protocol_error(e.to_string()))?;
+            compression::unwrap_message(&msg).map_err(|e| self.protocol_error(e.to_string()))?;
         if id != 0 && !self.compressors.contains(&id) {
             let why = format!("{} was not negotiated", compression::name_of(id));
             return Err(self.protocol_error(why));

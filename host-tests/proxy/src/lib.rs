@@ -39,7 +39,7 @@ mod bson_order;
 mod cluster_time;
 mod codes;
 mod commands;
-mod compression;
+pub mod compression;
 mod conn;
 pub mod failpoint;
 mod frame;

@@ -2,8 +2,8 @@
 //! `pymongo_failpoints.py` (mongod's fail points), `pymongo_tls.py` (the
 //! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509), `pymongo_names.py`
 //! (collection names nx-27017 refuses, GridFS), `pymongo_versions.py` (what an older
-//! presented server version refuses) and `pymongo_emulations.py` (what the proxy emulates
-//! of mongod where nx-27017 answers otherwise).
+//! presented server version refuses), `pymongo_emulations.py` (what the proxy emulates
+//! of mongod where nx-27017 answers otherwise) and `pymongo_compression.py` (OP_COMPRESSED).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -34,6 +34,25 @@ fn pymongo_sees_mongod_fail_points() {
             ("PROXY_URI", direct(&standalone)),
             ("PROXY_RS_URI", direct(&replica_set)),
         ],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// PyMongo compresses with zlib (and snappy and zstd when the venv has their
+/// modules) through the proxy, which answers in kind (`pymongo_compression.py`).
+#[test]
+fn pymongo_compresses_through_the_proxy() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let proxy = Proxy::start(ProxyConfig::new(backend_addr(&uri))).expect("start the proxy");
+    run_python(
+        &venv,
+        "pymongo_compression.py",
+        &[(
+            "PROXY_URI",
+            format!("mongodb://{}/?directConnection=true", proxy.addresses()[0]),
+        )],
         SCRIPT_TIMEOUT,
     );
 }
