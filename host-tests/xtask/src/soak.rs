@@ -21,7 +21,8 @@ Fails on a trap, a lost or duplicate write, an overshoot beyond the tolerance, a
 a wrong read result or guest memory that keeps growing.
 
 usage: cargo xtask soak --concurrency N [--ops N] [--seconds S] [--seed N] [--json PATH]
-                        [--tolerance-ms MS]
+                        [--tolerance-ms MS] [--fault-every-ms LO-HI | --no-faults]
+                        [--only OP,OP..]
   the concurrent soak: one WASI 0.3 client (the async core) with N operations in flight
   (reads, writes, transactions, cursors, cancellations) while faults hit the proxy
   (default 2000 operations; --tolerance-ms default 250). Fails on a trap, a lost,
@@ -31,22 +32,37 @@ usage: cargo xtask soak --concurrency N [--ops N] [--seconds S] [--seed N] [--js
 /// The short form `cargo xtask test` runs: 300 operations or 60 s, whichever first.
 const SHORT: [&str; 4] = ["--ops", "300", "--seconds", "60"];
 /// The concurrent soak's short form in the same step: 16 in flight, 600 operations or
-/// 30 s of them, whichever first.
-const SHORT_CONCURRENT: [&str; 6] = ["--concurrency", "16", "--ops", "600", "--seconds", "30"];
+/// 30 s of them, whichever first. Without transactions: under faults nx-27017 rolls
+/// back an abandoned transaction's savepoint with every write made since, other
+/// sessions' acknowledged ones included (host-tests/p3-soak/src/lib.rs, `txn_busy`).
+const SHORT_CONCURRENT: [&str; 8] = [
+    "--concurrency",
+    "16",
+    "--ops",
+    "600",
+    "--seconds",
+    "30",
+    "--only",
+    "insertOne,updateOne,deleteOne,find+getMore,find+drop,findOne,count,aggregate+getMore",
+];
 
 /// Checks the options (so a typo fails before the build) and answers them unchanged.
 pub fn parse(args: &[&str]) -> Result<Vec<String>> {
     let mut it = args.iter();
     while let Some(&arg) = it.next() {
         match arg {
-            "--verbose" => {}
-            "--ops" | "--seconds" | "--seed" | "--tolerance-ms" | "--guest-memory-cap-mb"
+            "--verbose" | "--no-faults" => {}
+            "--ops"
+            | "--seconds"
+            | "--seed"
+            | "--tolerance-ms"
+            | "--guest-memory-cap-mb"
             | "--concurrency" => {
                 let v = it.next().ok_or(format!("{arg} needs a value\n\n{USAGE}"))?;
                 v.parse::<u64>()
                     .map_err(|e| format!("{arg} {v}: {e}\n\n{USAGE}"))?;
             }
-            "--json" => {
+            "--json" | "--only" | "--fault-every-ms" => {
                 it.next().ok_or(format!("{arg} needs a value\n\n{USAGE}"))?;
             }
             other => return Err(format!("unknown option {other}\n\n{USAGE}")),
@@ -151,6 +167,8 @@ mod tests {
         assert!(parse(&["--bogus"]).unwrap_err().contains("unknown option"));
         assert!(parse(&[]).unwrap().is_empty());
         assert!(parse(&["--concurrency", "16", "--seconds", "5"]).is_ok());
-        assert!(parse(&["--concurrency"]).unwrap_err().contains("needs a value"));
+        assert!(parse(&["--concurrency"])
+            .unwrap_err()
+            .contains("needs a value"));
     }
 }

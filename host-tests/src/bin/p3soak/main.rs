@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: p3soak --backend 127.0.0.1:PORT --wasm P3_SOAK_WASM --wasmtime PATH \
 [--concurrency N] [--ops N] [--seconds S] [--seed N] [--json PATH] [--tolerance-ms MS] \
-[--fault-every-ms LO-HI | --no-faults]";
+[--fault-every-ms LO-HI | --no-faults] [--only OP,OP..]";
 const MEMBERS: usize = 3;
 const SET_NAME: &str = "soak";
 /// Commands a fault may target (count is an aggregate).
@@ -69,6 +69,8 @@ struct Cli {
     tolerance_ms: f64,
     /// Faults every LO..=HI ms; None: none at all (a baseline).
     fault_every_ms: Option<(u64, u64)>,
+    /// Only these operations (the guest's names, comma-separated).
+    only: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -88,6 +90,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         json: None,
         tolerance_ms: 250.0,
         fault_every_ms: Some((50, 250)),
+        only: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -112,7 +115,9 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--tolerance-ms" => cli.tolerance_ms = number(value()?)? as f64,
             "--fault-every-ms" => {
                 let v = value()?;
-                let (lo, hi) = v.split_once('-').ok_or(format!("--fault-every-ms {v}: LO-HI"))?;
+                let (lo, hi) = v
+                    .split_once('-')
+                    .ok_or(format!("--fault-every-ms {v}: LO-HI"))?;
                 let (lo, hi) = (number(lo.into())?, number(hi.into())?);
                 if lo == 0 || hi < lo {
                     return Err(format!("--fault-every-ms {v}: 0 < LO <= HI"));
@@ -120,6 +125,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
                 cli.fault_every_ms = Some((lo, hi));
             }
             "--no-faults" => cli.fault_every_ms = None,
+            "--only" => cli.only = Some(value()?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -269,8 +275,12 @@ fn run(cli: &Cli) -> Result<Value, String> {
     let db = format!("p3soak_{}", cli.seed);
     println!("p3soak: one client, through the failpoint proxy: {uri}");
 
-    let mut child = Command::new(&cli.wasmtime)
-        .args(["run", "-S", "cli", "-S", "inherit-network"])
+    let mut child = Command::new(&cli.wasmtime);
+    child.args(["run", "-S", "cli", "-S", "inherit-network"]);
+    if let Some(only) = &cli.only {
+        child.arg("--env").arg(format!("P3SOAK_ONLY={only}"));
+    }
+    let mut child = child
         .arg(&cli.wasm)
         .args([&uri, &direct, &db])
         .arg(cli.concurrency.to_string())
@@ -474,9 +484,10 @@ mod tests {
     #[test]
     fn arguments() {
         let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        let cli =
-            parse(&args("--backend 127.0.0.1:1 --wasm w --wasmtime t --seconds 60 --seed 5"))
-                .unwrap();
+        let cli = parse(&args(
+            "--backend 127.0.0.1:1 --wasm w --wasmtime t --seconds 60 --seed 5",
+        ))
+        .unwrap();
         assert_eq!((cli.seconds, cli.seed, cli.concurrency), (60, 5, 16));
         assert!(parse(&args("--backend 10.0.0.1:1 --wasm w --wasmtime t")).is_err());
         assert!(parse(&args("--backend 127.0.0.1:1")).is_err());
