@@ -290,6 +290,8 @@ struct Figures {
     pool_cleared: u64,
     checkout_failed: u64,
     incidents: Vec<String>,
+    /// Cursors the server ended early (id 0 and an empty last batch).
+    cursors_ended_by_server: u64,
     /// getMores of an open cursor that brought nothing.
     empty_batches: u64,
     /// The first few errors of each end but "ok" (what they said).
@@ -298,7 +300,7 @@ struct Figures {
 
 impl Figures {
     fn incident(&mut self, line: String) {
-        if self.incidents.len() < 30 {
+        if self.incidents.len() < 200 {
             self.incidents.push(line);
         }
     }
@@ -312,6 +314,12 @@ struct Shared {
     /// Transactions aborted with acknowledgement: their two op ids.
     aborted: RefCell<Vec<(i64, i64)>>,
     next_op: std::cell::Cell<i64>,
+    /// The latest command events (for the story of a wrong cursor).
+    events: RefCell<std::collections::VecDeque<mongo_wasi::monitoring::CommandEvent>>,
+    /// The last drain ended on an empty batch with cursor id 0.
+    ended_empty: std::cell::Cell<bool>,
+    /// Cursors that ended short: their ids.
+    short_cursors: RefCell<Vec<i64>>,
     /// A transaction is running or waiting to run alone. nx-27017 keeps a
     /// transaction as a SQLite savepoint on its one database: concurrent
     /// transactions fail ("no such savepoint") and an abort rolls back every
@@ -348,7 +356,12 @@ impl Shared {
     /// Drains the client's pool events into the counters (command events are
     /// recorded too, as monitoring is on: dropped here).
     fn drain_events(&self) {
-        let _ = self.client.take_command_events();
+        let mut kept = self.events.borrow_mut();
+        kept.extend(self.client.take_command_events());
+        while kept.len() > 30_000 {
+            kept.pop_front();
+        }
+        drop(kept);
         let events = self.client.take_pool_events();
         let mut f = self.figures.borrow_mut();
         for e in events {
@@ -621,9 +634,19 @@ async fn run_op(
                     drop(cursor); // killCursors, detached, if still open
                     r
                 }
-                Ok(mut cursor) => match drain(&mut cursor, s).await {
-                    Ok(docs) => {
-                        if docs.len() as i32 != expected {
+                Ok(mut cursor) => match (cursor.id(), drain(&mut cursor, s).await) {
+                    (_, Err(e)) => Err(e),
+                    (id, Ok(docs)) => {
+                        if (docs.len() as i32) < expected && s.ended_empty.get() {
+                            // The server ended the cursor early: its last
+                            // getMore answered cursor id 0 and no documents.
+                            // nx-27017 does so when the connection that opened
+                            // the cursor has closed (a timeout or cancellation
+                            // elsewhere closed it); mongod answers
+                            // CursorNotFound. Not the driver's: counted apart.
+                            s.figures.borrow_mut().cursors_ended_by_server += 1;
+                        } else if docs.len() as i32 != expected {
+                            s.short_cursors.borrow_mut().push(id);
                             let ks: Vec<i64> = docs
                                 .iter()
                                 .filter_map(|d| d.get("k").ok().flatten().and_then(int))
@@ -638,7 +661,6 @@ async fn run_op(
                         }
                         Ok(())
                     }
-                    Err(e) => Err(e),
                 },
             }
         }
@@ -684,8 +706,10 @@ async fn drain(
         if batch.documents.is_empty() && !batch.exhausted {
             s.figures.borrow_mut().empty_batches += 1;
         }
+        let ended_empty = batch.documents.is_empty() && batch.exhausted;
         out.extend(batch.documents);
         if batch.exhausted {
+            s.ended_empty.set(ended_empty);
             return Ok(out);
         }
     }
@@ -738,6 +762,9 @@ async fn soak(cli: &Cli) -> Result<String, String> {
         figures: RefCell::new(Figures::default()),
         aborted: RefCell::new(Vec::new()),
         next_op: std::cell::Cell::new(0),
+        events: RefCell::new(std::collections::VecDeque::new()),
+        ended_empty: std::cell::Cell::new(false),
+        short_cursors: RefCell::new(Vec::new()),
         txn_busy: std::cell::Cell::new(false),
         ops_limit: cli.ops,
         started: rt::now(),
@@ -825,6 +852,11 @@ async fn soak(cli: &Cli) -> Result<String, String> {
     let _ = write!(j, ",\"wrong_results\":{}", f.wrong_results);
     let _ = write!(j, ",\"hung\":{}", f.hung);
     let _ = write!(j, ",\"empty_get_more_batches\":{}", f.empty_batches);
+    let _ = write!(
+        j,
+        ",\"cursors_ended_by_server\":{}",
+        f.cursors_ended_by_server
+    );
     let _ = write!(j, ",\"untimed_ops\":{}", f.untimed);
     let _ = write!(j, ",\"slowest_untimed_ms\":{:.1}", f.slowest_untimed_ms);
     let _ = write!(j, ",\"timed_ops\":{}", f.overshoot.len());
@@ -859,6 +891,76 @@ async fn soak(cli: &Cli) -> Result<String, String> {
         })
         .collect();
     let _ = write!(j, ",\"error_examples\":{{{}}}", examples.join(","));
+    // The story of the first short cursors: every event naming them.
+    for &id in shared.short_cursors.borrow().iter().take(3) {
+        let mut asked: Vec<i32> = Vec::new();
+        let mut lsid_of: Option<String> = None;
+        for e in shared.events.borrow().iter() {
+            let names = |d: &RawDocumentBuf| {
+                let cmd_id = d.get("getMore").ok().flatten().and_then(int);
+                let killed = d
+                    .get_array("cursors")
+                    .ok()
+                    .is_some_and(|a| a.into_iter().any(|v| v.ok().and_then(int) == Some(id)));
+                let reply = d
+                    .get_document("cursor")
+                    .ok()
+                    .map(|c| (c.get("id").ok().flatten().and_then(int), c));
+                let in_reply = reply.as_ref().is_some_and(|(rid, _)| *rid == Some(id));
+                (cmd_id == Some(id) || killed || in_reply).then(|| {
+                    let batch = reply.and_then(|(rid, c)| {
+                        let n = c
+                            .get_array("nextBatch")
+                            .or_else(|_| c.get_array("firstBatch"))
+                            .map(|a| a.into_iter().count())
+                            .ok()?;
+                        Some(format!("reply id {rid:?} batch {n}"))
+                    });
+                    batch.unwrap_or_default()
+                })
+            };
+            let mut hit = e
+                .command
+                .as_ref()
+                .and_then(names)
+                .or_else(|| e.reply.as_ref().and_then(names));
+            let lsid = e
+                .command
+                .as_ref()
+                .and_then(|c| c.get_document("lsid").ok())
+                .map(|l| format!("{:?}", l.as_bytes()));
+            if hit.is_some() && lsid.is_some() && lsid_of.is_none() {
+                lsid_of = lsid.clone();
+            }
+            if hit.is_none() && lsid.is_some() && lsid == lsid_of {
+                hit = Some("same lsid".into());
+            }
+            if hit.is_some() && e.command.is_some() {
+                asked.push(e.request_id);
+            } else if hit.is_none() && asked.contains(&e.request_id) {
+                // The reply to one of its getMores, whatever cursor it names.
+                hit = Some(format!(
+                    "reply {:?}",
+                    e.reply
+                        .as_ref()
+                        .map(|r| format!("{r:?}").chars().take(300).collect::<String>())
+                ));
+            }
+            if let Some(detail) = hit {
+                f.incident(format!(
+                    "cursor {id}: {:?} {} conn {} req {} {detail} {}",
+                    e.kind,
+                    e.command_name,
+                    e.connection_id,
+                    e.request_id,
+                    e.failure
+                        .as_ref()
+                        .map(|x| x.to_string())
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
     let mut examples = verdict.examples.clone();
     examples.extend(f.incidents.iter().cloned());
     let ex: Vec<String> = examples.iter().map(|e| q(e)).collect();
