@@ -143,6 +143,13 @@ impl Client {
         self.inner.topology.borrow().pool_status()
     }
 
+    /// Server sessions checked out now by live session handles (explicit
+    /// ones not yet ended, implicit ones of operations and cursors in
+    /// progress). With no handle left, anything but 0 is a leaked session.
+    pub fn sessions_in_use(&self) -> usize {
+        self.inner.sessions.checked_out()
+    }
+
     /// Runs the server checks a background monitor would have run by now
     /// (`Topology::check_due_servers`), within the client's timeoutMS, else
     /// serverSelectionTimeoutMS.

@@ -3,7 +3,7 @@
 
 use crate::deadline::Instant;
 use bson::{cstr, spec::BinarySubtype, Binary, RawDocumentBuf};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 #[derive(Debug)]
@@ -50,10 +50,14 @@ impl ServerSession {
 #[derive(Debug, Default)]
 pub struct SessionPool {
     idle: RefCell<Vec<ServerSession>>,
+    /// Server sessions checked out and not yet checked in (kept or discarded):
+    /// after every session handle is gone, anything but 0 is a leak.
+    out: Cell<usize>,
 }
 
 impl SessionPool {
     pub fn checkout(&self, now: Instant, timeout_minutes: Option<i64>) -> ServerSession {
+        self.out.set(self.out.get() + 1);
         let mut idle = self.idle.borrow_mut();
         while let Some(s) = idle.pop() {
             if !s.about_to_expire(now, timeout_minutes) {
@@ -64,9 +68,15 @@ impl SessionPool {
     }
 
     pub fn checkin(&self, s: ServerSession, now: Instant, timeout_minutes: Option<i64>) {
+        self.out.set(self.out.get().saturating_sub(1));
         if !s.dirty && !s.about_to_expire(now, timeout_minutes) {
             self.idle.borrow_mut().push(s);
         }
+    }
+
+    /// Server sessions checked out now (by live session handles, implicit or explicit).
+    pub fn checked_out(&self) -> usize {
+        self.out.get()
     }
 
     /// Every pooled lsid, for `endSessions` when the client closes.
@@ -88,8 +98,10 @@ mod tests {
         let b = pool.checkout(T0, Some(30));
         assert_ne!(a.lsid, b.lsid);
         let (a_id, b_id) = (a.lsid.clone(), b.lsid.clone());
+        assert_eq!(pool.checked_out(), 2);
         pool.checkin(a, T0, Some(30));
         pool.checkin(b, T0, Some(30));
+        assert_eq!(pool.checked_out(), 0);
         assert_eq!(pool.checkout(T0, Some(30)).lsid, b_id, "last in, first out");
         assert_eq!(pool.checkout(T0, Some(30)).lsid, a_id);
     }
