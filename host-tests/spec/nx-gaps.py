@@ -221,6 +221,27 @@ def recommit(db):
     return err is not None, err or "re-commit accepted"
 
 
+@gap("interleaved-transactions", "keeps transactions of different sessions apart: aborting one "
+     "rolls back its own writes only, and another session's transaction still commits")
+def interleaved_transactions(db):
+    # nx-27017 nests each transaction as a SQLite savepoint on one connection: an abort
+    # rolls back every write made since it began, other sessions' and plain
+    # acknowledged ones too, and the later transaction's savepoint is gone
+    # (the concurrent soak, `cargo xtask soak --concurrency 16`, leaves transactions out).
+    db.c.drop()
+    client = db.client
+    with client.start_session() as s1, client.start_session() as s2:
+        s1.start_transaction()
+        s2.start_transaction()
+        db.c.insert_one({"_id": "t1"}, session=s1)
+        db.c.insert_one({"_id": "t2"}, session=s2)
+        db.c.insert_one({"_id": "plain"})
+        s1.abort_transaction()
+        _, err = attempt(s2.commit_transaction)
+    kept = sorted(d["_id"] for d in db.c.find())
+    return kept != ["plain", "t2"], err or f"after the abort and the commit: {kept}"
+
+
 @gap("replace-id", "keeps _id (and its type) on a findAndModify replacement; an upsert takes _id from the query")
 def replace_id(db):
     db.r.insert_many([{"_id": 1, "x": 11}, {"_id": 2, "x": 22}])

@@ -34,7 +34,9 @@ const SHORT: [&str; 4] = ["--ops", "300", "--seconds", "60"];
 /// The concurrent soak's short form in the same step: 16 in flight, 600 operations or
 /// 30 s of them, whichever first. Without transactions: under faults nx-27017 rolls
 /// back an abandoned transaction's savepoint with every write made since, other
-/// sessions' acknowledged ones included (host-tests/p3-soak/src/lib.rs, `txn_busy`).
+/// sessions' acknowledged ones included (gap "interleaved-transactions" of
+/// host-tests/spec/nx-gaps.py reproduces it with PyMongo; host-tests/p3-soak/src/lib.rs,
+/// `txn_busy`).
 const SHORT_CONCURRENT: [&str; 8] = [
     "--concurrency",
     "16",
