@@ -1,5 +1,5 @@
 //! Seedlist discovery at the first operation: the SRV and TXT lookups of a
-//! `mongodb+srv` URI over `runtime::dns_lookup`, turned into seeds and
+//! `mongodb+srv` URI, at once, over `runtime::dns_lookup_all`, turned into seeds and
 //! options by `uri::seedlist`. Nothing here runs at client construction.
 
 use crate::deadline::Deadline;
@@ -16,7 +16,7 @@ pub struct Discovered {
     pub name_servers: Vec<SocketAddr>,
 }
 
-/// Looks up the SRV and TXT records of `cs` within `deadline`. A DNS server
+/// Looks up the SRV and TXT records of `cs` (together) within `deadline`. A DNS server
 /// that does not answer in time is a timeout error; a name without records,
 /// or records that break the spec's rules, are errors that say which.
 pub async fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Discovered> {
@@ -24,8 +24,20 @@ pub async fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Disco
     let servers = dns::config::name_servers(env.as_deref(), file.as_deref())
         .map_err(Error::invalid_argument)?;
     let srv_name = seedlist::srv_query(cs)?;
-    let srv: Vec<SrvTarget> = answers(&servers, &srv_name, RecordType::Srv, deadline)
-        .await?
+    let host = seedlist::host(cs)?;
+    // SRV and TXT at once: one round trip for both.
+    let mut both = runtime::dns_lookup_all(
+        &servers,
+        &[(&srv_name, RecordType::Srv), (host, RecordType::Txt)],
+        deadline,
+    )
+    .await?
+    .into_iter();
+    let (srv_answer, txt_answer) = match (both.next(), both.next()) {
+        (Some(srv), Some(txt)) => (srv, txt),
+        _ => return Err(not_found(&srv_name, "the DNS lookup gave no answers")),
+    };
+    let srv: Vec<SrvTarget> = records(&srv_name, RecordType::Srv, srv_answer)?
         .into_iter()
         .filter_map(|r| match r {
             Record::Srv { port, target, .. } => Some(SrvTarget { host: target, port }),
@@ -38,9 +50,7 @@ pub async fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Disco
             "the DNS server has no SRV records for it",
         ));
     }
-    let host = seedlist::host(cs)?;
-    let txt: Vec<Vec<u8>> = answers(&servers, host, RecordType::Txt, deadline)
-        .await?
+    let txt: Vec<Vec<u8>> = records(host, RecordType::Txt, txt_answer)?
         .into_iter()
         .filter_map(|r| match r {
             Record::Txt(text) => Some(text),
@@ -67,13 +77,12 @@ pub async fn discover(cs: &ConnectionString, deadline: Deadline) -> Result<Disco
 }
 
 /// The records, or none for NXDOMAIN; other DNS failures are errors.
-async fn answers(
-    servers: &[SocketAddr],
+fn records(
     name: &str,
     rtype: RecordType,
-    deadline: Deadline,
+    answer: std::result::Result<Vec<Record>, DnsError>,
 ) -> Result<Vec<Record>> {
-    match runtime::dns_lookup(servers, name, rtype, deadline).await? {
+    match answer {
         Ok(records) => Ok(records),
         // A missing TXT record only means no default options.
         Err(DnsError::NxDomain) if rtype == RecordType::Txt => Ok(Vec::new()),

@@ -145,10 +145,10 @@ impl Relay {
             return Err(io::Error::other("the relay is for loopback only"));
         }
         let (listener, datagrams) = if udp {
-            let tries = if listen.port() == 0 { 20 } else { 1 };
+            // A fixed port may still be held for a moment by a relay just dropped.
             let mut found = None;
             let mut last = io::Error::other("no port");
-            for _ in 0..tries {
+            for _ in 0..20 {
                 match UdpSocket::bind(listen)
                     .and_then(|u| Ok((TcpListener::bind(u.local_addr()?)?, u)))
                 {
@@ -156,7 +156,12 @@ impl Relay {
                         found = Some((t, Some(u)));
                         break;
                     }
-                    Err(e) => last = e,
+                    Err(e) => {
+                        last = e;
+                        if listen.port() != 0 {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
                 }
             }
             found.ok_or(last)?
@@ -386,7 +391,7 @@ fn udp_relay(
     socket: UdpSocket,
     upstream: SocketAddr,
     config: Config,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     ledger: &Ledger,
     next_conn: &AtomicU64,
 ) {
@@ -427,14 +432,18 @@ fn udp_relay(
                 d.map(|d| sender.send(d).is_ok()).unwrap_or(false)
             });
             // Replies from upstream, toward `peer`.
-            let (to_clients, pending, ledger) =
-                (to_clients.clone(), pending.clone(), ledger.clone());
+            let (to_clients, pending, ledger, stop) = (
+                to_clients.clone(),
+                pending.clone(),
+                ledger.clone(),
+                stop.clone(),
+            );
             let half = config.rtt / 2;
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65_535];
                 let mut idle = Duration::ZERO;
-                // Ends 10 s after its last reply (the relay's life is a bench run).
-                while idle < Duration::from_secs(10) {
+                // Ends with the relay, or 10 s after its last reply.
+                while idle < Duration::from_secs(10) && !stop.load(Ordering::Relaxed) {
                     let Ok(n) = up.recv(&mut buf) else {
                         idle += Duration::from_millis(50);
                         continue;

@@ -9,6 +9,7 @@ use bson::rawdoc;
 use host_tests::bindings::exports::mongo_wasi::driver::types::{CommandEventKind, ErrorKind};
 use host_tests::dns_responder::{DnsResponder, Mode, Records};
 use host_tests::guest::{Guest, WitResult};
+use host_tests::relay::{Config, Kind, Relay};
 use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, User};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -77,6 +78,36 @@ fn srv_resolves_through_the_dns_server_then_connects_to_the_target() {
     );
 }
 
+/// Through a relay 100 ms away: SRV and TXT go out together, then A and
+/// AAAA together, so discovery and the target's address cost two round trips.
+#[test]
+fn queries_that_can_go_together_cost_one_round_trip() {
+    let (_, server) = host_tests::test_server();
+    let records = records(server.port()).txt(SRV_HOST, &["authSource=admin"]);
+    let dns = DnsResponder::start(records, Mode::Answer).unwrap();
+    let rtt = Duration::from_millis(100);
+    let relay = Relay::start(
+        "127.0.0.1:0".parse().unwrap(),
+        dns.addr(),
+        Config::rtt(rtt),
+        true,
+    )
+    .unwrap();
+    let mut g = Guest::with_dns(&[server], relay.addr()).unwrap();
+    let started = Instant::now();
+    ping(
+        &mut g,
+        &format!("mongodb+srv://{SRV_HOST}/?tls=false"),
+        None,
+    )
+    .expect("ping");
+    let took = started.elapsed();
+    let f = relay.take();
+    assert_eq!(f.count(Kind::Udp), 4, "SRV, TXT, A, AAAA: {f:?}");
+    assert_eq!(f.serial(), 2, "SRV with TXT, then A with AAAA: {f:?}");
+    assert!(took >= rtt * 2, "{took:?}");
+}
+
 #[test]
 fn truncated_answers_are_asked_again_over_tcp() {
     let (_, server) = host_tests::test_server();
@@ -106,8 +137,8 @@ fn datagrams_that_are_not_the_reply_are_ignored() {
         None,
     )
     .expect("ping");
-    // SRV, TXT and A, each sent once: the stray datagrams did not end a wait.
-    assert_eq!(dns.udp_queries(), 3, "{:?}", dns.log());
+    // SRV, TXT, A and AAAA, each sent once: the stray datagrams did not end a wait.
+    assert_eq!(dns.udp_queries(), 4, "{:?}", dns.log());
 }
 
 #[test]

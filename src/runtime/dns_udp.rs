@@ -1,4 +1,5 @@
-//! A DNS client over wasi:sockets UDP, the same on both faces: one query,
+//! A DNS client over wasi:sockets UDP, the same on both faces: one query or
+//! several at once (sent together on one socket, answered in one round trip),
 //! retransmitted a bounded number of times within the deadline, to each
 //! configured server in turn; a truncated answer (TC) is asked again over TCP.
 //! The bytes are `crate::dns`'s; this file only moves them, through the
@@ -26,49 +27,93 @@ pub async fn lookup(
     name: &str,
     rtype: RecordType,
     deadline: Deadline,
-) -> Result<std::result::Result<Vec<Record>, DnsError>> {
-    let id = u16::from_be_bytes(match super::random_bytes(2).as_slice() {
-        [a, b] => [*a, *b],
-        _ => [0x5a, 0xa5],
-    });
-    let query = match dns::query(id, name, rtype) {
-        Ok(q) => q,
-        Err(e) => return Ok(Err(e)),
+) -> Result<Answer> {
+    let mut all = lookup_all(servers, &[(name, rtype)], deadline).await?;
+    Ok(all
+        .pop()
+        .unwrap_or(Err(DnsError::Malformed("no answer".into()))))
+}
+
+/// One question's answer: its records, or what the DNS said instead.
+pub type Answer = std::result::Result<Vec<Record>, DnsError>;
+
+/// Asks `servers` several questions at once (SRV and TXT; A and AAAA): every
+/// query goes out before any answer is awaited, on one socket per server,
+/// so they cost one round trip, not one each. The answers, in the order of
+/// `questions`; the outer error as for [`lookup`]. Retransmission is per
+/// round, for the questions still unanswered.
+pub async fn lookup_all(
+    servers: &[SocketAddr],
+    questions: &[(&str, RecordType)],
+    deadline: Deadline,
+) -> Result<Vec<Answer>> {
+    let all = |answers: &[Option<Answer>]| answers.iter().all(Option::is_some);
+    let answers = lookup_until(servers, questions, &all, deadline).await?;
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// [`lookup_all`] that stops waiting once `enough` says the answers so far
+/// will do (an A answer with addresses need not wait for AAAA's): the
+/// answers, `None` for the questions left unanswered then.
+pub async fn lookup_until(
+    servers: &[SocketAddr],
+    questions: &[(&str, RecordType)],
+    enough: &dyn Fn(&[Option<Answer>]) -> bool,
+    deadline: Deadline,
+) -> Result<Vec<Option<Answer>>> {
+    let mut answers: Vec<Option<Answer>> = questions.iter().map(|_| None).collect();
+    // Distinct ids, so each reply finds its question.
+    let random = super::random_bytes(2 * questions.len() as u64);
+    let mut asked: Vec<Asked> = Vec::with_capacity(questions.len());
+    for (i, &(name, rtype)) in questions.iter().enumerate() {
+        let mut id = match random.get(2 * i..2 * i + 2) {
+            Some([a, b]) => u16::from_be_bytes([*a, *b]),
+            _ => 0x5aa5 ^ i as u16,
+        };
+        while asked.iter().any(|a| a.id == id) {
+            id = id.wrapping_add(1);
+        }
+        let query = dns::query(id, name, rtype).unwrap_or_else(|e| {
+            answers[i] = Some(Err(e));
+            Vec::new()
+        });
+        asked.push(Asked {
+            name,
+            rtype,
+            id,
+            query,
+        });
+    }
+    let what = match questions {
+        [(name, rtype)] => format!("the DNS {rtype} query for {name}"),
+        _ => {
+            let qs: Vec<String> = questions.iter().map(|(n, t)| format!("{t} {n}")).collect();
+            format!("the DNS queries {}", qs.join(", "))
+        }
     };
-    let what = format!("the DNS {rtype} query for {name}");
     let mut channels: Vec<Option<Channel>> = servers.iter().map(|_| None).collect();
     let mut last_error = None;
     let mut interval = FIRST_WAIT;
     for _ in 0..ROUNDS {
         for (i, server) in servers.iter().enumerate() {
+            if enough(&answers) {
+                return Ok(answers);
+            }
             if deadline.is_expired(now()) {
                 return Err(no_answer(servers, &what, true));
             }
-            let is_ours = |bytes: &[u8]| {
-                !matches!(
-                    dns::parse_reply(bytes, id, name, rtype),
-                    Err(DnsError::NotOurs(_))
-                )
-            };
-            let answer = match ask(
+            match ask_all(
                 &mut channels[i],
                 *server,
-                &query,
-                &is_ours,
+                &asked,
+                &mut answers,
+                enough,
                 interval,
                 deadline,
             )
             .await
             {
-                Ok(Some(bytes)) => {
-                    read_reply(&bytes, *server, id, name, rtype, &query, deadline).await
-                }
-                Ok(None) => Ok(None),
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(Some(result)) => return Ok(result),
-                Ok(None) => {}
+                Ok(()) => {}
                 Err(e) if e.is_timeout() => return Err(no_answer(servers, &what, true)),
                 // This server is unusable (refused, unreachable): the next one may do.
                 Err(e) => {
@@ -78,6 +123,9 @@ pub async fn lookup(
             }
         }
         interval = interval.saturating_mul(2);
+    }
+    if enough(&answers) {
+        return Ok(answers);
     }
     Err(last_error.unwrap_or_else(|| no_answer(servers, &what, false)))
 }
@@ -95,31 +143,74 @@ fn no_answer(servers: &[SocketAddr], what: &str, timed_out: bool) -> Error {
     }
 }
 
-/// Sends the query (opening the channel if needed) and waits up to `interval`
-/// (within `deadline`) for a datagram that `is_ours`; returns its bytes, or
-/// `None` when the interval passed without one. Other datagrams (stray, late,
+/// One question as sent: its id and the query's bytes.
+struct Asked<'q> {
+    name: &'q str,
+    rtype: RecordType,
+    id: u16,
+    query: Vec<u8>,
+}
+
+/// Sends the unanswered queries to `server` (opening the channel if needed),
+/// then takes replies for up to `interval` (within `deadline`) until the
+/// answers are `enough`. Datagrams that answer none (stray, late,
 /// spoofed) are dropped and the wait goes on.
-async fn ask(
+async fn ask_all(
     channel: &mut Option<Channel>,
     server: SocketAddr,
-    query: &[u8],
-    is_ours: &dyn Fn(&[u8]) -> bool,
+    asked: &[Asked<'_>],
+    answers: &mut [Option<Answer>],
+    enough: &dyn Fn(&[Option<Answer>]) -> bool,
     interval: Duration,
     deadline: Deadline,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<()> {
     if channel.is_none() {
         *channel = Some(Channel::open(server, deadline)?);
     }
     let Some(ch) = channel.as_ref() else {
-        return Ok(None);
+        return Ok(());
     };
-    ch.send(server, query, deadline).await?;
-    let until = Deadline::after(now(), interval).min(deadline);
-    match ch.receive(server, is_ours, until).await? {
-        Some(data) => Ok(Some(data)),
-        None if deadline.is_expired(now()) => Err(Error::timeout(SECTION)),
-        None => Ok(None),
+    for (k, a) in asked.iter().enumerate() {
+        if answers[k].is_none() {
+            ch.send(server, &a.query, deadline).await?;
+        }
     }
+    let until = Deadline::after(now(), interval).min(deadline);
+    // Which unanswered question `bytes` replies to.
+    let whose = |answers: &[Option<Answer>], bytes: &[u8]| {
+        (0..asked.len()).find(|&k| {
+            let a = &asked[k];
+            answers[k].is_none()
+                && !matches!(
+                    dns::parse_reply(bytes, a.id, a.name, a.rtype),
+                    Err(DnsError::NotOurs(_))
+                )
+        })
+    };
+    // Bounded: each pass answers a question or ends at `until`.
+    while !enough(answers) {
+        let got = {
+            let snapshot: &[Option<Answer>] = answers;
+            let is_ours = |bytes: &[u8]| whose(snapshot, bytes).is_some();
+            ch.receive(server, &is_ours, until).await?
+        };
+        let Some(bytes) = got else {
+            if deadline.is_expired(now()) {
+                return Err(Error::timeout(SECTION));
+            }
+            return Ok(());
+        };
+        let Some(k) = whose(answers, &bytes) else {
+            continue;
+        };
+        let a = &asked[k];
+        if let Some(result) =
+            read_reply(&bytes, server, a.id, a.name, a.rtype, &a.query, deadline).await?
+        {
+            answers[k] = Some(result);
+        }
+    }
+    Ok(())
 }
 
 /// A validated reply, asking over TCP when it was truncated; `None` when the
@@ -132,7 +223,7 @@ async fn read_reply(
     rtype: RecordType,
     query: &[u8],
     deadline: Deadline,
-) -> Result<Option<std::result::Result<Vec<Record>, DnsError>>> {
+) -> Result<Option<Answer>> {
     match dns::parse_reply(bytes, id, name, rtype) {
         Ok(reply) if reply.truncated => {
             let bytes = over_tcp(server, query, deadline).await?;

@@ -42,7 +42,7 @@ fn is_localhost(host: &str) -> bool {
     host == "localhost" || host.ends_with(".localhost")
 }
 
-/// `host`'s addresses from `name_servers` (A, then AAAA), falling back to
+/// `host`'s addresses from `name_servers` (A and AAAA at once), falling back to
 /// ip-name-lookup when they know none or cannot be reached (the host denied
 /// UDP to them, say). `localhost` names never go to DNS (RFC 6761), and no
 /// servers means ip-name-lookup alone.
@@ -56,32 +56,40 @@ pub async fn resolve_via(
         return resolve(host, deadline).await;
     }
     let mut unreachable = None;
-    for rtype in [RecordType::A, RecordType::Aaaa] {
-        let answer = match super::dns_udp::lookup(name_servers, host, rtype, deadline).await {
-            Ok(answer) => answer,
-            Err(e) if e.is_timeout() => return Err(e),
-            Err(e) => {
-                unreachable = Some(e);
-                break;
-            }
-        };
-        match answer {
-            Ok(records) => {
-                let ips: Vec<IpAddr> = records
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Record::A(ip) => Some(IpAddr::V4(ip)),
-                        Record::Aaaa(ip) => Some(IpAddr::V6(ip)),
-                        _ => None,
-                    })
-                    .collect();
-                if !ips.is_empty() {
-                    return Ok(ips);
+    // A and AAAA at once (one round trip, as a system resolver asks); the
+    // IPv4 addresses when there are any, else the IPv6 ones. An A answer
+    // with addresses does not wait for AAAA's (a server that drops AAAA
+    // queries costs nothing then).
+    let questions = [(host, RecordType::A), (host, RecordType::Aaaa)];
+    let has_addresses =
+        |a: &Option<super::dns_udp::Answer>| matches!(a, Some(Ok(records)) if !records.is_empty());
+    let enough = |answers: &[Option<super::dns_udp::Answer>]| {
+        answers.first().is_some_and(has_addresses) || answers.iter().all(Option::is_some)
+    };
+    match super::dns_udp::lookup_until(name_servers, &questions, &enough, deadline).await {
+        Ok(answers) => {
+            for answer in answers.into_iter().flatten() {
+                match answer {
+                    Ok(records) => {
+                        let ips: Vec<IpAddr> = records
+                            .into_iter()
+                            .filter_map(|r| match r {
+                                Record::A(ip) => Some(IpAddr::V4(ip)),
+                                Record::Aaaa(ip) => Some(IpAddr::V6(ip)),
+                                _ => None,
+                            })
+                            .collect();
+                        if !ips.is_empty() {
+                            return Ok(ips);
+                        }
+                    }
+                    Err(crate::dns::DnsError::NxDomain) => break,
+                    Err(_) => {}
                 }
             }
-            Err(crate::dns::DnsError::NxDomain) => break,
-            Err(_) => {}
         }
+        Err(e) if e.is_timeout() => return Err(e),
+        Err(e) => unreachable = Some(e),
     }
     resolve(host, deadline)
         .await

@@ -20,6 +20,9 @@ const BATCH: u64 = 8;
 /// One UDP socket connected to one server. Field order is drop order: the
 /// streams are children of the socket.
 pub(super) struct Channel {
+    /// Datagrams of a batch beyond the one a receive returned (several
+    /// queries in flight: their replies may come in one batch).
+    held: std::cell::RefCell<std::collections::VecDeque<Vec<u8>>>,
     incoming: IncomingDatagramStream,
     outgoing: OutgoingDatagramStream,
     _socket: UdpSocket,
@@ -50,6 +53,7 @@ impl Channel {
         drop(pollable);
         let (incoming, outgoing) = socket.stream(Some(remote)).map_err(err)?;
         Ok(Channel {
+            held: Default::default(),
             incoming,
             outgoing,
             _socket: socket,
@@ -97,6 +101,13 @@ impl Channel {
         is_ours: &dyn Fn(&[u8]) -> bool,
         until: Deadline,
     ) -> Result<Option<Vec<u8>>> {
+        // Held from an earlier batch first (no borrow lives past this statement).
+        let held: Vec<Vec<u8>> = self.held.borrow_mut().drain(..).collect();
+        let mut held = held.into_iter();
+        if let Some(data) = held.by_ref().find(|d| is_ours(d)) {
+            self.held.borrow_mut().extend(held);
+            return Ok(Some(data));
+        }
         let pollable = self.incoming.subscribe();
         loop {
             // Checked on every pass: a flood of stray datagrams cannot hold us past it.
@@ -107,8 +118,14 @@ impl Channel {
                 .incoming
                 .receive(BATCH)
                 .map_err(|e| sock_err(server, "receive from", e))?;
-            if let Some(dg) = datagrams.into_iter().find(|dg| is_ours(&dg.data)) {
-                return Ok(Some(dg.data));
+            let mut ours = datagrams
+                .into_iter()
+                .filter(|dg| is_ours(&dg.data))
+                .map(|dg| dg.data);
+            if let Some(first) = ours.next() {
+                // At most BATCH - 1 held: each call takes one batch.
+                self.held.borrow_mut().extend(ours);
+                return Ok(Some(first));
             }
             match wait(&pollable, until, SECTION) {
                 Ok(()) => {}

@@ -234,16 +234,25 @@ impl Bench {
                 let cpu = clock(libc::CLOCK_PROCESS_CPUTIME_ID);
                 let t0 = clock(libc::CLOCK_MONOTONIC);
                 let t = Instant::now();
-                let c = Client::with_uri_str(uri).await?;
-                let d = c
-                    .database("perftest")
-                    .collection::<RawDocumentBuf>("corpus")
-                    .find_one(doc! { "_id": 1 })
-                    .await?;
+                // Bounded: a request that hangs is an error, not a stuck bench.
+                let cold = async {
+                    let c = Client::with_uri_str(uri).await?;
+                    let d = c
+                        .database("perftest")
+                        .collection::<RawDocumentBuf>("corpus")
+                        .find_one(doc! { "_id": 1 })
+                        .await?;
+                    Ok::<_, mongodb::error::Error>((c, d))
+                };
+                let (c, d) = tokio::time::timeout(std::time::Duration::from_secs(20), cold)
+                    .await
+                    .map_err(|_| "no answer in 20 s")??;
                 let total_s = t.elapsed().as_secs_f64();
                 let t1 = clock(libc::CLOCK_MONOTONIC);
                 let cpu = clock(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu;
-                c.shutdown().await;
+                // Not `shutdown().await`: it waits for the monitor; the
+                // client's tasks end on their own once it is dropped.
+                drop(c);
                 if d.is_none() {
                     return Err("cold findOne found nothing".into());
                 }

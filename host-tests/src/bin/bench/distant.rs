@@ -101,6 +101,8 @@ fn uri(case: &str, srv: bool, port: u16, files: Option<(&Path, &Path)>) -> Strin
         "tls_x509" => q.push("authMechanism=MONGODB-X509".into()),
         _ => {}
     }
+    // A failure shows in seconds, not after the drivers' 30 s default.
+    q.push("serverSelectionTimeoutMS=10000".into());
     if let (Some((ca, client)), true) = (files, case != "plain") {
         q.push(format!("tlsCAFile={}", ca.display()));
         if case == "tls_x509" {
@@ -380,7 +382,10 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
         let argv = vec![bin.display().to_string(), base.clone(), data.clone()];
         match start_external(NATIVE, argv, resolv.as_deref()) {
             Ok(c) => externals.push(c),
-            Err(e) => r.errors.push(format!("distant: no mongodb crate: {e:#}")),
+            Err(e) => {
+                eprintln!("bench: distant: no mongodb crate: {e:#}");
+                r.errors.push(format!("distant: no mongodb crate: {e:#}"));
+            }
         }
     }
     if let Some((py, script)) = s.python {
@@ -392,7 +397,10 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
         ];
         match start_external(PYMONGO, argv, resolv.as_deref()) {
             Ok(c) => externals.push(c),
-            Err(e) => r.errors.push(format!("distant: no PyMongo: {e:#}")),
+            Err(e) => {
+                eprintln!("bench: distant: no PyMongo: {e:#}");
+                r.errors.push(format!("distant: no PyMongo: {e:#}"));
+            }
         }
     }
     let clock = Clock::new();
@@ -446,9 +454,12 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                                     .or_default()
                                     .push(run);
                             }
-                            Err(e) => r
-                                .errors
-                                .push(format!("distant {name} {case} srv={srv} rtt={rtt}: {e:#}")),
+                            Err(e) => {
+                                let msg =
+                                    format!("distant {name} {case} srv={srv} rtt={rtt}: {e:#}");
+                                eprintln!("bench: {msg}");
+                                r.errors.push(msg);
+                            }
                         }
                     }
                 }

@@ -404,7 +404,7 @@ fn main() -> anyhow::Result<()> {
             native: a.native.as_deref(),
             python: a.python.as_ref().map(|(p, s)| (p.as_path(), s.as_path())),
             data_dir: &a.data,
-            runs: if a.quick { 3 } else { 5 },
+            runs: a.rounds.unwrap_or(if a.quick { 3 } else { 5 }),
         };
         if let Err(e) = distant::run(&setup, &server, &mut r) {
             r.errors.push(format!("distant: {e:#}"));
