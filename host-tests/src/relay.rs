@@ -246,10 +246,13 @@ struct Line {
     link_free: Instant,
 }
 
+/// A chunk and when it is due (`None`: the write half is shut).
+type Timed = (Instant, Option<Vec<u8>>);
+
 impl Line {
     /// A delay line writing to `out` (`None` data: shut its write half).
     fn new(config: Config, mut out: impl FnMut(Option<&[u8]>) -> bool + Send + 'static) -> Line {
-        let (tx, rx): (_, Receiver<(Instant, Option<Vec<u8>>)>) = channel();
+        let (tx, rx): (_, Receiver<Timed>) = channel();
         std::thread::spawn(move || {
             for (due, data) in rx {
                 let now = Instant::now();
@@ -418,7 +421,7 @@ fn udp_relay(
             continue;
         };
         let at = Instant::now();
-        if !peers.contains_key(&peer) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = peers.entry(peer) {
             let Ok(up) = UdpSocket::bind("127.0.0.1:0").and_then(|u| {
                 u.connect(upstream)?;
                 u.set_read_timeout(Some(Duration::from_millis(50)))?;
@@ -462,7 +465,7 @@ fn udp_relay(
                     }
                 }
             });
-            peers.insert(peer, (conn, line));
+            slot.insert((conn, line));
         }
         let (conn, line) = peers.get_mut(&peer).expect("inserted above");
         if n >= 2 {
