@@ -1165,7 +1165,14 @@ impl Shared {
         self.borrow_mut()
             .events
             .emit(|| event(PoolEventKind::ConnectionCheckOutStarted, 0));
+        let mut checking_out = CheckingOut {
+            shared: self,
+            address,
+            started,
+            ended: false,
+        };
         let mut result = self.check_out(address, timeout, selection).await;
+        checking_out.ended = true;
         let mut t = self.borrow_mut();
         if let Ok(conn) = &mut result {
             conn.lease = Some(cmap::InUse::lease(&t.state(address).in_use));
@@ -1284,16 +1291,19 @@ impl Shared {
         };
         // Counted as connecting until the handshake ends, however it ends
         // (a dropped future included); out of the queue from here on.
-        let _connecting = Connecting(self, address);
+        let mut connecting = Connecting::new(self, address, id);
         drop(ticket);
         if load_balanced {
-            return self
+            let result = self
                 .establish_behind_load_balancer(address, id, created, (connect, handshake), timeout)
                 .await;
+            connecting.ended();
+            return result;
         }
         let establish = self.establish(address, id, connect, handshake, true);
         if !runtime::CONCURRENT {
             let result = establish.await;
+            connecting.ended();
             return self
                 .borrow_mut()
                 .handshake_done(address, id, created, result, timeout);
@@ -1304,7 +1314,9 @@ impl Shared {
             Err(None)
         };
         let established = async { establish.await.map_err(Some) };
-        match race(established, interrupted).await {
+        let raced = race(established, interrupted).await;
+        connecting.ended();
+        match raced {
             Ok(conn) => self
                 .borrow_mut()
                 .handshake_done(address, id, created, Ok(conn), timeout),
@@ -1404,10 +1416,17 @@ impl Shared {
         };
         // Bounded by selection, as when the check ran the whole handshake.
         let (_, handshake) = timeout.establish_deadlines(selection, created);
+        let mut announcing = Connecting {
+            shared: self,
+            address: &address,
+            id: Some(id),
+            counted: false,
+        };
         let result = conn
             .finish_handshake(&settings, handshake.min(selection))
             .await
             .map(|()| conn);
+        announcing.ended();
         let result = self
             .borrow_mut()
             .handshake_done(&address, id, created, result, timeout);
@@ -1609,12 +1628,13 @@ async fn fill_in_background(me: std::rc::Weak<RefCell<Topology>>, address: Strin
             t.state(&address).connecting += 1;
             (t.created(&address), t.settings.background_connect_ms)
         };
-        let _connecting = Connecting(&shared, &address);
+        let mut connecting = Connecting::new(&shared, &address, id);
         let created = runtime::now();
         let deadline = Deadline::from_ms(created, Some(connect_ms));
         let result = shared
             .establish(&address, id, deadline, deadline, true)
             .await;
+        connecting.ended();
         let legacy = crate::csot::LegacyTimeouts {
             connect_ms,
             ..Default::default()
@@ -1696,16 +1716,75 @@ enum Full {
 }
 
 /// An establishment in progress, counted against maxConnecting until it is
-/// dropped, which wakes the checkouts waiting on it.
-struct Connecting<'a>(&'a Shared, &'a str);
+/// dropped, which wakes the checkouts waiting on it. Dropped before its end
+/// was announced (a cancelled caller), it announces connection `id` closed:
+/// CMAP saw it created, and sees every created connection end.
+struct Connecting<'a> {
+    shared: &'a Shared,
+    address: &'a str,
+    id: Option<u64>,
+    /// Counted against maxConnecting (not a check's connection being announced).
+    counted: bool,
+}
+
+impl<'a> Connecting<'a> {
+    fn new(shared: &'a Shared, address: &'a str, id: u64) -> Connecting<'a> {
+        Connecting {
+            shared,
+            address,
+            id: Some(id),
+            counted: true,
+        }
+    }
+
+    /// The establishment's end is announced from here on (handshake_done).
+    fn ended(&mut self) {
+        self.id = None;
+    }
+}
 
 impl Drop for Connecting<'_> {
     fn drop(&mut self) {
         // `try_`: a drop during a panic's unwinding must not panic again.
-        if let Ok(mut t) = self.0.try_borrow_mut() {
-            let state = t.state(self.1);
-            state.connecting = state.connecting.saturating_sub(1);
-            state.in_use.notify();
+        if let Ok(mut t) = self.shared.try_borrow_mut() {
+            if self.counted {
+                let state = t.state(self.address);
+                state.connecting = state.connecting.saturating_sub(1);
+                state.in_use.notify();
+            }
+            if let Some(id) = self.id {
+                t.events.emit(|| {
+                    PoolEvent::new(PoolEventKind::ConnectionClosed, self.address, id)
+                        .because(CloseReason::Error.as_str())
+                });
+            }
+        }
+    }
+}
+
+/// A checkout in progress: dropped before it ended (a cancelled caller),
+/// it announces the checkout failed, so every CheckOutStarted has its end.
+struct CheckingOut<'a> {
+    shared: &'a Shared,
+    address: &'a str,
+    started: crate::deadline::Instant,
+    ended: bool,
+}
+
+impl Drop for CheckingOut<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        if let Ok(mut t) = self.shared.try_borrow_mut() {
+            let took = runtime::now().since(self.started);
+            let e = Error::network("the checkout was cancelled (its caller's future was dropped)");
+            t.events.emit(|| {
+                PoolEvent::new(PoolEventKind::ConnectionCheckOutFailed, self.address, 0)
+                    .took(took)
+                    .because(CheckOutFailedReason::ConnectionError.as_str())
+                    .error(&e)
+            });
         }
     }
 }

@@ -4,7 +4,8 @@
 //! upload, each cancellation point is tried in turn: the operation is polled
 //! until it has been pending `n` times, then dropped there; `n` goes up until
 //! the operation finishes before it. After each drop:
-//! - no connection is left checked out (`Client::pool_status`);
+//! - no connection is left checked out (`Client::pool_status`), and CMAP's
+//!   events end every checkout and every connection created;
 //! - a connection that had a request in flight is closed (CMAP closed event),
 //!   never used again, and its session is not reused (implicit: the next
 //!   operation's lsid differs; explicit: `is_dirty`);
@@ -80,10 +81,13 @@ enum Op {
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Start {
-    /// A new client: server check, connection establishment, then the command.
+    /// A new client: server check (its connection becomes the pool's), then the command.
     Cold,
     /// A client whose pool holds a connection already.
     Warm,
+    /// A warm client whose idle connection is held elsewhere: the checkout
+    /// establishes a new one (connect and handshake) before the command.
+    Busy,
 }
 
 /// What the events say of requests left without their reply.
@@ -146,7 +150,7 @@ pub async fn cancel(nx: u16) -> Outcome {
     seed.close().await;
     let mut total = 0;
     for op in [Op::Find, Op::Insert, Op::Commit, Op::Upload] {
-        for start in [Start::Cold, Start::Warm] {
+        for start in [Start::Cold, Start::Warm, Start::Busy] {
             total += points(nx, run, op, start).await?;
         }
     }
@@ -161,11 +165,21 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
         let client = client(nx)?;
         let db = client.database("p3cancel", None);
         let coll = db.collection("c", None);
-        if start == Start::Warm {
+        if start != Start::Cold {
             coll.find_one(rawdoc! { "run": run }, &FindOptions::default())
                 .await
                 .map_err(|e| format!("{op:?} {start:?} warm-up: {e}"))?;
         }
+        let address = format!("127.0.0.1:{nx}");
+        let held = match start {
+            Start::Busy => Some(
+                client
+                    .pool_check_out(&address)
+                    .await
+                    .map_err(|e| format!("{op:?} {start:?} holding the idle connection: {e}"))?,
+            ),
+            _ => None,
+        };
         let session = client.start_session(None);
         if op == Op::Commit {
             session
@@ -195,6 +209,9 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
             Op::Commit => cancel_at(commit(&session), n).await,
             Op::Upload => cancel_at(upload(&client, &filename), n).await,
         };
+        if let Some(conn) = held {
+            client.pool_check_in(conn);
+        }
         if let Some(result) = finished {
             result.map_err(|e| format!("{label}: not cancelled, but failed: {e}"))?;
             client.close().await;
@@ -232,6 +249,35 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
                 return Err(format!(
                     "{label}: {} connection(s) left checked out",
                     p.in_use
+                ));
+            }
+        }
+        // CMAP hears every checkout and every establishment end, however
+        // the caller went away.
+        let count = |k: PoolEventKind| pool_events.iter().filter(|e| e.kind == k).count();
+        let started = count(PoolEventKind::ConnectionCheckOutStarted);
+        let ended = count(PoolEventKind::ConnectionCheckedOut)
+            + count(PoolEventKind::ConnectionCheckOutFailed);
+        if started > ended {
+            return Err(format!(
+                "{label}: {started} checkouts started, {ended} ended (CMAP events)"
+            ));
+        }
+        for created in pool_events
+            .iter()
+            .filter(|e| e.kind == PoolEventKind::ConnectionCreated)
+        {
+            let ended = pool_events.iter().any(|e| {
+                e.connection_id == created.connection_id
+                    && matches!(
+                        e.kind,
+                        PoolEventKind::ConnectionReady | PoolEventKind::ConnectionClosed
+                    )
+            });
+            if !ended {
+                return Err(format!(
+                    "{label}: connection {} was created and neither ready nor closed",
+                    created.connection_id
                 ));
             }
         }
@@ -316,7 +362,7 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
                         .get("_id")
                         .ok()
                         .flatten()
-                        .and_then(|v| bson::RawBson::try_from(v).ok());
+                        .map(bson::RawBson::from);
                     let bytes = match id {
                         Some(id) => bucket
                             .download_to_bytes(&id, &GridfsOptions::default())
@@ -343,6 +389,7 @@ fn start_name(start: Start) -> &'static str {
     match start {
         Start::Cold => "cold",
         Start::Warm => "warm",
+        Start::Busy => "busy",
     }
 }
 
