@@ -125,6 +125,8 @@ pub struct Relay {
     ledger: Ledger,
     open: Arc<Mutex<Vec<TcpStream>>>,
     threads: Vec<JoinHandle<()>>,
+    /// TCP payload bytes relayed so far: client to server, server to client.
+    bytes: Arc<[AtomicU64; 2]>,
 }
 
 impl Relay {
@@ -174,20 +176,24 @@ impl Relay {
         let ledger: Ledger = Arc::default();
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let next_conn = Arc::new(AtomicU64::new(0));
+        let bytes: Arc<[AtomicU64; 2]> = Arc::default();
         let mut threads = Vec::new();
         {
-            let (stop, ledger, open, next_conn) = (
+            let (stop, ledger, open, next_conn, bytes) = (
                 stop.clone(),
                 ledger.clone(),
                 open.clone(),
                 next_conn.clone(),
+                bytes.clone(),
             );
             threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((client, _)) => {
                             let id = next_conn.fetch_add(1, Ordering::Relaxed);
-                            if let Err(e) = tcp_pair(client, upstream, config, id, &ledger, &open) {
+                            let pair =
+                                tcp_pair(client, upstream, config, id, &ledger, &open, &bytes);
+                            if let Err(e) = pair {
                                 eprintln!("relay: connection to {upstream}: {e}");
                             }
                         }
@@ -208,7 +214,16 @@ impl Relay {
             ledger,
             open,
             threads,
+            bytes,
         })
+    }
+
+    /// TCP payload bytes relayed so far, (client to server, server to client).
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.bytes[0].load(Ordering::Relaxed),
+            self.bytes[1].load(Ordering::Relaxed),
+        )
     }
 
     /// Where clients connect (and send datagrams).
@@ -300,6 +315,7 @@ fn tcp_pair(
     conn: u64,
     ledger: &Ledger,
     open: &Mutex<Vec<TcpStream>>,
+    bytes: &Arc<[AtomicU64; 2]>,
 ) -> io::Result<()> {
     let accepted = Instant::now();
     client.set_nonblocking(false)?;
@@ -335,6 +351,7 @@ fn tcp_pair(
     {
         let mut line = Line::new(config, writer(server.try_clone()?));
         let (mut from, turn, ledger) = (client.try_clone()?, turn.clone(), ledger.clone());
+        let bytes = bytes.clone();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
@@ -344,6 +361,7 @@ fn tcp_pair(
                     line.send(at, None);
                     break;
                 }
+                bytes[0].fetch_add(n as u64, Ordering::Relaxed);
                 {
                     let mut t = turn.lock().unwrap();
                     let mut l = ledger.lock().unwrap();
@@ -368,7 +386,7 @@ fn tcp_pair(
     // Server to client.
     {
         let mut line = Line::new(config, writer(client));
-        let (mut from, ledger) = (server, ledger.clone());
+        let (mut from, ledger, bytes) = (server, ledger.clone(), bytes.clone());
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
@@ -378,6 +396,7 @@ fn tcp_pair(
                     line.send(at, None);
                     break;
                 }
+                bytes[1].fetch_add(n as u64, Ordering::Relaxed);
                 let due = line.send(at, Some(buf[..n].to_vec()));
                 if let Some(i) = turn.lock().unwrap().waiting.take() {
                     ledger.lock().unwrap()[i].answered = Some(due);

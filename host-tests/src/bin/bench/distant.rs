@@ -23,6 +23,14 @@
 //! /etc/resolv.conf (port 53 only): they run under `unshare -m` with a
 //! resolv.conf naming the DNS relay at 127.53.0.1:53 bound over the real one
 //! (root only; without it their `mongodb+srv` rows are skipped).
+//!
+//! The bandwidth-limited case: a warm mongo-wasi client across a link of
+//! [`LINK_RTT_MS`] and [`LINK_BYTES_PER_SEC`] each way (the relay's cap),
+//! reading [`FIND_MANY`] documents with find and inserting [`INSERT_MANY`]
+//! with insertMany, once per compressor (none, snappy, zlib, zstd; the proxy
+//! speaks OP_COMPRESSED): the wall time and the bytes on the link each way.
+//! The documents are the driver benchmark's (copies of tweet.json, each with
+//! its own _id), which compress better than most real data.
 
 use crate::contenders::External;
 use crate::report::quantile;
@@ -30,6 +38,7 @@ use crate::Results;
 use bson::rawdoc;
 use host_tests::bench_server::BenchServer;
 use host_tests::bindings::exports::mongo_wasi::driver::client::ClientOptions;
+use host_tests::bindings::exports::mongo_wasi::driver::collection::FindOptions;
 use host_tests::dns_responder::{DnsResponder, Mode, Records};
 use host_tests::guest::{find_options, Guest};
 use host_tests::relay::{self, Flights, Kind, Relay};
@@ -61,9 +70,31 @@ pub struct Setup<'a> {
     pub native: Option<&'a Path>,
     pub python: Option<(&'a Path, &'a Path)>,
     pub data_dir: &'a Path,
+    /// The bandwidth case's document (tweet.json).
+    pub tweet: &'a bson::RawDocument,
     /// Cold requests per cell (contender, case, srv, RTT).
     pub runs: usize,
 }
+
+/// The bandwidth-limited link: RTT and each direction's cap (8 Mbit/s).
+const LINK_RTT_MS: u64 = 20;
+const LINK_BYTES_PER_SEC: u64 = 1_000_000;
+/// Documents read by find, and inserted by insertMany, per run.
+const FIND_MANY: i64 = 1_000;
+const INSERT_MANY: usize = 1_000;
+const COMPRESSORS: [&str; 4] = ["none", "snappy", "zlib", "zstd"];
+
+/// One transfer across the capped link.
+#[derive(Clone, Debug, Default)]
+pub struct Transfer {
+    pub wall_ms: f64,
+    /// Bytes on the link, client to server and back.
+    pub up: u64,
+    pub down: u64,
+}
+
+/// (compressor, "find_many" | "insert_many") -> runs.
+pub type Bandwidth = BTreeMap<(String, String), Vec<Transfer>>;
 
 /// One cold request's figures.
 #[derive(Clone, Debug, Default)]
@@ -475,8 +506,141 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
     if let Some(p) = resolv {
         let _ = std::fs::remove_file(p);
     }
+    if let Err(e) = bandwidth(s, &proxies.plain, r) {
+        eprintln!("bench: distant bandwidth: {e:#}");
+        r.errors.push(format!("distant bandwidth: {e:#}"));
+    }
     r.distant_seconds = started.elapsed().as_secs_f64();
     Ok(())
+}
+
+/// The bandwidth-limited case (see the module's doc): a warm client per
+/// compressor, `runs` times find-many then insertMany each.
+fn bandwidth(s: &Setup, proxy: &Proxy, r: &mut Results) -> anyhow::Result<()> {
+    let config = relay::Config {
+        rtt: Duration::from_millis(LINK_RTT_MS),
+        bytes_per_sec: Some(LINK_BYTES_PER_SEC),
+    };
+    let link = Relay::tcp(proxy.addresses()[0], config)?;
+    let docs: Vec<bson::RawDocumentBuf> = (0..INSERT_MANY)
+        .map(|i| {
+            let mut d = rawdoc! { "_id": i as i64 };
+            for (k, v) in s.tweet.iter().flatten() {
+                if k.as_str() != "_id" {
+                    d.append(k, bson::RawBson::from(v));
+                }
+            }
+            Ok(d)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for i in 0..s.runs {
+        for c in COMPRESSORS {
+            let tcp = [link.addr()];
+            let mut g = Guest::in_sandbox(&host_tests::Sandbox {
+                tcp: &tcp,
+                ..Default::default()
+            })?;
+            let query = match c {
+                "none" => String::new(),
+                c => format!("?compressors={c}"),
+            };
+            let uri = format!("mongodb://{}/{query}", link.addr());
+            let client = g
+                .connect(&uri, Some(60_000), false)?
+                .map_err(|e| anyhow::anyhow!("connect {uri}: {}", e.message))?;
+            let db = g.database(client, "perftest", None)?;
+            let coll = g.collection(db, "corpus", None)?;
+            // Warm: the connection and its handshake are not timed.
+            g.run_command(db, &rawdoc! { "ping": 1 }, None)?
+                .map_err(|e| anyhow::anyhow!("warm-up ping ({c}): {}", e.message))?;
+            let before = link.bytes();
+            let t0 = Instant::now();
+            let opts = FindOptions {
+                limit: Some(FIND_MANY),
+                ..find_options()
+            };
+            let cursor = g
+                .find(coll, &rawdoc! {}, &opts)?
+                .map_err(|e| anyhow::anyhow!("find ({c}): {}", e.message))?;
+            let mut read = 0;
+            // Bounded: a cursor that never ends fails the check below.
+            for _ in 0..=FIND_MANY {
+                let batch = g
+                    .next_batch(cursor)?
+                    .map_err(|e| anyhow::anyhow!("find's getMore ({c}): {}", e.message))?;
+                read += batch.documents.len();
+                if batch.exhausted {
+                    break;
+                }
+            }
+            let find_ms = t0.elapsed().as_secs_f64() * 1e3;
+            anyhow::ensure!(read as i64 == FIND_MANY, "find ({c}) read {read} documents");
+            let mid = link.bytes();
+            let t1 = Instant::now();
+            let ids = g
+                .insert_many(coll, &docs, &host_tests::guest::no_options())?
+                .map_err(|e| anyhow::anyhow!("insertMany ({c}): {e:?}"))?;
+            let insert_ms = t1.elapsed().as_secs_f64() * 1e3;
+            anyhow::ensure!(
+                ids.len() == INSERT_MANY,
+                "insertMany ({c}) acknowledged {}",
+                ids.len()
+            );
+            // The last reply reached the client: nothing is still on the link.
+            let after = link.bytes();
+            g.close(client)?;
+            for (workload, ms, (u0, d0), (u1, d1)) in [
+                ("find_many", find_ms, before, mid),
+                ("insert_many", insert_ms, mid, after),
+            ] {
+                r.bandwidth
+                    .entry((c.to_string(), workload.to_string()))
+                    .or_default()
+                    .push(Transfer {
+                        wall_ms: ms,
+                        up: u1 - u0,
+                        down: d1 - d0,
+                    });
+            }
+        }
+        eprintln!(
+            "bench: distant, bandwidth-limited link, run {}/{} done",
+            i + 1,
+            s.runs
+        );
+    }
+    Ok(())
+}
+
+fn bandwidth_json(r: &Results) -> Value {
+    if r.bandwidth.is_empty() {
+        return Value::Null;
+    }
+    let mut out = Map::new();
+    for ((c, workload), runs) in &r.bandwidth {
+        let mid = |f: &dyn Fn(&Transfer) -> f64| {
+            let v: Vec<f64> = runs.iter().map(f).collect();
+            quantile(&v, 0.5)
+        };
+        let cell = json!({
+            "wall_ms": (mid(&|t| t.wall_ms) * 10.0).round() / 10.0,
+            "bytes_up": mid(&|t| t.up as f64).round(),
+            "bytes_down": mid(&|t| t.down as f64).round(),
+            "runs": runs.len(),
+        });
+        out.entry(workload.clone())
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert(c.clone(), cell);
+    }
+    json!({
+        "rtt_ms": LINK_RTT_MS,
+        "bytes_per_sec": LINK_BYTES_PER_SEC,
+        "find_many_documents": FIND_MANY,
+        "insert_many_documents": INSERT_MANY,
+        "by_workload": out,
+    })
 }
 
 fn median<T: Copy + Into<f64>>(runs: &[Run], f: impl Fn(&Run) -> T) -> f64 {
@@ -519,6 +683,7 @@ pub fn json(r: &Results) -> Value {
     }
     json!({
         "rtt_ms": out,
+        "bandwidth": bandwidth_json(r),
         "seconds": (r.distant_seconds * 10.0).round() / 10.0,
         "note": "round_trips: the relays' flights (TCP handshakes, client turns that waited \
                  for an answer, DNS queries); serial_round_trips: those one after another; \
@@ -565,6 +730,33 @@ pub fn print(r: &Results, out: &mut String) {
                     );
                 }
             }
+        }
+    }
+    let bw = &j["bandwidth"];
+    let Some(by_workload) = bw["by_workload"].as_object() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\ndistant, bandwidth-limited: a warm mongo-wasi client, {} ms RTT, {} bytes/s each \
+         way; find of {} documents, insertMany of {}; median wall time and bytes on the link",
+        bw["rtt_ms"], bw["bytes_per_sec"], bw["find_many_documents"], bw["insert_many_documents"]
+    );
+    let _ = writeln!(
+        out,
+        "  {:<12} {:<10} {:>9} {:>12} {:>12}",
+        "workload", "compressor", "wall ms", "bytes up", "bytes down"
+    );
+    for (workload, by_c) in by_workload {
+        for c in COMPRESSORS {
+            let Some(v) = by_c.get(c) else { continue };
+            let _ = writeln!(
+                out,
+                "  {workload:<12} {c:<10} {:>9.1} {:>12.0} {:>12.0}",
+                v["wall_ms"].as_f64().unwrap_or(0.0),
+                v["bytes_up"].as_f64().unwrap_or(0.0),
+                v["bytes_down"].as_f64().unwrap_or(0.0),
+            );
         }
     }
 }

@@ -134,6 +134,8 @@ pub struct Results {
     pub concurrent: concurrent::Figures,
     /// The distant section (distant.rs), and how long it took.
     pub distant: distant::Figures,
+    /// The distant section's bandwidth-limited case.
+    pub bandwidth: distant::Bandwidth,
     pub distant_seconds: f64,
     pub errors: Vec<String>,
 }
@@ -404,6 +406,7 @@ fn main() -> anyhow::Result<()> {
             native: a.native.as_deref(),
             python: a.python.as_ref().map(|(p, s)| (p.as_path(), s.as_path())),
             data_dir: &a.data,
+            tweet: &data.tweet,
             runs: a.rounds.unwrap_or(if a.quick { 3 } else { 5 }),
         };
         if let Err(e) = distant::run(&setup, &server, &mut r) {
