@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-../../.work/venv/bin}
-TESTS=${TESTS:-../../../shared/spec-tests/connection-monitoring-and-pooling/tests/cmap-format}
+SPEC=${MONGO_WASI_SPEC_TESTS:-../../../shared/spec-tests}
+TESTS=${TESTS:-$SPEC/connection-monitoring-and-pooling/tests/cmap-format}
 TMP=$(mktemp -d)
 NX_PORT=${NX_PORT:-47117}
 PROXY_PORT=${PROXY_PORT:-47118}
