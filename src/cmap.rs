@@ -538,6 +538,8 @@ pub struct PoolEvent {
     pub service_id: Option<bson::oid::ObjectId>,
     /// Pool cleared: whether in-use connections were interrupted (a monitor's timeout).
     pub interrupt_in_use_connections: bool,
+    /// Pool created: the pool options the URI gave (CMAP: the non-default ones).
+    pub options: Option<bson::RawDocumentBuf>,
 }
 
 impl PoolEvent {
@@ -553,6 +555,7 @@ impl PoolEvent {
             error: None,
             service_id: None,
             interrupt_in_use_connections: false,
+            options: None,
         }
     }
 

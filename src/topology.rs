@@ -76,6 +76,8 @@ pub struct TopologySettings {
     pub monitor_pool: bool,
     /// The client's log (connection and topology messages).
     pub log: crate::logging::Logger,
+    /// The pool options the URI gave (CMAP ConnectionPoolCreatedEvent.options).
+    pub pool_options: bson::RawDocumentBuf,
 }
 
 #[derive(Default)]
@@ -546,6 +548,12 @@ impl Topology {
         self.clear_with(address, None, interrupt);
     }
 
+    /// Creates the pool of `address` (paused), unless it exists: the CMAP
+    /// spec tests' first step, which announces ConnectionPoolCreated.
+    pub fn pool_create(&mut self, address: &str) {
+        self.state(address);
+    }
+
     /// Marks the pool of `address` ready, as a successful check does (the
     /// CMAP spec tests' `ready`); on WASI 0.3 its minPoolSize fill starts.
     pub fn pool_ready(&mut self, address: &str) {
@@ -744,9 +752,12 @@ impl Topology {
 
     /// The pool of `address`, created (and announced) at its first use.
     fn state(&mut self, address: &str) -> &mut ServerState {
-        let events = &mut self.events;
+        let (events, options) = (&mut self.events, &self.settings.pool_options);
         self.servers.entry(address.to_string()).or_insert_with(|| {
-            events.emit(|| PoolEvent::new(PoolEventKind::PoolCreated, address, 0));
+            events.emit(|| PoolEvent {
+                options: Some(options.clone()),
+                ..PoolEvent::new(PoolEventKind::PoolCreated, address, 0)
+            });
             ServerState::default()
         })
     }
@@ -1903,6 +1914,7 @@ mod tests {
             heartbeat: Duration::from_secs(60),
             monitor_pool: false,
             log: Default::default(),
+            pool_options: bson::rawdoc! { "maxPoolSize": 10_i64 },
         })
     }
 
@@ -1935,6 +1947,26 @@ mod tests {
         lb.clear_pool(a, true);
         assert!(!waiting.cleared());
         assert!(!lb.state(a).in_use.is_interrupted(0));
+    }
+
+    #[test]
+    fn a_pool_is_created_once_and_announced_with_its_options() {
+        let mut t = topology(false);
+        t.events = PoolEvents::new(true);
+        t.pool_create("a:1");
+        t.pool_create("a:1");
+        t.pool_ready("a:1");
+        let events = t.take_pool_events();
+        let created: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == PoolEventKind::PoolCreated)
+            .collect();
+        assert_eq!(created.len(), 1, "{events:?}");
+        let options = created[0].options.as_ref().expect("options");
+        assert_eq!(options.get_i64("maxPoolSize").ok(), Some(10));
+        assert!(events
+            .iter()
+            .all(|e| e.kind == PoolEventKind::PoolCreated || e.options.is_none()));
     }
 
     #[test]

@@ -142,7 +142,8 @@ impl ClientInner {
             }
         };
         let app_name = o.app_name.as_deref();
-        let log = Logger::new(&options.log, pool_options(o));
+        let pool_options = pool_options(o);
+        let log = Logger::new(&options.log, pool_options.clone());
         let platform = crate::runtime::env_var("MONGO_WASI_PLATFORM");
         let settings = TopologySettings {
             seeds,
@@ -180,6 +181,7 @@ impl ClientInner {
             heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
             monitor_pool: options.monitor_commands,
             log: log.clone(),
+            pool_options,
         };
         let defaults = LegacyTimeouts::default();
         let legacy = LegacyTimeouts {

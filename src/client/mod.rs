@@ -179,9 +179,15 @@ impl Client {
     }
 
     /// The CMAP spec tests' pool operations, on the pool of `address`
-    /// alone (no server selection, no SDAM): `ready`, `clear`, `checkOut`
+    /// alone (no server selection, no SDAM): `create` (the pool, paused,
+    /// as a runner's first step), `ready`, `clear`, `checkOut`
     /// (bounded by waitQueueTimeoutMS, else serverSelectionTimeoutMS),
     /// `checkIn`. For test runners; an application has no need of them.
+    #[doc(hidden)]
+    pub fn pool_create(&self, address: &str) {
+        self.inner.topology.borrow_mut().pool_create(address);
+    }
+
     #[doc(hidden)]
     pub fn pool_ready(&self, address: &str) {
         self.inner.topology.borrow_mut().pool_ready(address);

@@ -3,6 +3,7 @@
 //! std only, so that it compiles in seconds on a fresh machine.
 
 mod bench;
+mod cmap;
 mod component;
 mod examples;
 mod imports;
@@ -69,6 +70,11 @@ commands:
   spec SUITE... | --all [--json PATH] [--filter S] [--verbose] [--update-expected]
                       setup, build, then the unified-format spec tests through
                       spec-runner against a fresh nx-27017
+  cmap [--filter S] [--json PATH]
+                      the CMAP spec's cmap-format tests (33 files) through the WASI 0.3
+                      face (host-tests/p3-cmap: the pool test face, threads as tasks)
+                      against the failpoint proxy in front of nx-27017; per-file results,
+                      JSON report (default target/cmap-report.json); fails on a failure
   examples [--requests N]
                       setup, build, then the composed examples through the wasmtime CLI:
                       the consumer command, and the wasi:http handlers under wasmtime serve
@@ -130,6 +136,7 @@ fn main() -> ExitCode {
         },
         ["bench", rest @ ..] => bench::bench(&ctx, rest),
         ["spec", rest @ ..] => spec::spec(&ctx, rest),
+        ["cmap", rest @ ..] => cmap::cmap(&ctx, rest),
         ["fuzz", rest @ ..] => steps::fuzz(&ctx, rest),
         ["soak", rest @ ..] => soak::soak(&ctx, rest),
         ["examples", rest @ ..] => examples::examples(&ctx, rest),

@@ -164,6 +164,7 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
          the driver-async component)",
         || p3_probe(ctx).and_then(|()| async_smoke(ctx)),
     );
+    let _ = run.step(crate::cmap::STEP, || crate::cmap::step(ctx));
     let _ = run.step(
         "test: the examples through the wasmtime CLI (consumer, wasi:http handlers 0.2 and 0.3)",
         || crate::examples::run_tests(ctx, None, false),
