@@ -47,7 +47,8 @@ commands:
                       sans-I/O core); fails naming each import that does not
   test                setup, then the WIT check, the layering rule, unit/spec tests, build, host tests against nx-27017,
                       proxy tests, the JavaScript host (examples/node), the composed
-                      examples, a short soak, the unified spec suites (fails if a test on
+                      examples, a short soak, the WASI 0.3 probe and the CMAP format
+                      tests (cmap), the unified spec suites (fails if a test on
                       host-tests/spec/expected-pass.txt does not pass), then bench --quick
   fuzz [--seconds N] [--target T]... [--seed S] [--execs N] [--repro FILE] [--list]
                       the in-repo fuzzer of the driver's parsers (wire frames, hello,
