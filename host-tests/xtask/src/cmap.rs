@@ -72,19 +72,7 @@ impl Drop for Proxy {
 fn run_tests(ctx: &Ctx, filter: &str, json: Option<PathBuf>) -> Result<()> {
     let dir = tests_dir(ctx)?;
     let target = ctx.target_dir()?.to_path_buf();
-    // The guest in p3-probe's target dir (the same profile: the driver's build is shared).
-    let guest_target = target.join("p3-probe");
-    let manifest = ctx.root.join("host-tests/p3-cmap/Cargo.toml");
-    let mut cmd = ctx.cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--target",
-        "wasm32-wasip2",
-        "--manifest-path",
-    ]);
-    cmd.arg(&manifest).arg("--target-dir").arg(&guest_target);
-    exec(&mut cmd)?;
+    let wasm = ctx.build_p3_guest("host-tests/p3-cmap", "p3_cmap.wasm")?;
     exec(&mut ctx.cargo(&[
         "build",
         "-p",
@@ -92,7 +80,6 @@ fn run_tests(ctx: &Ctx, filter: &str, json: Option<PathBuf>) -> Result<()> {
         "--bin",
         "failpoint-proxy",
     ]))?;
-    let wasm = guest_target.join("wasm32-wasip2/release/p3_cmap.wasm");
 
     let server = Server::start(ctx)?;
     let port = free_port()?;

@@ -57,6 +57,25 @@ impl Ctx {
         cmd
     }
 
+    /// Builds the WASI 0.3 guest crate in `dir` (host-tests/p3-*: its own
+    /// workspace and Cargo.lock) in release, into p3-probe's target dir (the
+    /// same profile: the driver's build is shared); returns its `wasm` file.
+    pub fn build_p3_guest(&self, dir: &str, wasm: &str) -> Result<PathBuf> {
+        let target = self.target_dir()?.join("p3-probe");
+        let manifest = self.root.join(dir).join("Cargo.toml");
+        let mut cmd = self.cargo(&[
+            "build",
+            "--locked",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ]);
+        cmd.arg(&manifest).arg("--target-dir").arg(&target);
+        exec(&mut cmd)?;
+        Ok(target.join("wasm32-wasip2/release").join(wasm))
+    }
+
     pub fn venv_bin(&self, name: &str) -> PathBuf {
         self.venv.join("bin").join(name)
     }

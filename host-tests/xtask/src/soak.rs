@@ -111,24 +111,11 @@ pub fn short_step(ctx: &Ctx) -> Result<()> {
     sequential.and(run_concurrent(ctx, &args))
 }
 
-/// Builds the guest (host-tests/p3-soak, release, into p3-probe's target dir: the
-/// same profile, so the driver's build is shared) and the launcher, then runs them.
+/// Builds the guest (host-tests/p3-soak) and the launcher, then runs them.
 fn run_concurrent(ctx: &Ctx, args: &[String]) -> Result<()> {
     let target = ctx.target_dir()?;
-    let guest_target = target.join("p3-probe");
-    let manifest = ctx.root.join("host-tests/p3-soak/Cargo.toml");
-    let mut cmd = ctx.cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--target",
-        "wasm32-wasip2",
-        "--manifest-path",
-    ]);
-    cmd.arg(&manifest).arg("--target-dir").arg(&guest_target);
-    exec(&mut cmd)?;
+    let wasm = ctx.build_p3_guest("host-tests/p3-soak", "p3_soak.wasm")?;
     exec(&mut ctx.cargo(&["build", "-p", "host-tests", "--bin", "p3soak"]))?;
-    let wasm = guest_target.join("wasm32-wasip2/release/p3_soak.wasm");
     let mut args = args.to_vec();
     if !args.iter().any(|a| a == "--json") {
         let json = ctx.work.join("p3-soak-report.json");
