@@ -24,9 +24,7 @@ use mongo_wasi::driver::client_async::{Client, ClientOptions};
 use mongo_wasi::driver::collection_async::{Collection, FindOptions, OpOptions};
 use mongo_wasi::driver::database_async::CollectionOptions;
 use mongo_wasi::driver::types::{CommandEventKind, Error};
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
-use std::task::Poll;
+use p3_util::join_all;
 use std::time::Instant;
 
 struct Smoke;
@@ -263,28 +261,4 @@ async fn smoke(uri: &str) -> Result<(), String> {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
-}
-
-/// Polls every future until all are done (one task, no spawn).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("joined")).collect()
 }

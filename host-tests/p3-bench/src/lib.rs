@@ -17,14 +17,11 @@
 //! `{"error": "..."}`. Times come from the monotonic clock inside the guest.
 
 use bson::{rawdoc, RawDocumentBuf};
-use futures_lite::future::poll_fn;
 use mongo_wasi::runtime::p3 as rt;
 use mongo_wasi::{Client, ClientOptions, Collection, FindOptions, OpOptions};
+use p3_util::join_all;
 use std::fmt::Write;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::Poll;
 
 struct Bench;
 
@@ -99,30 +96,6 @@ async fn one(coll: Collection, op: Op, i: usize, doc: Rc<RawDocumentBuf>) -> Res
         }
     }
     Ok(us_since(t))
-}
-
-/// Polls every future until all are done (one task, no spawn).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("joined")).collect()
 }
 
 /// One round: `width` operations at once; their latencies (us).

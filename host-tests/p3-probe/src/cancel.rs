@@ -22,54 +22,19 @@ use mongo_wasi::cmap::PoolEventKind;
 use mongo_wasi::gridfs::{BucketOptions, GridfsOptions, UploadOptions};
 use mongo_wasi::monitoring::{CommandEvent, EventKind};
 use mongo_wasi::{Client, ClientOptions, Collection, FindOptions, OpOptions, TransactionOptions};
+use p3_util::cancel_at;
 use std::collections::HashSet;
+
+/// Dropped at its `n+1`-th pending point.
+fn cancel_at_point<F: Future>(fut: F, n: usize) -> p3_util::CancelAt<F> {
+    cancel_at(fut, Some(n))
+}
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 type Outcome = std::result::Result<(), String>;
 
 /// More cancellation points than any of these operations has.
 const MAX_POINTS: usize = 200;
-
-/// `fut`, dropped where it stands when it is pending for the `n+1`-th time;
-/// `Some(output)` if it finished first.
-struct CancelAt<F: Future> {
-    fut: Option<Pin<Box<F>>>,
-    left: usize,
-}
-
-impl<F: Future> Future for CancelAt<F> {
-    type Output = Option<F::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let Some(fut) = this.fut.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match fut.as_mut().poll(cx) {
-            Poll::Ready(out) => {
-                this.fut = None;
-                Poll::Ready(Some(out))
-            }
-            Poll::Pending if this.left == 0 => {
-                this.fut = None; // the cancellation: dropped at this await
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                this.left -= 1;
-                Poll::Pending
-            }
-        }
-    }
-}
-
-fn cancel_at<F: Future>(fut: F, n: usize) -> CancelAt<F> {
-    CancelAt {
-        fut: Some(Box::pin(fut)),
-        left: n,
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Op {
@@ -201,13 +166,13 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
         let label = format!("{op:?} {start:?} point {n}");
         let filename = format!("cancel-{run}-{}-{n}", start_name(start));
         let finished = match op {
-            Op::Find => cancel_at(find_all(&coll, run), n).await,
+            Op::Find => cancel_at_point(find_all(&coll, run), n).await,
             Op::Insert => {
                 let doc = rawdoc! { "run": run, "insert": n as i64 };
-                cancel_at(insert(&coll, doc), n).await
+                cancel_at_point(insert(&coll, doc), n).await
             }
-            Op::Commit => cancel_at(commit(&session), n).await,
-            Op::Upload => cancel_at(upload(&client, &filename), n).await,
+            Op::Commit => cancel_at_point(commit(&session), n).await,
+            Op::Upload => cancel_at_point(upload(&client, &filename), n).await,
         };
         if let Some(conn) = held {
             client.pool_check_in(conn);
@@ -358,11 +323,7 @@ async fn points(nx: u16, run: i64, op: Op, start: Start) -> std::result::Result<
                 if let Some(f) = file {
                     // Only a whole upload writes it: its chunks must all be there.
                     let bucket = db.gridfs_bucket(BucketOptions::default());
-                    let id = f
-                        .get("_id")
-                        .ok()
-                        .flatten()
-                        .map(bson::RawBson::from);
+                    let id = f.get("_id").ok().flatten().map(bson::RawBson::from);
                     let bytes = match id {
                         Some(id) => bucket
                             .download_to_bytes(&id, &GridfsOptions::default())

@@ -3,13 +3,10 @@
 //! timed sleep. Arguments: the wire server's port, the silent server's port.
 //! Prints one line per check and "PROBE OK" at the end; `run()` fails otherwise.
 
-use futures_lite::future::poll_fn;
 use mongo_wasi::deadline::Deadline;
 use mongo_wasi::error::Result;
 use mongo_wasi::runtime::p3::{self as rt, TcpStream};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
+use p3_util::join_all;
 use std::time::Duration;
 
 mod cancel;
@@ -168,30 +165,6 @@ async fn hello(port: u16, deadline: Deadline) -> Result<(f64, i32)> {
     s.write_all(&hello_msg(1), deadline).await?;
     let frame = read_frame(&mut s, deadline).await?;
     Ok(parse_hello(&frame))
-}
-
-/// Polls every future until all are done (one task, no spawn).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("joined")).collect()
 }
 
 async fn probe(nx: u16, silent: u16, trickle: u16, dns: u16) -> Result<()> {

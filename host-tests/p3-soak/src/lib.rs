@@ -26,20 +26,17 @@
 //! Run it straight against nx-27017 by giving the direct URI twice.
 
 use bson::{rawdoc, RawDocumentBuf};
-use futures_lite::future::poll_fn;
 use mongo_wasi::cmap::PoolEventKind;
 use mongo_wasi::runtime::p3 as rt;
 use mongo_wasi::{
     Client, ClientOptions, Collection, ErrorKind, FindOptions, OpOptions, TransactionOptions,
     UpdateSpec,
 };
+use p3_util::{cancel_at, join_all};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 #[allow(dead_code)]
@@ -118,71 +115,6 @@ impl Cli {
             seed: n(7)?,
         })
     }
-}
-
-/// `fut`, dropped where it stands when it is pending for the `n+1`-th time
-/// (host-tests/p3-probe/src/cancel.rs); `Some(output)` if it finished first.
-struct CancelAt<F: Future> {
-    fut: Option<Pin<Box<F>>>,
-    left: Option<usize>,
-}
-
-impl<F: Future> Future for CancelAt<F> {
-    type Output = Option<F::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let Some(fut) = this.fut.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match fut.as_mut().poll(cx) {
-            Poll::Ready(out) => {
-                this.fut = None;
-                Poll::Ready(Some(out))
-            }
-            Poll::Pending if this.left == Some(0) => {
-                this.fut = None; // the cancellation: dropped at this await
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                if let Some(n) = this.left.as_mut() {
-                    *n -= 1;
-                }
-                Poll::Pending
-            }
-        }
-    }
-}
-
-fn cancel_at<F: Future>(fut: F, n: Option<usize>) -> CancelAt<F> {
-    CancelAt {
-        fut: Some(Box::pin(fut)),
-        left: n,
-    }
-}
-
-/// Polls every future until all are done (one task, no spawn).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("joined")).collect()
 }
 
 fn ms_since(t: mongo_wasi::deadline::Instant) -> f64 {

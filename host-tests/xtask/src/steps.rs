@@ -122,10 +122,16 @@ fn test_steps(run: &mut Run, ctx: &Ctx) -> Result<()> {
         witcheck::check(ctx)
     });
     let _ = run.step(
-        "test: the layering rule of src/ (layers), and xtask's own unit tests",
+        "test: the layering rule of src/ (layers), and the unit tests of xtask and p3-util",
         || {
             crate::layers::check(ctx)?;
-            exec(&mut ctx.cargo(&["test", "--quiet", "-p", "xtask"]))
+            exec(&mut ctx.cargo(&["test", "--quiet", "-p", "xtask"]))?;
+            // The WASI 0.3 guests' shared helpers (their own workspace; std only).
+            let util = ctx.root.join("host-tests/p3-util/Cargo.toml");
+            let target = ctx.target_dir()?.join("p3-util");
+            let mut cmd = ctx.cargo(&["test", "--quiet", "--manifest-path"]);
+            cmd.arg(&util).arg("--target-dir").arg(&target);
+            exec(&mut cmd)
         },
     );
     let _ = run.step(
