@@ -47,9 +47,24 @@ pub async fn lookup_all(
     questions: &[(&str, RecordType)],
     deadline: Deadline,
 ) -> Result<Vec<Answer>> {
+    let timed = lookup_all_timed(servers, questions, deadline).await?;
+    Ok(timed.into_iter().map(|(answer, _)| answer).collect())
+}
+
+/// [`lookup_all`] with each answer's TTL in seconds (the smallest of its
+/// records; `None` without records): how long it may be reused.
+pub async fn lookup_all_timed(
+    servers: &[SocketAddr],
+    questions: &[(&str, RecordType)],
+    deadline: Deadline,
+) -> Result<Vec<(Answer, Option<u32>)>> {
     let all = |answers: &[Option<Answer>]| answers.iter().all(Option::is_some);
-    let answers = lookup_until(servers, questions, &all, deadline).await?;
-    Ok(answers.into_iter().flatten().collect())
+    let (answers, ttls) = lookup_until_timed(servers, questions, &all, deadline).await?;
+    Ok(answers
+        .into_iter()
+        .zip(ttls)
+        .filter_map(|(answer, ttl)| Some((answer?, ttl)))
+        .collect())
 }
 
 /// [`lookup_all`] that stops waiting once `enough` says the answers so far
@@ -61,7 +76,21 @@ pub async fn lookup_until(
     enough: &dyn Fn(&[Option<Answer>]) -> bool,
     deadline: Deadline,
 ) -> Result<Vec<Option<Answer>>> {
+    let (answers, _) = lookup_until_timed(servers, questions, enough, deadline).await?;
+    Ok(answers)
+}
+
+/// What each question's answer is, and its TTL.
+type Timed = (Vec<Option<Answer>>, Vec<Option<u32>>);
+
+async fn lookup_until_timed(
+    servers: &[SocketAddr],
+    questions: &[(&str, RecordType)],
+    enough: &dyn Fn(&[Option<Answer>]) -> bool,
+    deadline: Deadline,
+) -> Result<Timed> {
     let mut answers: Vec<Option<Answer>> = questions.iter().map(|_| None).collect();
+    let mut ttls: Vec<Option<u32>> = questions.iter().map(|_| None).collect();
     // Distinct ids, so each reply finds its question.
     let random = super::random_bytes(2 * questions.len() as u64);
     let mut asked: Vec<Asked> = Vec::with_capacity(questions.len());
@@ -97,7 +126,7 @@ pub async fn lookup_until(
     for _ in 0..ROUNDS {
         for (i, server) in servers.iter().enumerate() {
             if enough(&answers) {
-                return Ok(answers);
+                return Ok((answers, ttls));
             }
             if deadline.is_expired(now()) {
                 return Err(no_answer(servers, &what, true));
@@ -107,6 +136,7 @@ pub async fn lookup_until(
                 *server,
                 &asked,
                 &mut answers,
+                &mut ttls,
                 enough,
                 interval,
                 deadline,
@@ -125,7 +155,7 @@ pub async fn lookup_until(
         interval = interval.saturating_mul(2);
     }
     if enough(&answers) {
-        return Ok(answers);
+        return Ok((answers, ttls));
     }
     Err(last_error.unwrap_or_else(|| no_answer(servers, &what, false)))
 }
@@ -160,6 +190,7 @@ async fn ask_all(
     server: SocketAddr,
     asked: &[Asked<'_>],
     answers: &mut [Option<Answer>],
+    ttls: &mut [Option<u32>],
     enough: &dyn Fn(&[Option<Answer>]) -> bool,
     interval: Duration,
     deadline: Deadline,
@@ -204,17 +235,18 @@ async fn ask_all(
             continue;
         };
         let a = &asked[k];
-        if let Some(result) =
+        if let Some((result, ttl)) =
             read_reply(&bytes, server, a.id, a.name, a.rtype, &a.query, deadline).await?
         {
             answers[k] = Some(result);
+            ttls[k] = ttl;
         }
     }
     Ok(())
 }
 
-/// A validated reply, asking over TCP when it was truncated; `None` when the
-/// bytes were not a reply to our query (keep waiting).
+/// A validated reply and its TTL, asking over TCP when it was truncated;
+/// `None` when the bytes were not a reply to our query (keep waiting).
 async fn read_reply(
     bytes: &[u8],
     server: SocketAddr,
@@ -223,24 +255,28 @@ async fn read_reply(
     rtype: RecordType,
     query: &[u8],
     deadline: Deadline,
-) -> Result<Option<Answer>> {
+) -> Result<Option<(Answer, Option<u32>)>> {
     match dns::parse_reply(bytes, id, name, rtype) {
         Ok(reply) if reply.truncated => {
             let bytes = over_tcp(server, query, deadline).await?;
             match dns::parse_reply(&bytes, id, name, rtype) {
-                Ok(reply) if reply.truncated => Ok(Some(Err(DnsError::Malformed(
-                    "the answer over TCP is truncated too".into(),
-                )))),
-                Ok(reply) => Ok(Some(Ok(reply.answers))),
-                Err(DnsError::NotOurs(why)) => Ok(Some(Err(DnsError::Malformed(format!(
-                    "the answer over TCP is {why}"
-                ))))),
-                Err(e) => Ok(Some(Err(e))),
+                Ok(reply) if reply.truncated => Ok(Some((
+                    Err(DnsError::Malformed(
+                        "the answer over TCP is truncated too".into(),
+                    )),
+                    None,
+                ))),
+                Ok(reply) => Ok(Some((Ok(reply.answers), reply.ttl))),
+                Err(DnsError::NotOurs(why)) => Ok(Some((
+                    Err(DnsError::Malformed(format!("the answer over TCP is {why}"))),
+                    None,
+                ))),
+                Err(e) => Ok(Some((Err(e), None))),
             }
         }
-        Ok(reply) => Ok(Some(Ok(reply.answers))),
+        Ok(reply) => Ok(Some((Ok(reply.answers), reply.ttl))),
         Err(DnsError::NotOurs(_)) => Ok(None),
-        Err(e) => Ok(Some(Err(e))),
+        Err(e) => Ok(Some((Err(e), None))),
     }
 }
 
