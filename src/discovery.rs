@@ -138,3 +138,40 @@ fn not_found(name: &str, why: &str) -> Error {
         format!("mongodb+srv: cannot find the hosts of {name}: {why}"),
     )
 }
+
+#[cfg(all(test, not(feature = "p3")))]
+mod tests {
+    use super::*;
+
+    fn warm(target: &str, expires: u64) -> SrvAnswers {
+        SrvAnswers {
+            name: "_mongodb._tcp.test1.test.build.10gen.cc".into(),
+            targets: vec![(target.into(), 27017)],
+            txt: vec![b"replicaSet=repl0&authSource=thisDB".to_vec()],
+            expires,
+        }
+    }
+
+    /// Fresh answers for the URI's SRV name stand in for DNS (no lookup:
+    /// the future is ready at once) and pass the seedlist rules like a DNS
+    /// answer: a target outside the SRV name's domain is still an error.
+    #[test]
+    fn fresh_warm_answers_need_no_lookup_and_keep_the_seedlist_rules() {
+        if runtime::dns_config() == (None, None) {
+            return; // no DNS configuration here: discovery refuses to start
+        }
+        let cs = crate::uri::parse("mongodb+srv://test1.test.build.10gen.cc/").unwrap();
+        let soon = runtime::unix_seconds() + 60;
+        let deadline = Deadline::after(runtime::now(), std::time::Duration::from_secs(5));
+        let answers = warm("localhost.test.build.10gen.cc", soon);
+        let found = runtime::block_on(discover(&cs, Some(&answers), deadline)).unwrap();
+        assert_eq!(found.answers, answers);
+        assert_eq!(found.cs.options.replica_set.as_deref(), Some("repl0"));
+        assert_eq!(found.cs.hosts.len(), 1);
+        let outside = warm("evil.example.com", soon);
+        let e = runtime::block_on(discover(&cs, Some(&outside), deadline))
+            .err()
+            .expect("a target outside the domain");
+        assert!(e.message.contains("evil.example.com"), "{e}");
+    }
+}
