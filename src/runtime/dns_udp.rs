@@ -10,6 +10,7 @@ use super::{now, Channel, TcpStream};
 use crate::deadline::Deadline;
 use crate::dns::{self, DnsError, Record, RecordType};
 use crate::error::{Error, Result};
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -90,7 +91,6 @@ async fn lookup_until_timed(
     deadline: Deadline,
 ) -> Result<Timed> {
     let mut answers: Vec<Option<Answer>> = questions.iter().map(|_| None).collect();
-    let mut ttls: Vec<Option<u32>> = questions.iter().map(|_| None).collect();
     // Distinct ids, so each reply finds its question.
     let random = super::random_bytes(2 * questions.len() as u64);
     let mut asked: Vec<Asked> = Vec::with_capacity(questions.len());
@@ -111,6 +111,7 @@ async fn lookup_until_timed(
             rtype,
             id,
             query,
+            ttl: Cell::new(None),
         });
     }
     let what = match questions {
@@ -123,10 +124,11 @@ async fn lookup_until_timed(
     let mut channels: Vec<Option<Channel>> = servers.iter().map(|_| None).collect();
     let mut last_error = None;
     let mut interval = FIRST_WAIT;
+    let ttls = |asked: &[Asked]| asked.iter().map(|a| a.ttl.get()).collect();
     for _ in 0..ROUNDS {
         for (i, server) in servers.iter().enumerate() {
             if enough(&answers) {
-                return Ok((answers, ttls));
+                return Ok((answers, ttls(&asked)));
             }
             if deadline.is_expired(now()) {
                 return Err(no_answer(servers, &what, true));
@@ -136,7 +138,6 @@ async fn lookup_until_timed(
                 *server,
                 &asked,
                 &mut answers,
-                &mut ttls,
                 enough,
                 interval,
                 deadline,
@@ -155,7 +156,7 @@ async fn lookup_until_timed(
         interval = interval.saturating_mul(2);
     }
     if enough(&answers) {
-        return Ok((answers, ttls));
+        return Ok((answers, ttls(&asked)));
     }
     Err(last_error.unwrap_or_else(|| no_answer(servers, &what, false)))
 }
@@ -173,12 +174,14 @@ fn no_answer(servers: &[SocketAddr], what: &str, timed_out: bool) -> Error {
     }
 }
 
-/// One question as sent: its id and the query's bytes.
+/// One question as sent: its id and the query's bytes, and its answer's
+/// TTL once answered.
 struct Asked<'q> {
     name: &'q str,
     rtype: RecordType,
     id: u16,
     query: Vec<u8>,
+    ttl: Cell<Option<u32>>,
 }
 
 /// Sends the unanswered queries to `server` (opening the channel if needed),
@@ -190,7 +193,6 @@ async fn ask_all(
     server: SocketAddr,
     asked: &[Asked<'_>],
     answers: &mut [Option<Answer>],
-    ttls: &mut [Option<u32>],
     enough: &dyn Fn(&[Option<Answer>]) -> bool,
     interval: Duration,
     deadline: Deadline,
@@ -239,7 +241,7 @@ async fn ask_all(
             read_reply(&bytes, server, a.id, a.name, a.rtype, &a.query, deadline).await?
         {
             answers[k] = Some(result);
-            ttls[k] = ttl;
+            a.ttl.set(ttl);
         }
     }
     Ok(())
