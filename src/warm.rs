@@ -19,8 +19,14 @@
 //! answer (`uri::seedlist::apply`). Expired answers, another name's, and an
 //! expiry further away than [`MAX_SRV_TTL`] are dropped and looked up again.
 //!
-//! The format is a BSON document `{ v: 1, scram: [...], srv: {...} }` (`srv`
-//! optional: a driver that does not know it reads the rest). A blob that is not
+//! With them go the addresses the client's DNS servers gave for its servers'
+//! host names (A/AAAA, with their expiry too), used only for the same name
+//! while fresh; each server still gets its handshake (and, with TLS, its
+//! certificate is checked against the name).
+//!
+//! The format is a BSON document `{ v: 1, scram: [...], srv: {...}, addr:
+//! [...] }` (`srv` and `addr` optional: a driver that does not know them
+//! reads the rest). A blob that is not
 //! one (not BSON, larger than [`MAX_BLOB`], no version) is an error that says
 //! so; a well-formed blob of another version, and entries this version does
 //! not understand, are ignored (a cold start): a driver upgrade never makes
@@ -43,11 +49,38 @@ pub const MAX_SRV_RECORDS: usize = 256;
 /// expiry further away is not trusted.
 pub const MAX_SRV_TTL: u64 = 24 * 3600;
 
+/// Host names whose addresses a blob keeps, and addresses per name.
+pub const MAX_HOSTS: usize = 64;
+pub const MAX_ADDRESSES: usize = 16;
+
 /// What a blob holds, decoded.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WarmState {
     pub scram: Vec<ScramKeys>,
     pub srv: Option<SrvAnswers>,
+    pub addresses: Vec<HostAddresses>,
+}
+
+/// A host name's addresses as the client's DNS servers answered them,
+/// reusable until `expires` (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAddresses {
+    /// Lowercase, without a trailing dot.
+    pub host: String,
+    pub ips: Vec<std::net::IpAddr>,
+    pub expires: u64,
+}
+
+impl HostAddresses {
+    /// Usable for `host` at `now`: the same name, not expired, not expiring
+    /// further away than [`MAX_SRV_TTL`].
+    pub fn fresh_for(&self, host: &str, now: u64) -> bool {
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.host.eq_ignore_ascii_case(host)
+            && now < self.expires
+            && self.expires - now <= MAX_SRV_TTL
+            && !self.ips.is_empty()
+    }
 }
 
 /// The DNS answers of a `mongodb+srv` URI, reusable until `expires`.
@@ -114,7 +147,7 @@ fn invalid(what: &str) -> Error {
 
 impl WarmState {
     pub fn is_empty(&self) -> bool {
-        self.scram.is_empty() && self.srv.is_none()
+        self.scram.is_empty() && self.srv.is_none() && self.addresses.is_empty()
     }
 
     /// The blob: a BSON document of [`VERSION`].
@@ -149,12 +182,28 @@ impl WarmState {
             entry.append(cstr!("txt"), txt);
             doc.append(cstr!("srv"), entry);
         }
+        if !self.addresses.is_empty() {
+            let mut hosts = RawArrayBuf::new();
+            for a in self.addresses.iter().take(MAX_HOSTS) {
+                let mut ips = RawArrayBuf::new();
+                for ip in a.ips.iter().take(MAX_ADDRESSES) {
+                    ips.push(ip.to_string().as_str());
+                }
+                let mut entry = rawdoc! {
+                    "h": a.host.as_str(),
+                    "exp": i64::try_from(a.expires).unwrap_or(i64::MAX),
+                };
+                entry.append(cstr!("ips"), ips);
+                hosts.push(entry);
+            }
+            doc.append(cstr!("addr"), hosts);
+        }
         let bytes = doc.into_bytes();
         if bytes.len() > MAX_BLOB {
-            // Never a blob `decode` refuses: the SRV answers go first.
+            // Never a blob `decode` refuses: the DNS answers go first.
             return WarmState {
                 scram: self.scram.clone(),
-                srv: None,
+                ..WarmState::default()
             }
             .encode();
         }
@@ -198,7 +247,22 @@ impl WarmState {
             })
             .unwrap_or_default();
         let srv = doc.get_document("srv").ok().and_then(srv_entry);
-        Ok(WarmState { scram, srv })
+        let addresses = doc
+            .get_array("addr")
+            .ok()
+            .map(|entries| {
+                entries
+                    .into_iter()
+                    .filter_map(|e| e.ok()?.as_document().and_then(address_entry))
+                    .take(MAX_HOSTS)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(WarmState {
+            scram,
+            srv,
+            addresses,
+        })
     }
 }
 
@@ -235,6 +299,28 @@ fn srv_entry(d: &RawDocument) -> Option<SrvAnswers> {
         name: name.to_ascii_lowercase(),
         targets,
         txt,
+        expires,
+    })
+}
+
+/// One `addr` entry, or `None` when any part of it is not what this driver
+/// writes (that name is then looked up, as without a blob).
+fn address_entry(d: &RawDocument) -> Option<HostAddresses> {
+    let host = d.get_str("h").ok()?;
+    if host.is_empty() || host.len() > 255 {
+        return None;
+    }
+    let expires = u64::try_from(d.get_i64("exp").ok()?).ok()?;
+    let mut ips = Vec::new();
+    for ip in d.get_array("ips").ok()? {
+        if ips.len() == MAX_ADDRESSES {
+            return None;
+        }
+        ips.push(ip.ok()?.as_str()?.parse().ok()?);
+    }
+    (!ips.is_empty()).then(|| HostAddresses {
+        host: host.to_ascii_lowercase(),
+        ips,
         expires,
     })
 }
@@ -287,6 +373,46 @@ mod tests {
         }
     }
 
+    fn host_addresses() -> HostAddresses {
+        HostAddresses {
+            host: "a.example.com".into(),
+            ips: vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+            expires: 1_000_060,
+        }
+    }
+
+    /// Addresses: for their name only, fresh, and a bad entry is dropped
+    /// alone.
+    #[test]
+    fn host_addresses_are_used_only_fresh_and_for_their_name() {
+        let a = host_addresses();
+        assert!(a.fresh_for("A.example.com.", 1_000_000));
+        assert!(!a.fresh_for("b.example.com", 1_000_000));
+        assert!(!a.fresh_for("a.example.com", 1_000_060));
+        assert!(!a.fresh_for("a.example.com", 1_000_060 - MAX_SRV_TTL - 1));
+        let mut arr = RawArrayBuf::new();
+        for entry in [
+            rawdoc! { "h": "a.example.com", "exp": 5_i64, "ips": ["127.0.0.1"] },
+            rawdoc! { "h": "b.example.com", "exp": 5_i64, "ips": ["not an ip"] },
+            rawdoc! { "h": "c.example.com", "exp": 5_i64, "ips": [] },
+            rawdoc! { "h": "", "exp": 5_i64, "ips": ["127.0.0.1"] },
+            rawdoc! { "h": "d.example.com", "ips": ["127.0.0.1"] },
+        ] {
+            arr.push(entry);
+        }
+        let mut doc = rawdoc! { "v": VERSION };
+        doc.append(cstr!("addr"), arr);
+        let state = WarmState::decode(doc.as_bytes()).unwrap();
+        assert_eq!(
+            state.addresses,
+            vec![HostAddresses {
+                host: "a.example.com".into(),
+                ips: vec!["127.0.0.1".parse().unwrap()],
+                expires: 5
+            }]
+        );
+    }
+
     /// Fresh: the same name (any case, a trailing dot), before it expires,
     /// and not further away than a day; anything else is looked up again.
     #[test]
@@ -318,6 +444,7 @@ mod tests {
         let good = WarmState {
             scram: keys.clone(),
             srv: Some(answers()),
+            ..WarmState::default()
         }
         .encode();
         let doc = RawDocument::from_bytes(&good).unwrap();
@@ -360,11 +487,13 @@ mod tests {
         let blob = WarmState {
             scram: keys.clone(),
             srv: Some(big),
+            addresses: vec![host_addresses()],
         }
         .encode();
         assert!(blob.len() <= MAX_BLOB);
         let state = WarmState::decode(&blob).unwrap();
         assert_eq!((state.scram, state.srv), (keys, None));
+        assert!(state.addresses.is_empty());
     }
 
     #[test]
@@ -372,6 +501,7 @@ mod tests {
         let state = WarmState {
             scram: vec![entry("SCRAM-SHA-256", 32), entry("SCRAM-SHA-1", 20)],
             srv: Some(answers()),
+            addresses: vec![host_addresses()],
         };
         assert_eq!(WarmState::decode(&state.encode()).unwrap(), state);
         let empty_blob = WarmState::default().encode();
@@ -401,7 +531,7 @@ mod tests {
         let good = entry("SCRAM-SHA-256", 32);
         let mut blob = WarmState {
             scram: vec![good.clone()],
-            srv: None,
+            ..WarmState::default()
         }
         .encode();
         // Append bad entries by rebuilding the array.
@@ -431,6 +561,7 @@ mod tests {
         let blob = WarmState {
             scram: vec![entry("SCRAM-SHA-256", 32), entry("SCRAM-SHA-1", 20)],
             srv: Some(answers()),
+            addresses: vec![host_addresses()],
         }
         .encode();
         for cut in 0..blob.len() {

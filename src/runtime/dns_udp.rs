@@ -68,23 +68,14 @@ pub async fn lookup_all_timed(
         .collect())
 }
 
+/// What each question's answer is (`None` if left unanswered), and its TTL.
+pub(super) type Timed = (Vec<Option<Answer>>, Vec<Option<u32>>);
+
 /// [`lookup_all`] that stops waiting once `enough` says the answers so far
 /// will do (an A answer with addresses need not wait for AAAA's): the
-/// answers, `None` for the questions left unanswered then.
-pub async fn lookup_until(
-    servers: &[SocketAddr],
-    questions: &[(&str, RecordType)],
-    enough: &dyn Fn(&[Option<Answer>]) -> bool,
-    deadline: Deadline,
-) -> Result<Vec<Option<Answer>>> {
-    let (answers, _) = lookup_until_timed(servers, questions, enough, deadline).await?;
-    Ok(answers)
-}
-
-/// What each question's answer is, and its TTL.
-type Timed = (Vec<Option<Answer>>, Vec<Option<u32>>);
-
-async fn lookup_until_timed(
+/// answers, `None` for the questions left unanswered then, and each
+/// answer's TTL.
+pub(super) async fn lookup_until_timed(
     servers: &[SocketAddr],
     questions: &[(&str, RecordType)],
     enough: &dyn Fn(&[Option<Answer>]) -> bool,
