@@ -379,8 +379,9 @@ fn ping_warm(guest: &mut Guest, uri: &str, blob: Option<&[u8]>) -> (u32, u64, Ve
 /// Warm state (issue 28): a `mongodb+srv` client with SCRAM in a new
 /// instance, given the first instance's blob, looks up neither SRV nor TXT
 /// nor the target's address (the answers' 60 s TTL has not run out) and
-/// runs no PBKDF2; the server still gets its handshake. Another SRV name in
-/// the URI ignores the SRV answers.
+/// runs no PBKDF2; the server still gets its handshake. The same blob with
+/// its expiries in the past is looked up again; another SRV name in the URI
+/// ignores the SRV answers.
 #[test]
 fn a_warm_state_skips_the_srv_lookup_and_pbkdf2_in_a_new_instance() {
     let (_, backend) = host_tests::test_server();
@@ -431,6 +432,28 @@ fn a_warm_state_skips_the_srv_lookup_and_pbkdf2_in_a_new_instance() {
     // The second instance hands the same answers on.
     assert_eq!(again.len(), blob.len());
 
+    // The same blob with every expiry in the past: looked up again.
+    let mut doc = bson::Document::from_reader(&mut blob.as_slice()).unwrap();
+    doc.get_document_mut("srv").unwrap().insert("exp", 1_i64);
+    for entry in doc.get_array_mut("addr").unwrap() {
+        if let bson::Bson::Document(d) = entry {
+            d.insert("exp", 1_i64);
+        }
+    }
+    let mut expired = Vec::new();
+    doc.to_writer(&mut expired).unwrap();
+    let before = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    let mut late = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let (taken, derivations, _) = ping_warm(&mut late, &uri, Some(&expired));
+    assert_eq!((taken, derivations), (3, 0), "the keys do not expire");
+    let after = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (1, 1, 1),
+        "expired answers are looked up again: {:?}",
+        dns.log()
+    );
+
     // Another SRV name: the answers are not its own, DNS is asked.
     let other = format!("mongodb+srv://warm:warm-pw@{OTHER}/?tls=false");
     let mut third = Guest::with_dns(&[server], dns.addr()).unwrap();
@@ -440,5 +463,7 @@ fn a_warm_state_skips_the_srv_lookup_and_pbkdf2_in_a_new_instance() {
         derivations, 0,
         "the same user and password: the keys still fit"
     );
-    assert_eq!(asked(&dns, "SRV"), warm.0 + 1, "{:?}", dns.log());
+    assert_eq!(asked(&dns, "SRV"), after.0 + 1, "{:?}", dns.log());
+    // Its target is the same name: its fresh address is still taken.
+    assert_eq!(asked(&dns, "A"), after.2, "{:?}", dns.log());
 }
