@@ -353,6 +353,26 @@ pub fn dns_reply(bytes: &[u8]) {
     }
 }
 
+/// A warm state blob (`Client::adopt_warm_state`): decoded, and what it
+/// decodes to encodes to a blob that decodes again, with the same keys,
+/// and whose answers say fresh or not without a panic.
+pub fn warm_state(bytes: &[u8]) {
+    use crate::warm::WarmState;
+    let Ok(state) = note(WarmState::decode(bytes)) else {
+        return;
+    };
+    let again = WarmState::decode(&state.encode());
+    let again = again.expect("a decoded warm state encodes to a warm state");
+    assert_eq!(again.scram, state.scram, "the keys survive a round trip");
+    let name = "_mongodb._tcp.test1.test.build.10gen.cc";
+    for now in [0, 1_000_000, u64::MAX] {
+        let _ = state.srv.as_ref().map(|a| a.fresh_for(name, now));
+        for a in &state.addresses {
+            let _ = a.fresh_for("localhost.test.build.10gen.cc", now);
+        }
+    }
+}
+
 /// The limits of a server that said nothing about them.
 fn default_hello() -> HelloReply {
     HelloReply::parse(&rawdoc! { "ok": 1, "isWritablePrimary": true, "maxWireVersion": 21 })

@@ -125,6 +125,9 @@ pub struct Topology {
     /// Itself, for the background tasks of WASI 0.3 (a drain, a pool's
     /// fill), which end when the client is gone.
     me: std::rc::Weak<RefCell<Topology>>,
+    /// `mongodb+srv`: the SRV and TXT answers for a warm state, adopted
+    /// before discovery (used if fresh) or the ones discovery used.
+    srv_answers: Option<crate::warm::SrvAnswers>,
 }
 
 impl Topology {
@@ -151,11 +154,31 @@ impl Topology {
             checks: Rc::default(),
             closed: false,
             me: std::rc::Weak::new(),
+            srv_answers: None,
         }
     }
 
     pub fn connect_settings(&self) -> &ConnectSettings {
         &self.settings.connect
+    }
+
+    /// The SRV and TXT answers this client's discovery used, for a warm
+    /// state (`None` before discovery and for a plain URI).
+    pub fn srv_answers(&self) -> Option<&crate::warm::SrvAnswers> {
+        self.srv_answers
+            .as_ref()
+            .filter(|_| self.settings.srv.is_none())
+    }
+
+    /// A warm state's SRV answers, for a discovery still to come; whether
+    /// they were taken (not after discovery, nor for a plain URI). Used
+    /// only if fresh and for this URI's SRV name (`discovery::discover`).
+    pub fn adopt_srv_answers(&mut self, answers: crate::warm::SrvAnswers) -> bool {
+        if self.settings.srv.is_none() {
+            return false;
+        }
+        self.srv_answers = Some(answers);
+        true
     }
 
     /// A plain URI's DNS servers: those the host configured (the
@@ -936,7 +959,8 @@ impl Shared {
         let Some(cs) = srv else {
             return self.borrow_mut().configure_name_servers();
         };
-        let found = crate::discovery::discover(&cs, deadline)
+        let warm = self.borrow().srv_answers.clone();
+        let found = crate::discovery::discover(&cs, warm.as_ref(), deadline)
             .await
             .map_err(|e| {
                 if e.is_timeout() {
@@ -976,6 +1000,7 @@ impl Shared {
         let described = describe(&t.settings);
         t.description.restart(described);
         t.settings.srv = None;
+        t.srv_answers = Some(found.answers);
         Ok(())
     }
 

@@ -10,7 +10,8 @@
 //! handler's figures; so does a step of `cargo xtask test`.
 //! `MONGO_WASI_EXAMPLE_REQUESTS` sets how many requests are measured (200).
 
-use mongo_wasi_proxy::{Proxy, ProxyConfig, Stats};
+use host_tests::dns_responder::{DnsResponder, Mode, Records};
+use mongo_wasi_proxy::{AuthConfig, Proxy, ProxyConfig, Stats, User};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -174,6 +175,7 @@ impl Http {
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("status line {line:?}"));
         let (mut length, mut chunked, mut instance) = (0usize, false, None);
+        let mut scram_derivations = None;
         loop {
             line.clear();
             self.reader.read_line(&mut line).unwrap();
@@ -186,6 +188,7 @@ impl Http {
                 "content-length" => length = value.trim().parse().unwrap(),
                 "transfer-encoding" => chunked = value.contains("chunked"),
                 "x-instance-id" => instance = Some(value.trim().to_string()),
+                "x-scram-derivations" => scram_derivations = value.trim().parse().ok(),
                 _ => {}
             }
         }
@@ -210,6 +213,7 @@ impl Http {
             status,
             body: String::from_utf8(body).unwrap(),
             instance,
+            scram_derivations,
         }
     }
 }
@@ -218,6 +222,8 @@ struct Answer {
     status: u16,
     body: String,
     instance: Option<String>,
+    /// `x-scram-derivations`: the instance's PBKDF2 runs (once it has a client).
+    scram_derivations: Option<u64>,
 }
 
 /// The handler's `{"id": "<hex>"}`.
@@ -685,4 +691,101 @@ fn http_handlers_under_load_compared() {
     for row in &rows {
         println!("{}", row.row());
     }
+}
+
+#[test]
+#[ignore = "needs the composed examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_keeps_its_warm_state_in_a_file() {
+    warm_state_in_a_file("http-handler");
+}
+
+#[test]
+#[ignore = "needs the built examples and the wasmtime CLI: cargo xtask examples"]
+fn http_handler_p3_keeps_its_warm_state_in_a_file() {
+    warm_state_in_a_file("http-handler-p3");
+}
+
+/// Warm state (issue 28): the handler keeps the driver's blob in a file of
+/// a directory the host preopens. Each request gets a new instance; the
+/// first, cold, looks up SRV, TXT and the target's address and runs PBKDF2
+/// for the SCRAM user; the second adopts the first one's blob and does
+/// none of it (the answers' 60 s TTL has not run out).
+fn warm_state_in_a_file(handler: &str) {
+    const SRV_HOST: &str = "test1.test.build.10gen.cc";
+    const TARGET: &str = "localhost.test.build.10gen.cc";
+    let (_, backend) = host_tests::test_server();
+    let proxy = Proxy::start(ProxyConfig {
+        auth: AuthConfig::with_users(vec![User::new("warm", "admin", "warm-pw")]),
+        ..ProxyConfig::new(backend)
+    })
+    .expect("failpoint proxy");
+    let records = Records::default()
+        .srv(
+            &format!("_mongodb._tcp.{SRV_HOST}"),
+            proxy.addresses()[0].port(),
+            TARGET,
+        )
+        .txt(SRV_HOST, &["authSource=admin"])
+        .a(TARGET, Ipv4Addr::LOCALHOST);
+    let dns = DnsResponder::start(records, Mode::Answer).expect("DNS responder");
+    let dir =
+        std::env::temp_dir().join(format!("mongo-wasi-warm-{handler}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let uri = format!("mongodb+srv://warm:warm-pw@{SRV_HOST}/?tls=false&timeoutMS=10000");
+    let serve = Serve::start_handler(
+        handler,
+        &uri,
+        &[
+            "--env",
+            &format!("MONGO_WASI_DNS_SERVER={}", dns.addr()),
+            "--dir",
+            &format!("{}::/warm", dir.display()),
+            "--env",
+            "WARM_STATE=/warm/mongo-wasi",
+            // A new instance per request (0.3's default reuses one for 128).
+            "--max-instance-reuse-count",
+            "1",
+        ],
+    );
+    // The responder's queries so far: SRV, TXT, A.
+    let asked = || {
+        let log = dns.log();
+        let n = |t: &str| log.iter().filter(|q| q.ends_with(&format!(" {t}"))).count();
+        (n("SRV"), n("TXT"), n("A"))
+    };
+    let mut figures = Vec::new();
+    let mut instances = Vec::new();
+    for i in 0..2 {
+        let before = asked();
+        let mut http = serve.client();
+        let started = Instant::now();
+        let answer = http.exchange("GET", "/items", b"");
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(answer.status, 200, "request {i}: {}", answer.body);
+        let after = asked();
+        let dns_queries = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+        println!(
+            "{handler} request {i}: {ms:.1} ms, PBKDF2 {:?}, DNS queries SRV/TXT/A {dns_queries:?}",
+            answer.scram_derivations
+        );
+        figures.push((answer.scram_derivations, dns_queries));
+        instances.push(answer.instance);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ne!(instances[0], instances[1], "two instances");
+    assert_eq!(figures[0].0, Some(1), "the cold instance derives the keys");
+    assert_eq!(
+        (figures[0].1 .0, figures[0].1 .1),
+        (1, 1),
+        "{:?}",
+        dns.log()
+    );
+    assert_eq!(figures[1].0, Some(0), "the second instance runs no PBKDF2");
+    assert_eq!(
+        figures[1].1,
+        (0, 0, 0),
+        "the second instance asks no DNS: {:?}",
+        dns.log()
+    );
 }

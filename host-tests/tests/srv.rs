@@ -348,3 +348,122 @@ fn seedlist_spec_replica_set_cases() {
     assert!(passed >= 30, "{passed} passed");
     assert_eq!(authenticated, 2, "both cases with userinfo authenticate");
 }
+
+/// What the DNS responder was asked, by record type ("SRV", "TXT", "A").
+fn asked(dns: &DnsResponder, rtype: &str) -> usize {
+    dns.log()
+        .iter()
+        .filter(|q| q.ends_with(&format!(" {rtype}")))
+        .count()
+}
+
+/// Pings with `uri` after adopting `blob` (if any) in `guest`: what the
+/// adoption took, the client's PBKDF2 runs and its warm state after.
+fn ping_warm(guest: &mut Guest, uri: &str, blob: Option<&[u8]>) -> (u32, u64, Vec<u8>) {
+    let client = guest.connect(uri, None, false).unwrap().expect("connect");
+    let taken = blob.map_or(0, |b| {
+        guest
+            .adopt_warm_state(client, b)
+            .unwrap()
+            .expect("a warm state")
+    });
+    let db = guest.database(client, "admin", None).unwrap();
+    guest
+        .run_command(db, &rawdoc! { "ping": 1 }, None)
+        .unwrap()
+        .expect("ping");
+    let derivations = guest.scram_derivations(client).unwrap();
+    (taken, derivations, guest.warm_state(client).unwrap())
+}
+
+/// Warm state (issue 28): a `mongodb+srv` client with SCRAM in a new
+/// instance, given the first instance's blob, looks up neither SRV nor TXT
+/// nor the target's address (the answers' 60 s TTL has not run out) and
+/// runs no PBKDF2; the server still gets its handshake. The same blob with
+/// its expiries in the past is looked up again; another SRV name in the URI
+/// ignores the SRV answers.
+#[test]
+fn a_warm_state_skips_the_srv_lookup_and_pbkdf2_in_a_new_instance() {
+    let (_, backend) = host_tests::test_server();
+    let config = ProxyConfig {
+        auth: AuthConfig::with_users(vec![User::new("warm", "admin", "warm-pw")]),
+        ..ProxyConfig::new(backend)
+    };
+    let proxy = Proxy::start(config).unwrap();
+    let server = proxy.addresses()[0];
+    const OTHER: &str = "test2.test.build.10gen.cc";
+    let records = records(server.port())
+        .srv(
+            "_mongodb._tcp.test2.test.build.10gen.cc",
+            server.port(),
+            TARGET,
+        )
+        .txt(SRV_HOST, &["authSource=admin"]);
+    let dns = DnsResponder::start(records, Mode::Answer).unwrap();
+    let uri = format!("mongodb+srv://warm:warm-pw@{SRV_HOST}/?tls=false");
+
+    let mut first = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let (_, derivations, blob) = ping_warm(&mut first, &uri, None);
+    let cold = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    println!("first instance: PBKDF2 {derivations}, DNS SRV/TXT/A {cold:?}");
+    assert_eq!(derivations, 1);
+    assert_eq!((cold.0, cold.1), (1, 1), "{:?}", dns.log());
+    assert!(
+        !blob.windows(b"warm-pw".len()).any(|w| w == b"warm-pw"),
+        "the password is not in the blob"
+    );
+
+    let mut second = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let (taken, derivations, again) = ping_warm(&mut second, &uri, Some(&blob));
+    let warm = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    let second_figures = (warm.0 - cold.0, warm.1 - cold.1, warm.2 - cold.2);
+    println!("second instance: PBKDF2 {derivations}, DNS SRV/TXT/A {second_figures:?}");
+    assert_eq!(
+        taken, 3,
+        "the SCRAM keys, the SRV answers, the target's address"
+    );
+    assert_eq!(derivations, 0, "no PBKDF2");
+    assert_eq!(
+        second_figures,
+        (0, 0, 0),
+        "no SRV, TXT or A lookup: {:?}",
+        dns.log()
+    );
+    // The second instance hands the same answers on.
+    assert_eq!(again.len(), blob.len());
+
+    // The same blob with every expiry in the past: looked up again.
+    let mut doc = bson::Document::from_reader(&mut blob.as_slice()).unwrap();
+    doc.get_document_mut("srv").unwrap().insert("exp", 1_i64);
+    for entry in doc.get_array_mut("addr").unwrap() {
+        if let bson::Bson::Document(d) = entry {
+            d.insert("exp", 1_i64);
+        }
+    }
+    let mut expired = Vec::new();
+    doc.to_writer(&mut expired).unwrap();
+    let before = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    let mut late = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let (taken, derivations, _) = ping_warm(&mut late, &uri, Some(&expired));
+    assert_eq!((taken, derivations), (3, 0), "the keys do not expire");
+    let after = (asked(&dns, "SRV"), asked(&dns, "TXT"), asked(&dns, "A"));
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (1, 1, 1),
+        "expired answers are looked up again: {:?}",
+        dns.log()
+    );
+
+    // Another SRV name: the answers are not its own, DNS is asked.
+    let other = format!("mongodb+srv://warm:warm-pw@{OTHER}/?tls=false");
+    let mut third = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let (taken, derivations, _) = ping_warm(&mut third, &other, Some(&blob));
+    assert_eq!(taken, 3);
+    assert_eq!(
+        derivations, 0,
+        "the same user and password: the keys still fit"
+    );
+    assert_eq!(asked(&dns, "SRV"), after.0 + 1, "{:?}", dns.log());
+    // Its target is the same name: its fresh address is still taken.
+    assert_eq!(asked(&dns, "A"), after.2, "{:?}", dns.log());
+}

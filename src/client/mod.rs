@@ -39,14 +39,32 @@ impl Client {
     }
 
     /// What this client learned that a client in a new instance can reuse,
-    /// as an opaque, versioned blob (`crate::warm`): today the SCRAM keys
-    /// this instance derived for the client's credential, so the next
-    /// instance skips PBKDF2. Never the password, but as secret as it: the
-    /// keys authenticate as the user. No I/O.
+    /// as an opaque, versioned blob (`crate::warm`): the SCRAM keys this
+    /// instance derived for the client's credential, so the next instance
+    /// skips PBKDF2, and a `mongodb+srv` URI's SRV and TXT answers and the
+    /// addresses the DNS servers gave for its servers' names, with their
+    /// expiry, so it skips those DNS lookups while they are fresh.
+    /// Never the password, but as secret as it: the keys authenticate as
+    /// the user. No I/O.
     pub fn warm_state(&self) -> Vec<u8> {
-        let auth = self.inner.topology.borrow().connect_settings().auth.clone();
+        let topology = self.inner.topology.borrow();
+        let auth = topology.connect_settings().auth.clone();
         let scram = auth.map(|a| a.warm_keys()).unwrap_or_default();
-        crate::warm::WarmState { scram }.encode()
+        let srv = topology.srv_answers().cloned();
+        // The addresses of this client's servers' names.
+        let hosts: Vec<&str> = topology
+            .description
+            .servers
+            .iter()
+            .filter_map(|s| s.address.rsplit_once(':').map(|(host, _)| host))
+            .collect();
+        let addresses = crate::runtime::learned_addresses(&hosts);
+        crate::warm::WarmState {
+            scram,
+            srv,
+            addresses,
+        }
+        .encode()
     }
 
     /// How many times this instance ran PBKDF2 (SCRAM key derivation) for
@@ -61,14 +79,23 @@ impl Client {
     /// the first operation): the SCRAM keys derived for this client's user
     /// and password go into the instance's key cache, and a connection whose
     /// server announces the same salt and iteration count skips PBKDF2 (a
-    /// changed salt or count derives again). Returns how many key sets were
-    /// taken. A blob that is not a warm state is `InvalidArgument`; one of
+    /// changed salt or count derives again). A `mongodb+srv` client keeps
+    /// the SRV and TXT answers for its discovery, which uses them instead of
+    /// DNS if they are for its SRV name and not expired (by the wall clock),
+    /// through the same seedlist rules; adopted addresses answer for their
+    /// name while fresh (instance-wide, as the key cache). Returns how many
+    /// key sets, SRV answers and host names' addresses were taken. A blob that is not a warm state is `InvalidArgument`; one of
     /// another format version is ignored (0). No I/O.
     pub fn adopt_warm_state(&self, blob: &[u8]) -> Result<u32> {
         let state = crate::warm::WarmState::decode(blob)?;
-        let auth = self.inner.topology.borrow().connect_settings().auth.clone();
+        let mut topology = self.inner.topology.borrow_mut();
+        let auth = topology.connect_settings().auth.clone();
         let taken = auth.map_or(0, |a| a.adopt_warm_keys(&state.scram));
-        Ok(taken as u32)
+        let srv = state
+            .srv
+            .is_some_and(|answers| topology.adopt_srv_answers(answers));
+        let addresses = crate::runtime::adopt_addresses(&state.addresses);
+        Ok(taken as u32 + u32::from(srv) + addresses as u32)
     }
 
     /// A database handle; `timeout_ms` `None` inherits the client's.

@@ -79,6 +79,9 @@ pub struct Reply {
     /// Records of the asked type and class IN from the answer section
     /// (empty when truncated). Other types (e.g. a CNAME chain) are skipped.
     pub answers: Vec<Record>,
+    /// The smallest TTL of those records, in seconds (`None` without any):
+    /// how long the answer may be reused (a warm state keeps it).
+    pub ttl: Option<u32>,
 }
 
 /// Why a reply was not used.
@@ -195,6 +198,7 @@ pub fn parse_reply(msg: &[u8], id: u16, name: &str, rtype: RecordType) -> Result
         return Ok(Reply {
             truncated: true,
             answers: Vec::new(),
+            ttl: None,
         });
     }
     // Each record takes at least 11 bytes: refuse counts the message cannot hold
@@ -206,6 +210,7 @@ pub fn parse_reply(msg: &[u8], id: u16, name: &str, rtype: RecordType) -> Result
         ));
     }
     let mut answers = Vec::new();
+    let mut ttl: Option<u32> = None;
     for _ in 0..ancount {
         let (_, after_owner) = r.name(pos)?;
         let kind = r.u16(after_owner)?;
@@ -218,12 +223,18 @@ pub fn parse_reply(msg: &[u8], id: u16, name: &str, rtype: RecordType) -> Result
         }
         if kind == rtype.code() && class == CLASS_IN {
             answers.push(r.record(rtype, rdata, end)?);
+            // RFC 2181 8: a TTL with the top bit set counts as zero.
+            let secs =
+                u32::from(r.u16(after_owner + 4)?) << 16 | u32::from(r.u16(after_owner + 6)?);
+            let secs = if secs > i32::MAX as u32 { 0 } else { secs };
+            ttl = Some(ttl.map_or(secs, |t| t.min(secs)));
         }
         pos = end;
     }
     Ok(Reply {
         truncated: false,
         answers,
+        ttl,
     })
 }
 

@@ -83,6 +83,8 @@ fn srv_answers_with_compressed_owner_and_target() {
     m[7] = 2;
     let r = parse_reply(&m, ID, SRV_NAME, RecordType::Srv).unwrap();
     assert!(!r.truncated);
+    // 3600 s and 60 s: the smaller one is the answer's.
+    assert_eq!(r.ttl, Some(60));
     assert_eq!(
         r.answers,
         vec![
@@ -335,4 +337,24 @@ fn random_bytes_never_panic() {
         m.truncate((x as usize) % (m.len() + 1));
         let _ = parse_reply(&m, ID, SRV_NAME, RecordType::Srv);
     }
+}
+
+/// A TTL with the top bit set counts as 0 (RFC 2181 8); no answers, no TTL.
+#[test]
+fn the_ttl_is_the_smallest_and_a_negative_one_is_zero() {
+    let mut m = reply(
+        OK,
+        SRV_NAME,
+        RecordType::Srv,
+        &[(33, srv_rdata(1, "a.b.c"))],
+    );
+    let at = m.len() - srv_rdata(1, "a.b.c").len() - 6;
+    m[at..at + 4].copy_from_slice(&[0x80, 0, 0, 1]);
+    let r = parse_reply(&m, ID, SRV_NAME, RecordType::Srv).unwrap();
+    assert_eq!(r.ttl, Some(0));
+    let m = reply(OK, SRV_NAME, RecordType::Srv, &[]);
+    assert_eq!(
+        parse_reply(&m, ID, SRV_NAME, RecordType::Srv).unwrap().ttl,
+        None
+    );
 }

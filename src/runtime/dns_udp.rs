@@ -10,6 +10,7 @@ use super::{now, Channel, TcpStream};
 use crate::deadline::Deadline;
 use crate::dns::{self, DnsError, Record, RecordType};
 use crate::error::{Error, Result};
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -47,20 +48,39 @@ pub async fn lookup_all(
     questions: &[(&str, RecordType)],
     deadline: Deadline,
 ) -> Result<Vec<Answer>> {
-    let all = |answers: &[Option<Answer>]| answers.iter().all(Option::is_some);
-    let answers = lookup_until(servers, questions, &all, deadline).await?;
-    Ok(answers.into_iter().flatten().collect())
+    let timed = lookup_all_timed(servers, questions, deadline).await?;
+    Ok(timed.into_iter().map(|(answer, _)| answer).collect())
 }
+
+/// [`lookup_all`] with each answer's TTL in seconds (the smallest of its
+/// records; `None` without records): how long it may be reused.
+pub async fn lookup_all_timed(
+    servers: &[SocketAddr],
+    questions: &[(&str, RecordType)],
+    deadline: Deadline,
+) -> Result<Vec<(Answer, Option<u32>)>> {
+    let all = |answers: &[Option<Answer>]| answers.iter().all(Option::is_some);
+    let (answers, ttls) = lookup_until_timed(servers, questions, &all, deadline).await?;
+    Ok(answers
+        .into_iter()
+        .zip(ttls)
+        .filter_map(|(answer, ttl)| Some((answer?, ttl)))
+        .collect())
+}
+
+/// What each question's answer is (`None` if left unanswered), and its TTL.
+pub(super) type Timed = (Vec<Option<Answer>>, Vec<Option<u32>>);
 
 /// [`lookup_all`] that stops waiting once `enough` says the answers so far
 /// will do (an A answer with addresses need not wait for AAAA's): the
-/// answers, `None` for the questions left unanswered then.
-pub async fn lookup_until(
+/// answers, `None` for the questions left unanswered then, and each
+/// answer's TTL.
+pub(super) async fn lookup_until_timed(
     servers: &[SocketAddr],
     questions: &[(&str, RecordType)],
     enough: &dyn Fn(&[Option<Answer>]) -> bool,
     deadline: Deadline,
-) -> Result<Vec<Option<Answer>>> {
+) -> Result<Timed> {
     let mut answers: Vec<Option<Answer>> = questions.iter().map(|_| None).collect();
     // Distinct ids, so each reply finds its question.
     let random = super::random_bytes(2 * questions.len() as u64);
@@ -82,6 +102,7 @@ pub async fn lookup_until(
             rtype,
             id,
             query,
+            ttl: Cell::new(None),
         });
     }
     let what = match questions {
@@ -94,10 +115,11 @@ pub async fn lookup_until(
     let mut channels: Vec<Option<Channel>> = servers.iter().map(|_| None).collect();
     let mut last_error = None;
     let mut interval = FIRST_WAIT;
+    let ttls = |asked: &[Asked]| asked.iter().map(|a| a.ttl.get()).collect();
     for _ in 0..ROUNDS {
         for (i, server) in servers.iter().enumerate() {
             if enough(&answers) {
-                return Ok(answers);
+                return Ok((answers, ttls(&asked)));
             }
             if deadline.is_expired(now()) {
                 return Err(no_answer(servers, &what, true));
@@ -125,7 +147,7 @@ pub async fn lookup_until(
         interval = interval.saturating_mul(2);
     }
     if enough(&answers) {
-        return Ok(answers);
+        return Ok((answers, ttls(&asked)));
     }
     Err(last_error.unwrap_or_else(|| no_answer(servers, &what, false)))
 }
@@ -143,12 +165,14 @@ fn no_answer(servers: &[SocketAddr], what: &str, timed_out: bool) -> Error {
     }
 }
 
-/// One question as sent: its id and the query's bytes.
+/// One question as sent: its id and the query's bytes, and its answer's
+/// TTL once answered.
 struct Asked<'q> {
     name: &'q str,
     rtype: RecordType,
     id: u16,
     query: Vec<u8>,
+    ttl: Cell<Option<u32>>,
 }
 
 /// Sends the unanswered queries to `server` (opening the channel if needed),
@@ -204,17 +228,18 @@ async fn ask_all(
             continue;
         };
         let a = &asked[k];
-        if let Some(result) =
+        if let Some((result, ttl)) =
             read_reply(&bytes, server, a.id, a.name, a.rtype, &a.query, deadline).await?
         {
             answers[k] = Some(result);
+            a.ttl.set(ttl);
         }
     }
     Ok(())
 }
 
-/// A validated reply, asking over TCP when it was truncated; `None` when the
-/// bytes were not a reply to our query (keep waiting).
+/// A validated reply and its TTL, asking over TCP when it was truncated;
+/// `None` when the bytes were not a reply to our query (keep waiting).
 async fn read_reply(
     bytes: &[u8],
     server: SocketAddr,
@@ -223,24 +248,28 @@ async fn read_reply(
     rtype: RecordType,
     query: &[u8],
     deadline: Deadline,
-) -> Result<Option<Answer>> {
+) -> Result<Option<(Answer, Option<u32>)>> {
     match dns::parse_reply(bytes, id, name, rtype) {
         Ok(reply) if reply.truncated => {
             let bytes = over_tcp(server, query, deadline).await?;
             match dns::parse_reply(&bytes, id, name, rtype) {
-                Ok(reply) if reply.truncated => Ok(Some(Err(DnsError::Malformed(
-                    "the answer over TCP is truncated too".into(),
-                )))),
-                Ok(reply) => Ok(Some(Ok(reply.answers))),
-                Err(DnsError::NotOurs(why)) => Ok(Some(Err(DnsError::Malformed(format!(
-                    "the answer over TCP is {why}"
-                ))))),
-                Err(e) => Ok(Some(Err(e))),
+                Ok(reply) if reply.truncated => Ok(Some((
+                    Err(DnsError::Malformed(
+                        "the answer over TCP is truncated too".into(),
+                    )),
+                    None,
+                ))),
+                Ok(reply) => Ok(Some((Ok(reply.answers), reply.ttl))),
+                Err(DnsError::NotOurs(why)) => Ok(Some((
+                    Err(DnsError::Malformed(format!("the answer over TCP is {why}"))),
+                    None,
+                ))),
+                Err(e) => Ok(Some((Err(e), None))),
             }
         }
-        Ok(reply) => Ok(Some(Ok(reply.answers))),
+        Ok(reply) => Ok(Some((Ok(reply.answers), reply.ttl))),
         Err(DnsError::NotOurs(_)) => Ok(None),
-        Err(e) => Ok(Some(Err(e))),
+        Err(e) => Ok(Some((Err(e), None))),
     }
 }
 

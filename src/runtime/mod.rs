@@ -43,7 +43,11 @@ pub use wait::{check, sleep_until, wait, within, yield_now, CONCURRENT};
 #[cfg(feature = "p3")]
 pub use p3::{check, now, sleep_until, within, yield_now, TcpStream, CONCURRENT};
 
-pub use dns_udp::{lookup as dns_lookup, lookup_all as dns_lookup_all};
+pub use resolve::{adopt_addresses, learned_addresses};
+
+pub use dns_udp::{
+    lookup as dns_lookup, lookup_all as dns_lookup_all, lookup_all_timed as dns_lookup_all_timed,
+};
 
 #[cfg(feature = "p3")]
 use p3::{dns::lookup_name, udp::Channel};

@@ -8,12 +8,77 @@
 //!
 //! Nothing here recurses: the DNS client reaches its servers by address
 //! (`TcpStream::connect_ip`), never through `resolve_via`.
+//!
+//! What the DNS servers answered is kept per instance with its TTL, for a
+//! warm state (`learned_addresses`); a warm state's addresses
+//! (`adopt_addresses`) answer for their name while fresh, instead of the
+//! DNS servers. An instance's own answers are not reused by it (as before).
 
 use super::{lookup_name, TcpStream};
 use crate::deadline::Deadline;
 use crate::dns::{Record, RecordType};
 use crate::error::{Error, ErrorKind, Result};
+use crate::warm::{HostAddresses, MAX_ADDRESSES, MAX_HOSTS, MAX_SRV_TTL};
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
+
+thread_local! {
+    /// The DNS servers' answers this instance got, newest last (at most
+    /// `MAX_HOSTS`): what a warm state hands on.
+    static LEARNED: RefCell<Vec<HostAddresses>> = const { RefCell::new(Vec::new()) };
+    /// A warm state's answers, used for their name while fresh.
+    static ADOPTED: RefCell<Vec<HostAddresses>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keeps `entry` (replacing the same name's), newest last, bounded.
+fn keep(list: &RefCell<Vec<HostAddresses>>, entry: HostAddresses) {
+    let mut list = list.borrow_mut();
+    list.retain(|e| e.host != entry.host);
+    if list.len() == MAX_HOSTS {
+        list.remove(0);
+    }
+    list.push(entry);
+}
+
+/// The fresh answers this instance's DNS servers gave (or a warm state
+/// brought) for `hosts`, for a warm state.
+pub fn learned_addresses(hosts: &[&str]) -> Vec<HostAddresses> {
+    let now = super::unix_seconds();
+    LEARNED.with(|learned| {
+        learned
+            .borrow()
+            .iter()
+            .filter(|e| hosts.iter().any(|h| e.fresh_for(h, now)))
+            .cloned()
+            .collect()
+    })
+}
+
+/// Takes a warm state's addresses: each answers for its name, while fresh,
+/// in place of the DNS servers. How many were taken.
+pub fn adopt_addresses(entries: &[HostAddresses]) -> usize {
+    ADOPTED.with(|adopted| {
+        for entry in entries.iter().take(MAX_HOSTS) {
+            keep(adopted, entry.clone());
+        }
+    });
+    entries.len().min(MAX_HOSTS)
+}
+
+/// A fresh adopted answer for `host`, handed on to the next warm state too.
+fn adopted(host: &str) -> Option<Vec<IpAddr>> {
+    let now = super::unix_seconds();
+    let entry = ADOPTED.with(|adopted| {
+        adopted
+            .borrow()
+            .iter()
+            .find(|e| e.fresh_for(host, now))
+            .cloned()
+    })?;
+    let ips = entry.ips.clone();
+    LEARNED.with(|learned| keep(learned, entry));
+    Some(ips)
+}
 
 /// `host`'s addresses: a literal is its own, `localhost` names the loopback
 /// addresses, anything else the face's ip-name-lookup.
@@ -55,6 +120,9 @@ pub async fn resolve_via(
     if name_servers.is_empty() || is_localhost(host) || literal.parse::<IpAddr>().is_ok() {
         return resolve(host, deadline).await;
     }
+    if let Some(ips) = adopted(host) {
+        return Ok(ips);
+    }
     let mut unreachable = None;
     // A and AAAA at once (one round trip, as a system resolver asks); the
     // IPv4 addresses when there are any, else the IPv6 ones. An A answer
@@ -66,9 +134,12 @@ pub async fn resolve_via(
     let enough = |answers: &[Option<super::dns_udp::Answer>]| {
         answers.first().is_some_and(has_addresses) || answers.iter().all(Option::is_some)
     };
-    match super::dns_udp::lookup_until(name_servers, &questions, &enough, deadline).await {
-        Ok(answers) => {
-            for answer in answers.into_iter().flatten() {
+    match super::dns_udp::lookup_until_timed(name_servers, &questions, &enough, deadline).await {
+        Ok((answers, ttls)) => {
+            for (answer, ttl) in answers.into_iter().zip(ttls) {
+                let Some(answer) = answer else {
+                    continue;
+                };
                 match answer {
                     Ok(records) => {
                         let ips: Vec<IpAddr> = records
@@ -80,6 +151,13 @@ pub async fn resolve_via(
                             })
                             .collect();
                         if !ips.is_empty() {
+                            let ttl = u64::from(ttl.unwrap_or(0)).min(MAX_SRV_TTL);
+                            let entry = HostAddresses {
+                                host: host.trim_end_matches('.').to_ascii_lowercase(),
+                                ips: ips.iter().copied().take(MAX_ADDRESSES).collect(),
+                                expires: super::unix_seconds().saturating_add(ttl),
+                            };
+                            LEARNED.with(|learned| keep(learned, entry));
                             return Ok(ips);
                         }
                     }

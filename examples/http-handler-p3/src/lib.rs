@@ -16,7 +16,13 @@
 //! - `GET /health`: `{"ok": true}`, without touching MongoDB.
 //!
 //! Every answer carries `x-instance-id`, a random id made once per instance,
-//! so a test can count the instances the host started.
+//! so a test can count the instances the host started, and, once the
+//! instance has a client, `x-scram-derivations`: its PBKDF2 runs.
+//!
+//! Warm state, as http-handler: with `--dir <host dir>::/warm --env
+//! WARM_STATE=/warm/mongo-wasi`, the client adopts the blob in that file
+//! and writes its own back after a successful operation (the file is as
+//! secret as the password).
 //!
 //! `wasmtime serve` gives a 0.3 handler up to 16 requests at once per
 //! instance and reuses an instance for up to 128 requests: they all share
@@ -31,7 +37,8 @@
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use mongo_wasi::{Client, ClientOptions, Collection, Error, ErrorKind, FindOptions, OpOptions};
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::io::Read;
 use wasip3::http::types::{ErrorCode, Fields, Method, Request, Response};
 use wasip3::wit_bindgen::StreamResult;
 use wasip3::{wit_future, wit_stream};
@@ -51,6 +58,8 @@ thread_local! {
     static CLIENT: OnceCell<Client> = const { OnceCell::new() };
     /// This instance's random id, answered in `x-instance-id`.
     static INSTANCE_ID: String = format!("{:016x}", wasip3::random::random::get_random_u64());
+    /// The warm state last read from or written to the `WARM_STATE` file.
+    static WARM_SAVED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 struct Handler;
@@ -100,9 +109,9 @@ async fn route(request: Request) -> Result<(u16, Vec<u8>), Failure> {
     let path = request.get_path_with_query().unwrap_or_default();
     let path = path.split('?').next().unwrap_or_default().to_string();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match (request.get_method(), segments.as_slice()) {
+    let answer = match (request.get_method(), segments.as_slice()) {
         // Liveness, without MongoDB: what the platform alone costs per request.
-        (Method::Get, ["health"]) => Ok((200, json(&doc! { "ok": true }))),
+        (Method::Get, ["health"]) => return Ok((200, json(&doc! { "ok": true }))),
         (Method::Get, ["items"]) => list(&items()?).await,
         (Method::Post, ["items"]) => {
             let body = read_body(request).await?;
@@ -111,6 +120,51 @@ async fn route(request: Request) -> Result<(u16, Vec<u8>), Failure> {
         (Method::Get, ["items", id]) => get(&items()?, id).await,
         (_, ["items"] | ["items", _]) => Err(Failure::Own(405, "method not allowed".into())),
         _ => Err(Failure::Own(404, format!("no route for {path}"))),
+    }?;
+    save_warm_state();
+    Ok(answer)
+}
+
+/// The largest warm state file read (the driver refuses larger blobs).
+const MAX_WARM_STATE: u64 = 64 * 1024;
+
+/// The `WARM_STATE` file's path, if the host gave one.
+fn warm_state_path() -> Option<String> {
+    std::env::var("WARM_STATE").ok().filter(|p| !p.is_empty())
+}
+
+/// Hands the `WARM_STATE` file's blob to a new client. No file yet, or one
+/// the driver does not take (damaged, another format): a cold start.
+fn adopt_warm_state(client: &Client) {
+    let Some(path) = warm_state_path() else {
+        return;
+    };
+    let mut blob = Vec::new();
+    let read = std::fs::File::open(&path)
+        .and_then(|file| file.take(MAX_WARM_STATE + 1).read_to_end(&mut blob));
+    if read.is_ok() && client.adopt_warm_state(&blob).is_ok() {
+        WARM_SAVED.with(|saved| *saved.borrow_mut() = blob);
+    }
+}
+
+/// Writes the instance's client's warm state to the `WARM_STATE` file when
+/// it holds something new: whole to a file of its own, then renamed over
+/// the old one, so an instance never reads half a blob. Best effort.
+fn save_warm_state() {
+    let Some(path) = warm_state_path() else {
+        return;
+    };
+    let Some(blob) = CLIENT.with(|cell| cell.get().map(Client::warm_state)) else {
+        return;
+    };
+    if WARM_SAVED.with(|saved| *saved.borrow() == blob) {
+        return;
+    }
+    let part = format!("{path}.{:016x}", wasip3::random::random::get_random_u64());
+    if std::fs::write(&part, &blob).is_ok() && std::fs::rename(&part, &path).is_ok() {
+        WARM_SAVED.with(|saved| *saved.borrow_mut() = blob);
+    } else {
+        let _ = std::fs::remove_file(&part);
     }
 }
 
@@ -177,6 +231,7 @@ fn items() -> Result<Collection, Failure> {
         // No I/O yet: the first operation connects, under its deadline. The
         // URI's timeoutMS bounds each operation (set one: a handler should not wait 30 s).
         let client = Client::with_options(&uri, ClientOptions::default())?;
+        adopt_warm_state(&client);
         Ok(cell.get_or_init(|| client).clone())
     })?;
     Ok(client.database(DATABASE, None).collection(COLLECTION, None))
@@ -212,12 +267,15 @@ async fn read_body(request: Request) -> Result<Vec<u8>, Failure> {
 /// reads it (after `handle` returns).
 fn respond(status: u16, body: Vec<u8>) -> Response {
     let instance = INSTANCE_ID.with(|id| id.clone().into_bytes());
-    let headers = Fields::from_list(&[
+    let mut headers = vec![
         ("content-type".into(), b"application/json".to_vec()),
         ("content-length".into(), body.len().to_string().into_bytes()),
         ("x-instance-id".into(), instance),
-    ])
-    .expect("valid header names and values");
+    ];
+    if let Some(runs) = CLIENT.with(|cell| cell.get().map(Client::scram_derivations)) {
+        headers.push(("x-scram-derivations".into(), runs.to_string().into_bytes()));
+    }
+    let headers = Fields::from_list(&headers).expect("valid header names and values");
     let (mut body_tx, body_rx) = wit_stream::new();
     let (trailers_tx, trailers_rx) = wit_future::new(|| Ok(None));
     drop(trailers_tx);

@@ -12,7 +12,15 @@
 //! - `GET /health`: `{"ok": true}`, without touching MongoDB.
 //!
 //! Every answer carries `x-instance-id`, a random id made once per instance,
-//! so a test can count the instances the host started.
+//! so a test can count the instances the host started, and, once the
+//! instance has a client, `x-scram-derivations`: its PBKDF2 runs.
+//!
+//! Warm state: with `--dir <host dir>::/warm --env WARM_STATE=/warm/mongo-wasi`,
+//! an instance's client adopts the blob in that file (SCRAM keys, a
+//! `mongodb+srv` URI's SRV/TXT answers) and writes its own back after a
+//! successful operation, so the next cold instance skips PBKDF2 and the SRV
+//! lookups. The file is as secret as the password: give it a directory only
+//! this handler's host can read.
 //!
 //! `wasmtime serve` makes a new instance for every request by default, so
 //! each request is a cold start: the client connects lazily, at its first
@@ -42,7 +50,7 @@ use mongo_wasi::driver::client::{Client, ClientOptions};
 use mongo_wasi::driver::collection::{Collection, FindOptions, OpOptions};
 use mongo_wasi::driver::database::CollectionOptions;
 use mongo_wasi::driver::types::{Error, ErrorKind};
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::io::{Read, Write};
 use wasi::http::types::{
     Fields, IncomingRequest, Method, OutgoingBody, OutgoingResponse, ResponseOutparam,
@@ -60,6 +68,8 @@ thread_local! {
     static CLIENT: OnceCell<Client> = const { OnceCell::new() };
     /// This instance's random id, answered in `x-instance-id`.
     static INSTANCE_ID: String = format!("{:016x}", wasi::random::random::get_random_u64());
+    /// The warm state last read from or written to the `WARM_STATE` file.
+    static WARM_SAVED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 struct Handler;
@@ -178,7 +188,9 @@ fn with_items<T>(f: impl FnOnce(&Collection) -> Result<T, Failure>) -> Result<T,
             let uri = std::env::var("MONGODB_URI")
                 .map_err(|_| Failure::Own(500, "MONGODB_URI is not set".into()))?;
             // No I/O yet: the connection is made by the first operation, under its deadline.
-            let _ = cell.set(Client::connect(&uri, &client_options())?);
+            let client = Client::connect(&uri, &client_options())?;
+            adopt_warm_state(&client);
+            let _ = cell.set(client);
         }
         let client = cell.get().expect("set above");
         let inherit = CollectionOptions {
@@ -187,10 +199,53 @@ fn with_items<T>(f: impl FnOnce(&Collection) -> Result<T, Failure>) -> Result<T,
             write_concern: None,
             read_preference: None,
         };
-        f(&client
+        let answer = f(&client
             .database(DATABASE, &inherit)
-            .collection(COLLECTION, &inherit))
+            .collection(COLLECTION, &inherit))?;
+        save_warm_state(client);
+        Ok(answer)
     })
+}
+
+/// The largest warm state file read (the driver refuses larger blobs).
+const MAX_WARM_STATE: u64 = 64 * 1024;
+
+/// The `WARM_STATE` file's path, if the host gave one.
+fn warm_state_path() -> Option<String> {
+    std::env::var("WARM_STATE").ok().filter(|p| !p.is_empty())
+}
+
+/// Hands the `WARM_STATE` file's blob to a new client. No file yet, or one
+/// the driver does not take (damaged, another format): a cold start.
+fn adopt_warm_state(client: &Client) {
+    let Some(path) = warm_state_path() else {
+        return;
+    };
+    let mut blob = Vec::new();
+    let read = std::fs::File::open(&path)
+        .and_then(|file| file.take(MAX_WARM_STATE + 1).read_to_end(&mut blob));
+    if read.is_ok() && client.adopt_warm_state(&blob).is_ok() {
+        WARM_SAVED.with(|saved| *saved.borrow_mut() = blob);
+    }
+}
+
+/// Writes the client's warm state to the `WARM_STATE` file when it holds
+/// something new: whole to a file of its own, then renamed over the old
+/// one, so an instance never reads half a blob. Best effort.
+fn save_warm_state(client: &Client) {
+    let Some(path) = warm_state_path() else {
+        return;
+    };
+    let blob = client.warm_state();
+    if WARM_SAVED.with(|saved| *saved.borrow() == blob) {
+        return;
+    }
+    let part = format!("{path}.{:016x}", wasi::random::random::get_random_u64());
+    if std::fs::write(&part, &blob).is_ok() && std::fs::rename(&part, &path).is_ok() {
+        WARM_SAVED.with(|saved| *saved.borrow_mut() = blob);
+    } else {
+        let _ = std::fs::remove_file(&part);
+    }
 }
 
 fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, Failure> {
@@ -213,12 +268,15 @@ fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, Failure> {
 
 fn respond(out: ResponseOutparam, status: u16, body: &[u8]) {
     let instance = INSTANCE_ID.with(|id| id.clone().into_bytes());
-    let headers = Fields::from_list(&[
+    let mut headers = vec![
         ("content-type".into(), b"application/json".to_vec()),
         ("content-length".into(), body.len().to_string().into_bytes()),
         ("x-instance-id".into(), instance),
-    ])
-    .expect("valid header names and values");
+    ];
+    if let Some(runs) = CLIENT.with(|cell| cell.get().map(Client::scram_derivations)) {
+        headers.push(("x-scram-derivations".into(), runs.to_string().into_bytes()));
+    }
+    let headers = Fields::from_list(&headers).expect("valid header names and values");
     let response = OutgoingResponse::new(headers);
     let _ = response.set_status_code(status);
     let outgoing = response.body().expect("the first call to body()");

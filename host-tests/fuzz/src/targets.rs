@@ -137,6 +137,15 @@ pub const TARGETS: &[Target] = &[
         fixup: None,
         max_len: 1024,
     },
+    Target {
+        name: "warm",
+        about: "warm state blobs (SCRAM keys, SRV answers, host addresses)",
+        run: f::warm_state,
+        seeds: warm_seeds,
+        dictionary: WARM_WORDS,
+        fixup: Some(fix_document),
+        max_len: 4096,
+    },
 ];
 
 pub fn by_name(name: &str) -> Option<&'static Target> {
@@ -242,6 +251,50 @@ const SCRAM_WORDS: &[&[u8]] = &[
     b"\xff",
     b"\xc3\xa9",
 ];
+
+const WARM_WORDS: &[&[u8]] = &[
+    b"v\0",
+    b"scram\0",
+    b"srv\0",
+    b"addr\0",
+    b"name\0",
+    b"exp\0",
+    b"targets\0",
+    b"txt\0",
+    b"ips\0",
+    b"SCRAM-SHA-256\0",
+    b"SCRAM-SHA-1\0",
+    b"127.0.0.1\0",
+    b"::1\0",
+];
+
+/// Blobs as the driver writes them: keys, SRV answers, addresses.
+fn warm_seeds() -> Vec<Vec<u8>> {
+    use mongo_wasi::warm::{HostAddresses, ScramKeys, SrvAnswers, WarmState};
+    let keys = |m: &str, len: usize| ScramKeys {
+        mechanism: m.into(),
+        salt: b"salt".to_vec(),
+        iterations: 15_000,
+        client_key: vec![1; len],
+        server_key: vec![2; len],
+        check: vec![3; 32],
+    };
+    let full = WarmState {
+        scram: vec![keys("SCRAM-SHA-256", 32), keys("SCRAM-SHA-1", 20)],
+        srv: Some(SrvAnswers {
+            name: f::DNS_NAME.into(),
+            targets: vec![("localhost.test.build.10gen.cc".into(), 27017)],
+            txt: vec![b"replicaSet=repl0".to_vec()],
+            expires: 1_000_060,
+        }),
+        addresses: vec![HostAddresses {
+            host: "localhost.test.build.10gen.cc".into(),
+            ips: vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+            expires: 1_000_060,
+        }],
+    };
+    vec![full.encode(), WarmState::default().encode()]
+}
 
 const DNS_WORDS: &[&[u8]] = &[
     b"\xc0\x0c",

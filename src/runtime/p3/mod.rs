@@ -11,7 +11,9 @@ pub mod dns;
 pub mod tcp;
 pub mod udp;
 
-pub use super::dns_udp::{lookup as dns_lookup, lookup_all as dns_lookup_all};
+pub use super::dns_udp::{
+    lookup as dns_lookup, lookup_all as dns_lookup_all, lookup_all_timed as dns_lookup_all_timed,
+};
 pub use tcp::TcpStream;
 
 use crate::deadline::{Deadline, WakeSlack};
