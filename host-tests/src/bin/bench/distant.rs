@@ -52,6 +52,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub const WASI: &str = "mongo-wasi";
+/// mongo-wasi in a new instance given the warm state of the one before.
+const WASI_WARM: &str = "mongo-wasi+warm";
 const NATIVE: &str = "mongodb-rust";
 const PYMONGO: &str = "pymongo";
 /// The RTTs measured, ms.
@@ -286,13 +288,15 @@ impl Clock {
 }
 
 /// mongo-wasi: a new instance (not timed), then client construction and the
-/// first findOne (timed).
+/// first findOne (timed). With `warm`, the client adopts that warm state
+/// (timed) before the findOne. Returns the client's warm state afterwards.
 fn wasi_cold(
     d: &Distant,
     certs: &TestCerts,
     case: &str,
     srv: bool,
-) -> anyhow::Result<(Instant, Instant, f64)> {
+    warm: Option<&[u8]>,
+) -> anyhow::Result<(Instant, Instant, f64, Vec<u8>)> {
     let relay = &d.relays[case];
     let dns = d.dns.addr();
     let dns_s = dns.to_string();
@@ -318,6 +322,10 @@ fn wasi_cold(
     let client = g
         .connect_with(&uri, opts)?
         .map_err(|e| anyhow::anyhow!("connect {uri}: {}", e.message))?;
+    if let Some(blob) = warm {
+        g.adopt_warm_state(client, blob)?
+            .map_err(|e| anyhow::anyhow!("adopt-warm-state: {}", e.message))?;
+    }
     let db = g.database(client, "perftest", None)?;
     let coll = g.collection(db, "corpus", None)?;
     let doc = g
@@ -334,7 +342,12 @@ fn wasi_cold(
     let t1 = Instant::now();
     let cpu_ms = (thread_cpu() - cpu).as_secs_f64() * 1e3;
     anyhow::ensure!(doc.is_some(), "cold findOne found nothing");
-    Ok((t0, t1, cpu_ms))
+    if warm.is_some() {
+        let derived = g.scram_derivations(client)?;
+        anyhow::ensure!(derived == 0, "a warm instance ran PBKDF2 {derived} times");
+    }
+    let blob = g.warm_state(client)?;
+    Ok((t0, t1, cpu_ms, blob))
 }
 
 /// A child contender, under `unshare -m` with `resolv` over /etc/resolv.conf when given.
@@ -435,6 +448,8 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
         }
     }
     let clock = Clock::new();
+    // (case, srv) -> the last cold mongo-wasi client's warm state.
+    let mut blobs: BTreeMap<(&str, bool), Vec<u8>> = BTreeMap::new();
     for rtt in RTTS {
         let d = Distant::start(&proxies, Duration::from_millis(rtt), dns_at)?;
         for i in 0..s.runs {
@@ -446,10 +461,13 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                         let who = (k + i) % n;
                         d.take();
                         let (name, got) = if who == 0 {
-                            let got = wasi_cold(&d, &certs, case, srv).map(|(t0, t1, cpu)| {
-                                let wall = (t1 - t0).as_secs_f64() * 1e3;
-                                (t0, t1, wall, cpu)
-                            });
+                            let got = wasi_cold(&d, &certs, case, srv, None).map(
+                                |(t0, t1, cpu, blob)| {
+                                    blobs.insert((case, srv), blob);
+                                    let wall = (t1 - t0).as_secs_f64() * 1e3;
+                                    (t0, t1, wall, cpu)
+                                },
+                            );
                             (WASI, got)
                         } else {
                             let c = &mut externals[who - 1];
@@ -490,6 +508,31 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                                     format!("distant {name} {case} srv={srv} rtt={rtt}: {e:#}");
                                 eprintln!("bench: {msg}");
                                 r.errors.push(msg);
+                            }
+                        }
+                    }
+                    // A new instance with the warm state the cold one handed out
+                    // (SCRAM keys, SRV/TXT and A answers): where it pays, SCRAM.
+                    if case == "tls_scram_sha_256" {
+                        if let Some(blob) = blobs.get(&(case, srv)).cloned() {
+                            d.take();
+                            match wasi_cold(&d, &certs, case, srv, Some(&blob)) {
+                                Ok((t0, t1, cpu, _)) => {
+                                    std::thread::sleep(Duration::from_millis(2));
+                                    let wall = (t1 - t0).as_secs_f64() * 1e3;
+                                    let run = run_of(&d.take(), t0, t1, wall, cpu);
+                                    r.distant
+                                        .entry((WASI_WARM.to_string(), case.to_string(), srv, rtt))
+                                        .or_default()
+                                        .push(run);
+                                }
+                                Err(e) => {
+                                    let msg = format!(
+                                        "distant {WASI_WARM} {case} srv={srv} rtt={rtt}: {e:#}"
+                                    );
+                                    eprintln!("bench: {msg}");
+                                    r.errors.push(msg);
+                                }
                             }
                         }
                     }
@@ -708,7 +751,7 @@ pub fn print(r: &Results, out: &mut String) {
     );
     let _ = writeln!(
         out,
-        "  {:>4} {:<18} {:<5} {:<13} {:>9} {:>8} {:>5} {:>4} {:>8}",
+        "  {:>4} {:<18} {:<5} {:<15} {:>9} {:>8} {:>5} {:>4} {:>8}",
         "RTT", "case", "addr", "contender", "wall ms", "RTs", "conns", "DNS", "CPU ms"
     );
     for (rtt, by_case) in by_rtt {
@@ -717,11 +760,11 @@ pub fn print(r: &Results, out: &mut String) {
                 let Some(by) = by_case[case][addr].as_object() else {
                     continue;
                 };
-                for c in [WASI, NATIVE, PYMONGO] {
+                for c in [WASI, WASI_WARM, NATIVE, PYMONGO] {
                     let Some(v) = by.get(c) else { continue };
                     let _ = writeln!(
                         out,
-                        "  {rtt:>4} {case:<18} {addr:<5} {c:<13} {:>9.2} {:>8} {:>5} {:>4} {:>8.2}",
+                        "  {rtt:>4} {case:<18} {addr:<5} {c:<15} {:>9.2} {:>8} {:>5} {:>4} {:>8.2}",
                         v["wall_ms"].as_f64().unwrap_or(0.0),
                         format!("{}/{}", v["round_trips"], v["serial_round_trips"]),
                         v["connections"].to_string(),
