@@ -65,17 +65,19 @@ impl Driver {
 }
 
 /// The component linked and its exports found, ready to instantiate.
-pub struct DriverPre<T: 'static>(view::DriverAsyncPre<T>);
+pub struct DriverPre<T: 'static>(view::DriverAsyncPre<T>, view::DriverAsyncIndices);
 
 impl<T: Send + 'static> DriverPre<T> {
     pub fn new(pre: InstancePre<T>) -> Result<Self> {
-        view::DriverAsyncPre::new(pre).map(DriverPre)
+        let indices = view::DriverAsyncIndices::new(&pre)?;
+        Ok(DriverPre(view::DriverAsyncPre::new(pre)?, indices))
     }
 
-    /// Instantiates, blocking as world `driver`'s `instantiate` does.
+    /// Instantiates, blocking as world `driver`'s `instantiate` does; the
+    /// instance is kept for [`Driver::func`].
     pub fn instantiate(&self, mut store: impl AsContextMut<Data = T>) -> Result<Driver> {
         let instance = crate::Wait::w(self.0.instance_pre().instantiate_async(&mut store))?;
-        let driver = view::DriverAsync::new(&mut store, &instance)?;
+        let driver = self.1.load(&mut store, &instance)?;
         Ok(Driver(driver, instance))
     }
 }
