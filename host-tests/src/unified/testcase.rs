@@ -323,4 +323,13 @@ mod tests {
         let entity = doc! { "createEntities": [{ "thread": { "id": "t0" } }] };
         assert!(structural_skip(&entity, &plain).is_some());
     }
+
+    #[test]
+    #[cfg(feature = "async-face")]
+    fn threads_run_on_the_async_face() {
+        let entity = doc! { "createEntities": [{ "thread": { "id": "t0" } }] };
+        let threaded = doc! { "operations": [{ "name": "runOnThread", "object": "testRunner",
+        "arguments": { "thread": "t0", "operation": {} } }] };
+        assert_eq!(structural_skip(&entity, &threaded), None);
+    }
 }
