@@ -130,6 +130,14 @@ def unknown_operator(db):
     return err is None, err or f"found {found}"
 
 
+@gap("where-js", "runs a $where JavaScript predicate (the interruptInUse tests keep a find in use "
+     "with sleep(2000))")
+def where_js(db):
+    db.c.insert_one({"_id": 1})
+    found, err = attempt(lambda: list(db.c.find({"$where": "sleep(10) || true"})))
+    return err is not None, err or f"found {found}"
+
+
 @gap("no-auth", "fails saslStart without users (no authentication configured)")
 def no_auth(db):
     reply, err = attempt(lambda: db.command({"saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": b"x"}))

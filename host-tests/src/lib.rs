@@ -139,6 +139,22 @@ impl<F: std::future::Future> Wait for F {
     }
 }
 
+/// Lets `d` pass between calls into the guest. On the 0.3 face the store's
+/// event loop runs meanwhile, so tasks started concurrently in it (spec-runner's
+/// threads) go on; on the 0.2 face the thread sleeps.
+pub fn idle(store: &mut Store<HostState>, d: std::time::Duration) -> Result<()> {
+    #[cfg(not(feature = "async-face"))]
+    {
+        let _ = store;
+        std::thread::sleep(d);
+        Ok(())
+    }
+    #[cfg(feature = "async-face")]
+    store
+        .run_concurrent(async |_| tokio::time::sleep(d).await)
+        .w()
+}
+
 /// Drops a guest resource: its destructor runs in the guest.
 pub fn drop_resource(
     r: wasmtime::component::ResourceAny,

@@ -63,6 +63,8 @@ pub enum Entity {
     Cursor(CursorEntity),
     /// A saved result, an iteration count, an error list...
     Value(Bson),
+    /// A thread (0.3 face): its operations are `TestRun::threads`'.
+    Thread,
 }
 
 impl Entity {
@@ -75,6 +77,7 @@ impl Entity {
             Entity::Bucket(_) => "bucket",
             Entity::Cursor(_) => "cursor",
             Entity::Value(_) => "BSON value",
+            Entity::Thread => "thread",
         }
     }
 }
@@ -238,6 +241,9 @@ impl Entities {
                     .w()?;
                 Entity::Bucket(handle)
             }
+            // On the 0.3 face the runner runs a thread's operations concurrently
+            // (`operations::threads`); it creates the thread's task.
+            "thread" if cfg!(feature = "async-face") => Entity::Thread,
             "thread" => {
                 return Err(Fail(
                     "thread entities need concurrency; a component instance is single-threaded"

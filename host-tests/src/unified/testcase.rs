@@ -41,6 +41,9 @@ pub struct TestRun {
     /// Fail points configured on one mongos (`targetedFailPoint`): name and address.
     pub targeted: Vec<(String, String)>,
     pub loop_budget: Duration,
+    /// Thread entities' tasks (`runOnThread`, 0.3 face).
+    #[cfg(feature = "async-face")]
+    pub threads: super::operations::threads::Threads,
 }
 
 /// Runs one test; the failpoint cleanup runs whatever happened before it.
@@ -64,6 +67,8 @@ pub fn run(job: &Job) -> Step<()> {
         failpoints: Vec::new(),
         targeted: Vec::new(),
         loop_budget: job.loop_budget,
+        #[cfg(feature = "async-face")]
+        threads: Default::default(),
     };
     let result = run.body(&job.file, test);
     let cleanup = run.finish();
@@ -71,7 +76,12 @@ pub fn run(job: &Job) -> Step<()> {
 }
 
 /// Tests that need what one component instance cannot do: skipped, with why.
+/// On the 0.3 face threads run as concurrent calls into the one instance
+/// (`operations::threads`), so nothing is skipped there.
 pub fn structural_skip(file: &Document, test: &Document) -> Option<String> {
+    if cfg!(feature = "async-face") {
+        return None;
+    }
     let mut threads = false;
     visit(&Bson::Document(file.clone()), &mut |d| {
         threads |= d.contains_key("thread") && d.len() == 1;
@@ -246,6 +256,8 @@ impl TestRun {
     /// cursors closed; their errors do not matter now, a trap still does. The spec's
     /// `killAllSessions` is left out: the proxy answers it without effect.
     fn finish(&mut self) -> Step<()> {
+        #[cfg(feature = "async-face")]
+        self.threads.stop();
         let failpoints = self.disable_failpoints();
         let g = &mut self.guest;
         for name in self.entities.names() {
@@ -298,6 +310,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "async-face"))]
     fn threads_are_a_structural_skip() {
         let file = doc! { "createEntities": [{ "client": { "id": "c" } }] };
         let plain = doc! { "operations": [{ "name": "find", "object": "coll", "arguments": {} }] };
@@ -309,5 +322,14 @@ mod tests {
             .contains("threads"));
         let entity = doc! { "createEntities": [{ "thread": { "id": "t0" } }] };
         assert!(structural_skip(&entity, &plain).is_some());
+    }
+
+    #[test]
+    #[cfg(feature = "async-face")]
+    fn threads_run_on_the_async_face() {
+        let entity = doc! { "createEntities": [{ "thread": { "id": "t0" } }] };
+        let threaded = doc! { "operations": [{ "name": "runOnThread", "object": "testRunner",
+        "arguments": { "thread": "t0", "operation": {} } }] };
+        assert_eq!(structural_skip(&entity, &threaded), None);
     }
 }

@@ -14,6 +14,19 @@ const EXPECTED: &str = "host-tests/spec/expected-pass.txt";
 /// need authentication, e.g. handshake errors): a run without `--auth` runs them on
 /// its auth+TLS deployment. Both runs of `cargo xtask test` check them with the plain list.
 const EXPECTED_AUTH_TLS: &str = "host-tests/spec/expected-pass-auth-tls.txt";
+/// Tests that pass through the WASI 0.3 face only (runOnThread), added to the
+/// lists when a step runs that face.
+const EXPECTED_ASYNC: &str = "host-tests/spec/expected-pass-async.txt";
+
+/// The expected-pass lists a step through `face` checks, as one text.
+fn expected_text(ctx: &Ctx, face: Face) -> Result<String> {
+    let read = |p: &str| std::fs::read_to_string(ctx.root.join(p)).map_err(|e| format!("{p}: {e}"));
+    let mut text = read(EXPECTED)? + "\n" + &read(EXPECTED_AUTH_TLS)?;
+    if face == Face::Async {
+        text = text + "\n" + &read(EXPECTED_ASYNC)?;
+    }
+    Ok(text)
+}
 
 pub const USAGE: &str = "\
 usage: cargo xtask spec (<suite-dir>... | --all) [--json PATH] [--filter SUBSTR] [--verbose]
@@ -179,8 +192,7 @@ pub fn expected_pass_step(ctx: &Ctx, secure: bool, face: Face) -> Result<()> {
     };
     // One list for the runner: the plain one, then the auth-only one.
     let expected = ctx.work.join("expected-pass-with-auth-tls.txt");
-    let read = |p: &str| std::fs::read_to_string(ctx.root.join(p)).map_err(|e| format!("{p}: {e}"));
-    let text = read(EXPECTED)? + "\n" + &read(EXPECTED_AUTH_TLS)?;
+    let text = expected_text(ctx, face)?;
     std::fs::write(&expected, text).map_err(|e| format!("{}: {e}", expected.display()))?;
     let mut args = vec![
         "--all".to_string(),
@@ -247,8 +259,7 @@ const NOT_WHEN_COMPRESSED: &[(&str, &str)] = &[(
 /// compressed too.
 pub fn compressed_step(ctx: &Ctx, face: Face) -> Result<()> {
     let expected = ctx.work.join("expected-pass-compressed.txt");
-    let read = |p: &str| std::fs::read_to_string(ctx.root.join(p)).map_err(|e| format!("{p}: {e}"));
-    let text = read(EXPECTED)? + "\n" + &read(EXPECTED_AUTH_TLS)?;
+    let text = expected_text(ctx, face)?;
     let text: Vec<&str> = text
         .lines()
         .filter(|line| {

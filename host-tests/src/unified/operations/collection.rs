@@ -30,7 +30,7 @@ pub fn op_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOptio
 /// `op_options` with the CRUD spec's everyday options in their typed fields
 /// (as a WIT caller writes them since 0.2.0), so the spec suites exercise
 /// them; what has no typed field still goes in `extra`.
-fn typed_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOptions> {
+pub(super) fn typed_options(args: &mut Args, session: Option<ResourceAny>) -> Step<OpOptions> {
     let upsert = args.bool("upsert")?;
     let ordered = args.bool("ordered")?;
     let bypass_document_validation = args.bool("bypassDocumentValidation")?;
@@ -111,7 +111,7 @@ pub fn aggregate_options(args: &mut Args, session: Option<ResourceAny>) -> Step<
     })
 }
 
-fn find_options(args: &mut Args, session: Option<ResourceAny>) -> Step<FindOptions> {
+pub(super) fn find_options(args: &mut Args, session: Option<ResourceAny>) -> Step<FindOptions> {
     let sort = args.doc("sort")?.map(|d| bytes(&d)).transpose()?;
     let projection = args.doc("projection")?.map(|d| bytes(&d)).transpose()?;
     let skip = args.int("skip")?;
@@ -131,7 +131,7 @@ fn find_options(args: &mut Args, session: Option<ResourceAny>) -> Step<FindOptio
     })
 }
 
-fn update_spec(args: &mut Args, key: &str) -> Step<UpdateSpec> {
+pub(super) fn update_spec(args: &mut Args, key: &str) -> Step<UpdateSpec> {
     match args.take(key) {
         Some(Bson::Document(d)) => Ok(UpdateSpec::Document(bytes(&d)?)),
         Some(Bson::Array(stages)) => {
@@ -256,7 +256,7 @@ pub fn bulk_result_document(r: &BulkWriteResult) -> Step<Document> {
     })
 }
 
-fn update_result(r: UpdateResult) -> Step<Output> {
+pub(super) fn update_result(r: UpdateResult) -> Step<Output> {
     let mut d = doc! {
         "matchedCount": r.matched_count,
         "modifiedCount": r.modified_count,

@@ -12,9 +12,36 @@ use crate::unified::testcase::TestRun;
 use crate::unified::{Fail, Step};
 use crate::Wait;
 use bson::Bson;
+use wasmtime::component::ResourceAny;
 
 fn pipeline(args: &mut Args) -> Step<Vec<Vec<u8>>> {
     args.docs("pipeline")?.iter().map(bytes).collect()
+}
+
+/// runCommand's command document and options; nothing else may be left.
+pub(super) fn run_command_args(
+    mut args: Args,
+    session: Option<ResourceAny>,
+) -> Step<(Vec<u8>, RunCommandOptions)> {
+    let command = bytes(&args.req_doc("command")?)?;
+    // The command document keeps its key order, so commandName is not needed.
+    args.take("commandName");
+    let read_preference = args
+        .doc("readPreference")?
+        .map(|d| crate::unified::entities::typed_read_preference(&d))
+        .transpose()?;
+    let opts = RunCommandOptions {
+        timeout_ms: args.timeout()?,
+        session,
+        read_preference,
+    };
+    args.done()?;
+    Ok((command, opts))
+}
+
+/// runCommand's reply as the operation's result.
+pub(super) fn command_reply(d: Vec<u8>) -> Step<Output> {
+    Ok(Output::Value(decode(&d, "the command reply")?.into()))
 }
 
 impl TestRun {
@@ -34,23 +61,9 @@ impl TestRun {
         let s = &mut g.store;
         match name {
             "runCommand" => {
-                let command = bytes(&args.req_doc("command")?)?;
-                // The command document keeps its key order, so commandName is not needed.
-                args.take("commandName");
-                let read_preference = args
-                    .doc("readPreference")?
-                    .map(|d| crate::unified::entities::typed_read_preference(&d))
-                    .transpose()?;
-                let opts = RunCommandOptions {
-                    timeout_ms: args.timeout()?,
-                    session,
-                    read_preference,
-                };
-                args.done()?;
+                let (command, opts) = run_command_args(args, session)?;
                 let r = api.call_run_command(s, db, &command, &opts).w()?;
-                output(r, |d| {
-                    Ok(Output::Value(decode(&d, "the command reply")?.into()))
-                })
+                output(r, command_reply)
             }
             "runCursorCommand" | "createCommandCursor" => {
                 let command = bytes(&args.req_doc("command")?)?;

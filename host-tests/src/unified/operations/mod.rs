@@ -8,6 +8,8 @@ pub mod cursor;
 mod database;
 mod runner;
 mod session;
+#[cfg(feature = "async-face")]
+pub(crate) mod threads;
 
 use super::args::Args;
 use super::entities::Entity;
@@ -171,6 +173,9 @@ impl TestRun {
             Some(Entity::Cursor(_)) => "cursor",
             Some(Entity::Value(_)) => {
                 return Err(Fail(format!("{name}: entity {object:?} is a BSON value")))
+            }
+            Some(Entity::Thread) => {
+                return Err(Fail(format!("{name}: entity {object:?} is a thread")))
             }
         };
         match kind {

@@ -161,7 +161,10 @@ impl TestRun {
                     .as_i64()
                     .or_else(|| arg(args, "ms").ok().and_then(Bson::as_i32).map(i64::from))
                     .ok_or_else(|| Fail("ms is not an integer".into()))?;
-                std::thread::sleep(Duration::from_millis(ms.max(0) as u64));
+                crate::idle(
+                    &mut self.guest.store,
+                    Duration::from_millis(ms.max(0) as u64),
+                )?;
                 Ok(())
             }
             "waitForEvent" | "assertEventCount" => self.count_events(name, args),
@@ -186,6 +189,16 @@ impl TestRun {
                     "{name}: the WIT exposes no topology description (SDAM)"
                 )))
             }
+            #[cfg(feature = "async-face")]
+            "runOnThread" => {
+                let op = arg(args, "operation")?
+                    .as_document()
+                    .ok_or_else(|| Fail("operation is not a document".into()))?;
+                self.run_on_thread(str_arg(args, "thread")?, op)
+            }
+            #[cfg(feature = "async-face")]
+            "waitForThread" => self.wait_for_thread(str_arg(args, "thread")?),
+            #[cfg(not(feature = "async-face"))]
             "runOnThread" | "waitForThread" => Err(Fail(format!(
                 "{name}: a component instance is single-threaded"
             ))),
@@ -268,7 +281,7 @@ impl TestRun {
                     "{name}: {seen} matching {key}, expected {want}"
                 )));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            crate::idle(&mut self.guest.store, Duration::from_millis(20))?;
             self.monitor(&client)?;
             self.drain_events()?;
         }
