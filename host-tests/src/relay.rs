@@ -407,6 +407,13 @@ fn tcp_pair(
     Ok(())
 }
 
+/// How long a UDP peer's reply reader waits for a reply before it ends.
+const READER_IDLE: Duration = if cfg!(test) {
+    Duration::from_millis(300)
+} else {
+    Duration::from_secs(10)
+};
+
 /// UDP: one upstream socket per client address (so replies find their way
 /// back), a delay line each way.
 fn udp_relay(
@@ -433,13 +440,24 @@ fn udp_relay(
     let to_clients = Arc::new(Mutex::new((to_clients_tx, Instant::now())));
     // (client, DNS id) -> the flight waiting for that reply.
     let pending: Arc<Mutex<HashMap<(SocketAddr, u16), usize>>> = Arc::default();
-    let mut peers: HashMap<SocketAddr, (u64, Line)> = HashMap::new();
+    // Per client address: its flight counter, its line upstream, and whether
+    // the thread reading its replies still runs.
+    let mut peers: HashMap<SocketAddr, (u64, Line, Arc<AtomicBool>)> = HashMap::new();
     let mut buf = [0u8; 65_535];
     while !stop.load(Ordering::Relaxed) {
         let Ok((n, peer)) = socket.recv_from(&mut buf) else {
             continue;
         };
         let at = Instant::now();
+        // A peer whose reply reader ended (idle for 10 s) is a new peer now: the
+        // OS reuses ephemeral ports, and a stale entry would send upstream with
+        // no one reading the replies (seen as a lookup that never got an answer).
+        if peers
+            .get(&peer)
+            .is_some_and(|(_, _, alive)| !alive.load(Ordering::Relaxed))
+        {
+            peers.remove(&peer);
+        }
         if let std::collections::hash_map::Entry::Vacant(slot) = peers.entry(peer) {
             let Ok(up) = UdpSocket::bind("127.0.0.1:0").and_then(|u| {
                 u.connect(upstream)?;
@@ -461,11 +479,13 @@ fn udp_relay(
                 stop.clone(),
             );
             let half = config.rtt / 2;
+            let alive = Arc::new(AtomicBool::new(true));
+            let reading = alive.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65_535];
                 let mut idle = Duration::ZERO;
-                // Ends with the relay, or 10 s after its last reply.
-                while idle < Duration::from_secs(10) && !stop.load(Ordering::Relaxed) {
+                // Ends with the relay, or READER_IDLE after its last reply.
+                while idle < READER_IDLE && !stop.load(Ordering::Relaxed) {
                     let Ok(n) = up.recv(&mut buf) else {
                         idle += Duration::from_millis(50);
                         continue;
@@ -483,10 +503,11 @@ fn udp_relay(
                         }
                     }
                 }
+                reading.store(false, Ordering::Relaxed);
             });
-            slot.insert((conn, line));
+            slot.insert((conn, line, alive));
         }
-        let (conn, line) = peers.get_mut(&peer).expect("inserted above");
+        let (conn, line, _) = peers.get_mut(&peer).expect("inserted above");
         if n >= 2 {
             let id = u16::from_be_bytes([buf[0], buf[1]]);
             let mut l = ledger.lock().unwrap();
@@ -628,5 +649,36 @@ mod tests {
         let f = relay.take();
         assert_eq!(f.count(Kind::Udp), 2);
         assert_eq!(f.serial(), 1, "two queries at once: one round trip");
+    }
+
+    /// A client address back after its reply reader ended (an ephemeral
+    /// port the OS gave again) still gets its answers.
+    #[test]
+    fn a_peer_back_after_its_reader_ended_is_answered() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let up = server.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            for _ in 0..2 {
+                let (n, peer) = server.recv_from(&mut buf).unwrap();
+                server.send_to(&buf[..n], peer).unwrap();
+            }
+        });
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            up,
+            Config::rtt(Duration::ZERO),
+            true,
+        )
+        .unwrap();
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 16];
+        c.send_to(b"\x00\x01q", relay.addr()).unwrap();
+        c.recv(&mut buf).expect("the first answer");
+        std::thread::sleep(READER_IDLE * 3);
+        c.send_to(b"\x00\x02q", relay.addr()).unwrap();
+        let n = c.recv(&mut buf).expect("an answer after the reader ended");
+        assert_eq!(&buf[..n], b"\x00\x02q");
     }
 }
