@@ -448,13 +448,13 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
         }
     }
     let clock = Clock::new();
-    // (case, srv) -> the last cold mongo-wasi client's warm state.
-    let mut blobs: BTreeMap<(&str, bool), Vec<u8>> = BTreeMap::new();
     for rtt in RTTS {
         let d = Distant::start(&proxies, Duration::from_millis(rtt), dns_at)?;
         for i in 0..s.runs {
             for case in CASES {
                 for srv in [false, true] {
+                    // The cold mongo-wasi client's warm state, for the warm row.
+                    let mut blob = None;
                     // Rotate who goes first.
                     let n = 1 + externals.len();
                     for k in 0..n {
@@ -462,8 +462,8 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                         d.take();
                         let (name, got) = if who == 0 {
                             let got = wasi_cold(&d, &certs, case, srv, None).map(
-                                |(t0, t1, cpu, blob)| {
-                                    blobs.insert((case, srv), blob);
+                                |(t0, t1, cpu, warm)| {
+                                    blob = Some(warm);
                                     let wall = (t1 - t0).as_secs_f64() * 1e3;
                                     (t0, t1, wall, cpu)
                                 },
@@ -493,48 +493,15 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                             });
                             (name, got)
                         };
-                        match got {
-                            Ok((t0, t1, wall, cpu)) => {
-                                // Let the last answers land in the ledger.
-                                std::thread::sleep(Duration::from_millis(2));
-                                let run = run_of(&d.take(), t0, t1, wall, cpu);
-                                r.distant
-                                    .entry((name.to_string(), case.to_string(), srv, rtt))
-                                    .or_default()
-                                    .push(run);
-                            }
-                            Err(e) => {
-                                let msg =
-                                    format!("distant {name} {case} srv={srv} rtt={rtt}: {e:#}");
-                                eprintln!("bench: {msg}");
-                                r.errors.push(msg);
-                            }
-                        }
+                        record(r, &d, (name, case, srv, rtt), got);
                     }
                     // A new instance with the warm state the cold one handed out
                     // (SCRAM keys, SRV/TXT and A answers): where it pays, SCRAM.
-                    if case == "tls_scram_sha_256" {
-                        if let Some(blob) = blobs.get(&(case, srv)).cloned() {
-                            d.take();
-                            match wasi_cold(&d, &certs, case, srv, Some(&blob)) {
-                                Ok((t0, t1, cpu, _)) => {
-                                    std::thread::sleep(Duration::from_millis(2));
-                                    let wall = (t1 - t0).as_secs_f64() * 1e3;
-                                    let run = run_of(&d.take(), t0, t1, wall, cpu);
-                                    r.distant
-                                        .entry((WASI_WARM.to_string(), case.to_string(), srv, rtt))
-                                        .or_default()
-                                        .push(run);
-                                }
-                                Err(e) => {
-                                    let msg = format!(
-                                        "distant {WASI_WARM} {case} srv={srv} rtt={rtt}: {e:#}"
-                                    );
-                                    eprintln!("bench: {msg}");
-                                    r.errors.push(msg);
-                                }
-                            }
-                        }
+                    if let (Some(blob), "tls_scram_sha_256") = (&blob, case) {
+                        d.take();
+                        let got = wasi_cold(&d, &certs, case, srv, Some(blob))
+                            .map(|(t0, t1, cpu, _)| (t0, t1, (t1 - t0).as_secs_f64() * 1e3, cpu));
+                        record(r, &d, (WASI_WARM, case, srv, rtt), got);
                     }
                 }
             }
@@ -684,6 +651,32 @@ fn bandwidth_json(r: &Results) -> Value {
         "insert_many_documents": INSERT_MANY,
         "by_workload": out,
     })
+}
+
+/// One cold request's outcome into the figures (its flights from the
+/// relays' ledger), or its error into the report.
+fn record(
+    r: &mut Results,
+    d: &Distant,
+    (name, case, srv, rtt): (&str, &str, bool, u64),
+    got: anyhow::Result<(Instant, Instant, f64, f64)>,
+) {
+    match got {
+        Ok((t0, t1, wall, cpu)) => {
+            // Let the last answers land in the ledger.
+            std::thread::sleep(Duration::from_millis(2));
+            let run = run_of(&d.take(), t0, t1, wall, cpu);
+            r.distant
+                .entry((name.to_string(), case.to_string(), srv, rtt))
+                .or_default()
+                .push(run);
+        }
+        Err(e) => {
+            let msg = format!("distant {name} {case} srv={srv} rtt={rtt}: {e:#}");
+            eprintln!("bench: {msg}");
+            r.errors.push(msg);
+        }
+    }
 }
 
 fn median<T: Copy + Into<f64>>(runs: &[Run], f: impl Fn(&Run) -> T) -> f64 {
