@@ -622,8 +622,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn datagrams_pay_the_rtt_and_count_as_flights() {
+    /// A UDP server echoing two datagrams, behind a relay of `rtt`, and a
+    /// client socket that waits at most `wait` for each answer.
+    fn udp_echo_relay(rtt: Duration, wait: Duration) -> (Relay, UdpSocket) {
         let server = UdpSocket::bind("127.0.0.1:0").unwrap();
         let up = server.local_addr().unwrap();
         std::thread::spawn(move || {
@@ -633,11 +634,17 @@ mod tests {
                 server.send_to(&buf[..n], peer).unwrap();
             }
         });
-        let rtt = Duration::from_millis(40);
         let relay =
             Relay::start("127.0.0.1:0".parse().unwrap(), up, Config::rtt(rtt), true).unwrap();
         let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.set_read_timeout(Some(wait)).unwrap();
+        (relay, c)
+    }
+
+    #[test]
+    fn datagrams_pay_the_rtt_and_count_as_flights() {
+        let rtt = Duration::from_millis(40);
+        let (relay, c) = udp_echo_relay(rtt, Duration::from_secs(5));
         let t = Instant::now();
         c.send_to(b"\x00\x01q", relay.addr()).unwrap();
         c.send_to(b"\x00\x02q", relay.addr()).unwrap();
@@ -655,24 +662,7 @@ mod tests {
     /// port the OS gave again) still gets its answers.
     #[test]
     fn a_peer_back_after_its_reader_ended_is_answered() {
-        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let up = server.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 512];
-            for _ in 0..2 {
-                let (n, peer) = server.recv_from(&mut buf).unwrap();
-                server.send_to(&buf[..n], peer).unwrap();
-            }
-        });
-        let relay = Relay::start(
-            "127.0.0.1:0".parse().unwrap(),
-            up,
-            Config::rtt(Duration::ZERO),
-            true,
-        )
-        .unwrap();
-        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let (relay, c) = udp_echo_relay(Duration::ZERO, Duration::from_secs(3));
         let mut buf = [0u8; 16];
         c.send_to(b"\x00\x01q", relay.addr()).unwrap();
         c.recv(&mut buf).expect("the first answer");
