@@ -405,3 +405,13 @@ pub fn test_server() -> (String, SocketAddr) {
     assert!(addr.ip().is_loopback(), "tests talk to loopback only");
     (uri, addr)
 }
+
+/// A tool's `--backend ip:port`: a socket address on loopback, else an error
+/// naming the flag (tools here talk to loopback only).
+pub fn loopback_backend(v: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = v.parse().map_err(|e| format!("--backend {v}: {e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("--backend {v}: loopback only"));
+    }
+    Ok(addr)
+}

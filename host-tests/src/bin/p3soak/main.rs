@@ -97,14 +97,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
         let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
-            "--backend" => {
-                let v = value()?;
-                let addr: SocketAddr = v.parse().map_err(|e| format!("--backend {v}: {e}"))?;
-                if !addr.ip().is_loopback() {
-                    return Err(format!("--backend {v}: loopback only"));
-                }
-                backend = Some(addr);
-            }
+            "--backend" => backend = Some(host_tests::loopback_backend(&value()?)?),
             "--wasm" => wasm = Some(PathBuf::from(value()?)),
             "--wasmtime" => wasmtime = Some(PathBuf::from(value()?)),
             "--concurrency" => cli.concurrency = number(value()?)?.clamp(1, 256),
