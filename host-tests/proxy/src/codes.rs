@@ -27,6 +27,7 @@ pub const UNSUPPORTED_OP_QUERY_COMMAND: i32 = 352;
 /// mongod's "User ... already exists".
 pub const USER_EXISTS: i32 = 51003;
 pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
+pub const NOT_SECONDARY: i32 = 95;
 pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
 pub const OP_MSG_NO_DB: i32 = 40571;
@@ -35,6 +36,10 @@ pub const CHANGE_STREAM_NEEDS_REPLICA_SET: i32 = 40573;
 /// Atlas Search index commands on a mongod without a search index
 /// management host (`throwIfNotRunningWithRemoteSearchIndexManagement`).
 pub const SEARCH_NOT_ENABLED: i32 = 31082;
+/// A BSON field that must be a document is not (`topologyVersion: "x"`).
+pub const OBJECT_EXPECTED: i32 = 10065;
+/// IDL: a field's validator refused its value (`maxAwaitTimeMS: -1`).
+pub const IDL_COMPARISON: i32 = 51024;
 /// IDL: a required field is missing (a location code: no name).
 pub const IDL_MISSING_FIELD: i32 = 40414;
 /// IDL: `BSON field '<x>.<y>' is an unknown field.`
@@ -77,6 +82,7 @@ const NAMES: &[(i32, &str)] = &[
     (86, "IndexKeySpecsConflict"),
     (89, "NetworkTimeout"),
     (91, "ShutdownInProgress"),
+    (95, "NotSecondary"),
     (96, "OperationFailed"),
     (100, "UnsatisfiableWriteConcern"),
     (112, "WriteConflict"),

@@ -1,6 +1,7 @@
 //! One client connection: read a message, decide (failpoints, topology, allow-list), then
 //! answer it here or forward it to this connection's own backend connection.
 
+mod awaitable;
 mod dispatch;
 mod distinct_id;
 mod out_stage;
@@ -218,6 +219,12 @@ impl Conn {
         self.negotiate_compression(&name, &body, &mut action);
         match action {
             Action::Reply(_) if more_to_come => Ok(true),
+            Action::Reply(reply) if commands::is_hello(&name) => {
+                let open =
+                    self.reply_to_hello(msg.request_id, parsed.flags, &name, &body, reply)?;
+                self.drop_done_collections();
+                Ok(open)
+            }
             Action::Reply(mut reply) => {
                 if self.reports_cluster_time() {
                     cluster_time::stamp(&mut reply, self.shared.clock.tick());

@@ -16,7 +16,7 @@ use crate::failpoint::{FailPoints, Mode};
 use crate::local_sessions::{Cursors, SessionCache};
 use crate::retry_record::RetryRecords;
 use crate::stats::Stats;
-use crate::topology::{Topology, TopologyState};
+use crate::topology::{Topology, TopologyState, TopologyVersion};
 use crate::version::CurrentVersion;
 
 /// How to start a [`Proxy`].
@@ -101,6 +101,9 @@ pub(crate) struct Shared {
     pub verbose: bool,
     pub ports: Vec<u16>,
     pub topology: Mutex<TopologyState>,
+    /// Signalled (with `topology` held) when a topology version may have moved and when the
+    /// proxy stops: awaitable hellos wait on it (see [`Shared::await_topology_change`]).
+    topology_changed: Condvar,
     /// One set per mongod process: per member of a replica set, per mongos,
     /// and one for a standalone (however many addresses it listens on);
     /// see [`Shared::failpoints`].
@@ -148,6 +151,48 @@ impl Shared {
         lock(self.sessions.get(member).unwrap_or(&self.sessions[0]))
     }
 
+    /// Runs `change` on the topology and wakes every awaitable hello to look again.
+    pub fn change_topology<R>(&self, change: impl FnOnce(&mut TopologyState) -> R) -> R {
+        let mut topology = lock(&self.topology);
+        let out = change(&mut topology);
+        self.topology_changed.notify_all();
+        out
+    }
+
+    /// An awaitable hello's wait: until `member`'s topology version is no longer `seen`,
+    /// `until` passes, the proxy stops, or `client_gone` (asked every [`CLIENT_POLL`], out of
+    /// the lock) says the client left. Sleeps on a condition variable, holding no lock.
+    pub fn await_topology_change(
+        &self,
+        member: usize,
+        seen: TopologyVersion,
+        until: Instant,
+        client_gone: impl Fn() -> bool,
+    ) -> Awaited {
+        loop {
+            let topology = lock(&self.topology);
+            if self.is_stopped() {
+                return Awaited::Stopped;
+            }
+            if topology.topology_version(member) != seen {
+                return Awaited::Changed;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Awaited::TimedOut;
+            }
+            let step = (until - now).min(CLIENT_POLL);
+            let (topology, _) = self
+                .topology_changed
+                .wait_timeout(topology, step)
+                .unwrap_or_else(|e| e.into_inner());
+            drop(topology);
+            if client_gone() {
+                return Awaited::ClientGone;
+            }
+        }
+    }
+
     pub fn is_stopped(&self) -> bool {
         *lock(&self.stopped)
     }
@@ -191,6 +236,17 @@ impl Shared {
         lock(&self.sockets).remove(&conn);
     }
 
+    /// Presents server version `text`; when that changes hello (`maxWireVersion`), every
+    /// mongod's topology version moves on, so that awaiting hellos answer it.
+    pub fn set_version(&self, text: &str) -> Result<crate::topology::Version, String> {
+        let before = self.version.get();
+        let now = self.version.set(text)?;
+        if now.max_wire != before.max_wire {
+            self.change_topology(TopologyState::bump_all);
+        }
+        Ok(now)
+    }
+
     pub fn request_id(&self) -> i32 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }
@@ -200,6 +256,18 @@ impl Shared {
             eprintln!("failpoint-proxy: {msg}");
         }
     }
+}
+
+/// How often an awaitable hello's wait looks whether its client is still there.
+pub(crate) const CLIENT_POLL: Duration = Duration::from_millis(100);
+
+/// How an awaitable hello's wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Awaited {
+    Changed,
+    TimedOut,
+    Stopped,
+    ClientGone,
 }
 
 /// A running proxy. Stops (closing every connection and joining every thread) on
@@ -262,6 +330,7 @@ impl Proxy {
             verbose: config.verbose,
             ports: addrs.iter().map(SocketAddr::port).collect(),
             topology: Mutex::new(TopologyState::new(&config.topology, hosts)),
+            topology_changed: Condvar::new(),
             failpoints: (0..fail_point_sets)
                 .map(|_| Mutex::new(FailPoints::default()))
                 .collect(),
@@ -328,7 +397,7 @@ impl Proxy {
     /// Elects `target` (or the next data member) as primary with a new term, as
     /// `{proxyStepDown: 1}` does. Answers the new primary's member index.
     pub fn step_down(&self, target: Option<usize>) -> Result<usize, String> {
-        lock(&self.shared.topology).elect(target)
+        self.shared.change_topology(|t| t.elect(target))
     }
 
     /// Configures fail point `name` on `member` (a standalone has one set), as a
@@ -348,7 +417,7 @@ impl Proxy {
     /// Presents server version `text` (`major.minor[.patch]`) to connections made from now
     /// on, as `{proxySetVersion: text}` does: hello's `maxWireVersion`, `buildInfo`.
     pub fn set_version(&self, text: &str) -> Result<(), String> {
-        self.shared.version.set(text).map(drop)
+        self.shared.set_version(text).map(drop)
     }
 
     /// Stops accepting, closes every connection and joins every thread. Idempotent.
@@ -361,6 +430,8 @@ impl Proxy {
             *stopped = true;
             self.shared.wake.notify_all();
         }
+        // Awaitable hellos wake and see `stopped`.
+        self.shared.change_topology(|_| ());
         // A blocking accept() only returns for a connection: give each listener one.
         for addr in &self.addrs {
             let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));

@@ -2,6 +2,8 @@
 //! listeners, or a sharded cluster whose mongoses are its listeners (all forwarding to the
 //! one backend), and the `hello` each member answers.
 
+use std::time::{Duration, Instant};
+
 use bson::{doc, oid::ObjectId, Bson, DateTime, Document, Timestamp};
 
 use crate::codes;
@@ -77,6 +79,23 @@ pub const MAX_BSON_OBJECT_SIZE: i32 = 16_777_216;
 pub const MAX_MESSAGE_SIZE_BYTES: i32 = 48_000_000;
 pub const MAX_WRITE_BATCH_SIZE: i32 = 100_000;
 
+/// mongod 4.4 (wire 9) added `topologyVersion` and the awaitable hello.
+pub const MIN_AWAITABLE_WIRE: i32 = 9;
+
+/// One mongod's `topologyVersion`: its process id (chosen at start) and the counter of
+/// changes to what its hello shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopologyVersion {
+    pub process_id: ObjectId,
+    pub counter: i64,
+}
+
+impl TopologyVersion {
+    pub fn to_document(self) -> Document {
+        doc! { "processId": self.process_id, "counter": self.counter }
+    }
+}
+
 pub(crate) struct TopologyState {
     pub set_name: Option<String>,
     /// Every member is a mongos.
@@ -89,6 +108,11 @@ pub(crate) struct TopologyState {
     pub primary: Option<usize>,
     pub term: i64,
     pub set_version: i32,
+    /// Per mongod process (one for a standalone however many addresses it listens on,
+    /// else one per member): see [`TopologyState::topology_version`].
+    versions: Vec<TopologyVersion>,
+    /// `replSetFreeze`: until when a member may not be elected by a step-down.
+    frozen_until: Vec<Option<Instant>>,
 }
 
 /// What a `hello` request asked for.
@@ -106,7 +130,18 @@ impl TopologyState {
             Topology::ReplicaSet { name, members, .. } => (Some(name.clone()), *members, Some(0)),
             Topology::Sharded { .. } | Topology::LoadBalanced { .. } => (None, hosts.len(), None),
         };
+        let processes = match topology {
+            Topology::Standalone => 1,
+            _ => hosts.len().max(1),
+        };
         TopologyState {
+            versions: (0..processes)
+                .map(|_| TopologyVersion {
+                    process_id: ObjectId::new(),
+                    counter: 0,
+                })
+                .collect(),
+            frozen_until: vec![None; hosts.len()],
             set_name,
             sharded: matches!(
                 topology,
@@ -150,8 +185,37 @@ impl TopologyState {
         ObjectId::from_bytes(bytes)
     }
 
-    /// Elects `target` (default: the next data member after the current primary) with a new term.
-    /// A lone member re-elects itself. Answers the new primary.
+    fn process(&self, member: usize) -> usize {
+        member.min(self.versions.len() - 1)
+    }
+
+    /// `member`'s mongod's `topologyVersion`.
+    pub fn topology_version(&self, member: usize) -> TopologyVersion {
+        self.versions[self.process(member)]
+    }
+
+    /// What `member`'s hello shows of the set that an election can change: its role, the
+    /// primary it names, and its election id when primary.
+    fn view(&self, member: usize) -> (Role, Option<usize>, Option<i64>) {
+        let role = self.role(member);
+        (
+            role,
+            self.primary,
+            (role == Role::Primary).then_some(self.term),
+        )
+    }
+
+    /// Every mongod's hello changed (e.g. the presented version): every counter moves.
+    pub fn bump_all(&mut self) {
+        for v in &mut self.versions {
+            v.counter += 1;
+        }
+    }
+
+    /// Elects `target` (default: the next data member after the current primary that is
+    /// not frozen by `replSetFreeze`) with a new term. A lone member re-elects itself.
+    /// Answers the new primary. The counter of each member whose hello changed moves on:
+    /// the old and new primaries', and every member's that names the primary.
     pub fn elect(&mut self, target: Option<usize>) -> Result<usize, String> {
         if self.set_name.is_none() {
             return Err("not running with --replSet".into());
@@ -159,11 +223,58 @@ impl TopologyState {
         let next = match target {
             Some(t) if t < self.data_members => t,
             Some(t) => return Err(format!("member {t} is not a data-bearing member")),
-            None => self.primary.map_or(0, |p| (p + 1) % self.data_members),
+            None => {
+                let now = Instant::now();
+                let n = self.data_members;
+                let start = self.primary.map_or(0, |p| p + 1);
+                // All frozen: the next one anyway (the emulation always has a primary).
+                (0..n)
+                    .map(|i| (start + i) % n)
+                    .find(|&m| self.frozen_until[m].is_none_or(|t| t <= now))
+                    .unwrap_or(start % n)
+            }
         };
+        let before: Vec<_> = (0..self.hosts.len()).map(|m| self.view(m)).collect();
         self.primary = Some(next);
         self.term += 1;
+        for (m, was) in before.into_iter().enumerate() {
+            if self.view(m) != was {
+                let p = self.process(m);
+                self.versions[p].counter += 1;
+            }
+        }
         Ok(next)
+    }
+
+    /// mongod's `replSetFreeze` on `member`: 0 unfreezes; n seconds keep a secondary from
+    /// being elected by a step-down for that long. Refused on a primary, as mongod does.
+    pub fn freeze(&mut self, member: usize, secs: i64) -> Result<Document, (i32, String)> {
+        match self.role(member) {
+            Role::Standalone | Role::Mongos => {
+                return Err((
+                    codes::NO_REPLICATION_ENABLED,
+                    "not running with --replSet".into(),
+                ))
+            }
+            Role::Primary => {
+                return Err((
+                    codes::NOT_SECONDARY,
+                    "cannot freeze node when primary or running for election. state: Primary"
+                        .into(),
+                ))
+            }
+            Role::Secondary | Role::Arbiter => {}
+        }
+        if secs <= 0 {
+            self.frozen_until[member] = None;
+            return Ok(doc! { "info": "unfreezing", "ok": 1.0 });
+        }
+        let until = Instant::now() + Duration::from_secs(secs.min(365 * 24 * 3600) as u64);
+        self.frozen_until[member] = Some(until);
+        Ok(match secs {
+            1 => doc! { "warning": "you really want to freeze for only 1 second?", "ok": 1.0 },
+            _ => doc! { "ok": 1.0 },
+        })
     }
 
     /// mongod's `replSetStepDown` as seen from `member`.
@@ -234,6 +345,12 @@ impl TopologyState {
         }
         if role == Role::Mongos {
             d.insert("msg", "isdbgrid");
+        }
+        if version.max_wire >= MIN_AWAITABLE_WIRE {
+            d.insert(
+                "topologyVersion",
+                self.topology_version(member).to_document(),
+            );
         }
         d.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE);
         d.insert("maxMessageSizeBytes", MAX_MESSAGE_SIZE_BYTES);

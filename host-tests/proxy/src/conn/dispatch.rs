@@ -49,6 +49,7 @@ const LOCAL: &[&str] = &[
     "refreshSessions",
     "replSetGetStatus",
     "replSetStepDown",
+    "replSetFreeze",
     "saslStart",
     "saslContinue",
     "authenticate",
@@ -180,15 +181,23 @@ impl Conn {
         if routing {
             return Action::Reply(crate::mongos::router_command(name, db));
         }
+        if commands::is_hello(name) {
+            return self.hello(name, db, body);
+        }
         if local {
             return Action::Reply(self.local_command(name, db, body));
         }
         let role = self.role();
         if matches!(role, Role::Secondary | Role::Arbiter) {
             let info = self.info(name, db, body);
+            let state_change = self.state_change_error_version();
             let refuse = |code: i32, msg: &str| {
                 let labels = fp::error_labels(&info, Some(code), None, change_stream);
-                Action::Reply(with_labels(error_doc(code, msg), labels))
+                let mut reply = with_labels(error_doc(code, msg), labels);
+                if let Some(tv) = &state_change {
+                    reply.insert("topologyVersion", tv.clone());
+                }
+                Action::Reply(reply)
             };
             let txn_end = matches!(name, "commitTransaction" | "abortTransaction");
             // From 5.0 a secondary runs an aggregate's $out or $merge, writing through the
@@ -287,6 +296,15 @@ impl Conn {
             close_after,
             supports_wc: commands::supports_write_concern(name, body),
         }
+    }
+
+    /// The `topologyVersion` mongod (4.4+) puts in this member's "not primary" errors.
+    fn state_change_error_version(&self) -> Option<Document> {
+        if self.shared.version.get().max_wire < crate::topology::MIN_AWAITABLE_WIRE {
+            return None;
+        }
+        let tv = lock(&self.shared.topology).topology_version(self.member);
+        Some(tv.to_document())
     }
 
     /// With auth on, an unauthenticated connection may only run the handshake and the
@@ -447,7 +465,7 @@ impl Conn {
     }
 
     /// The client closed its end (or the socket failed); pipelined bytes mean it is there.
-    fn client_gone(&self) -> bool {
+    pub(super) fn client_gone(&self) -> bool {
         if self.client.socket().set_nonblocking(true).is_err() {
             return false;
         }
@@ -550,25 +568,24 @@ impl Conn {
             }
             "proxySetVersion" => {
                 let text = body.get_str("proxySetVersion").unwrap_or("");
-                match self.shared.version.set(text) {
+                match self.shared.set_version(text) {
                     Ok(v) => doc! { "version": v.text, "maxWireVersion": v.max_wire, "ok": 1.0 },
                     Err(e) => error_doc(codes::BAD_VALUE, &e),
                 }
             }
             _ => {
                 let target = fp::number(body, "newPrimary").map(|n| n as usize);
-                let mut topology = lock(&self.shared.topology);
-                match topology.elect(target) {
+                self.shared.change_topology(|topology| match topology.elect(target) {
                     Ok(p) => {
                         doc! { "primary": topology.hosts[p].as_str(), "electionId": topology.election_id(), "ok": 1.0 }
                     }
                     Err(e) => error_doc(codes::BAD_VALUE, &e),
-                }
+                })
             }
         }
     }
 
-    fn local_command(&mut self, name: &str, db: &str, body: &Document) -> Document {
+    pub(super) fn local_command(&mut self, name: &str, db: &str, body: &Document) -> Document {
         let admin_only = matches!(
             name,
             "getCmdLineOpts"
@@ -576,6 +593,7 @@ impl Conn {
                 | "setParameter"
                 | "replSetGetStatus"
                 | "replSetStepDown"
+                | "replSetFreeze"
         );
         if admin_only && db != "admin" {
             return error_doc(
@@ -677,13 +695,83 @@ impl Conn {
                 doc! { "nonce": format!("{nonce:016x}"), "ok": 1.0 }
             }
             "replSetGetStatus" => lock(&self.shared.topology).status(self.member),
-            "replSetStepDown" => match lock(&self.shared.topology).step_down(self.member) {
-                Ok(_) => doc! { "ok": 1.0 },
-                Err((code, msg)) => error_doc(code, &msg),
-            },
+            "replSetStepDown" => {
+                if let Err(refusal) = step_down_arguments(body) {
+                    return refusal;
+                }
+                let member = self.member;
+                match self.shared.change_topology(|t| t.step_down(member)) {
+                    Ok(_) => doc! { "ok": 1.0 },
+                    Err((code, msg)) => {
+                        let mut reply = error_doc(code, &msg);
+                        if code == codes::NOT_WRITABLE_PRIMARY {
+                            if let Some(tv) = self.state_change_error_version() {
+                                reply.insert("topologyVersion", tv);
+                            }
+                        }
+                        reply
+                    }
+                }
+            }
+            "replSetFreeze" => {
+                let secs = match body.get("replSetFreeze").and_then(fp::as_number) {
+                    Some(n) if n.fract() == 0.0 => n as i64,
+                    _ => {
+                        let msg = "replSetFreeze takes a number of seconds";
+                        return error_doc(codes::TYPE_MISMATCH, msg);
+                    }
+                };
+                let member = self.member;
+                match self.shared.change_topology(|t| t.freeze(member, secs)) {
+                    Ok(reply) => reply,
+                    Err((code, msg)) => error_doc(code, &msg),
+                }
+            }
             // setParameter, the session-killing commands and the API test commands: nothing
             // to do here.
             _ => doc! { "ok": 1.0 },
         }
     }
+}
+
+/// mongod's checks of `replSetStepDown`'s arguments (`{replSetStepDown: secs,
+/// secondaryCatchUpPeriodSecs?, force?}`); the values themselves change nothing here: the
+/// emulated secondaries are always caught up.
+fn step_down_arguments(body: &Document) -> Result<(), Document> {
+    let secs = match body.get("replSetStepDown").and_then(fp::as_number) {
+        // mongod reads the first element as a number: 0 or not a number is the default.
+        Some(0.0) | None => 60.0,
+        Some(n) if n < 0.0 => {
+            return Err(error_doc(
+                codes::BAD_VALUE,
+                "stepdown period must be a positive integer",
+            ))
+        }
+        Some(n) => n,
+    };
+    let force = match body.get("force") {
+        None => false,
+        Some(bson::Bson::Boolean(b)) => *b,
+        Some(v) => fp::as_number(v).is_some_and(|n| n != 0.0),
+    };
+    let catch_up = match body.get("secondaryCatchUpPeriodSecs") {
+        None if force => 0.0,
+        None => 10.0,
+        Some(v) => match fp::as_number(v) {
+            Some(n) => n,
+            None => {
+                let msg = "secondaryCatchUpPeriodSecs must be a number";
+                return Err(error_doc(codes::TYPE_MISMATCH, msg));
+            }
+        },
+    };
+    if catch_up < 0.0 {
+        let msg = "secondaryCatchUpPeriodSecs period must be a positive or absent";
+        return Err(error_doc(codes::BAD_VALUE, msg));
+    }
+    if secs < catch_up {
+        let msg = "stepdown period must be longer than secondaryCatchUpPeriodSecs";
+        return Err(error_doc(codes::BAD_VALUE, msg));
+    }
+    Ok(())
 }
