@@ -3,7 +3,8 @@
 //! proxy's TLS termination, verified by OpenSSL, and MONGODB-X509), `pymongo_names.py`
 //! (collection names nx-27017 refuses, GridFS), `pymongo_versions.py` (what an older
 //! presented server version refuses), `pymongo_emulations.py` (what the proxy emulates
-//! of mongod where nx-27017 answers otherwise) and `pymongo_compression.py` (OP_COMPRESSED).
+//! of mongod where nx-27017 answers otherwise), `pymongo_compression.py` (OP_COMPRESSED) and
+//! `pymongo_streaming.py` (the streaming monitoring protocol).
 //! Needs `MONGO_WASI_VENV` (a venv with pymongo) and `MONGO_WASI_URI` (the nx-27017 to front,
 //! `mongodb://127.0.0.1:PORT/`); without them it prints `skipped: ...` and passes.
 
@@ -209,6 +210,38 @@ fn pymongo_sees_mongod_distinct_order_and_local_sessions() {
                 "BACKEND_URI",
                 format!("mongodb://{backend}/?directConnection=true"),
             ),
+        ],
+        SCRIPT_TIMEOUT,
+    );
+}
+
+/// mongod 4.4+'s streaming monitoring protocol as PyMongo's monitors use it
+/// (`pymongo_streaming.py`): awaited heartbeats from a standalone and from each member of a
+/// two-member set, a fail point on the monitor's hello, and a step-down PyMongo sees within
+/// seconds with heartbeatFrequencyMS=60000.
+#[test]
+fn pymongo_streams_heartbeats_through_the_proxy() {
+    let Some((venv, uri)) = venv_and_uri() else {
+        return;
+    };
+    let backend = backend_addr(&uri);
+    let standalone = Proxy::start(ProxyConfig::new(backend)).expect("start the proxy");
+    let replica_set =
+        Proxy::start(ProxyConfig::replica_set(backend, "rs0", 2)).expect("start replica-set proxy");
+    let members = replica_set.addresses();
+    run_python(
+        &venv,
+        "pymongo_streaming.py",
+        &[
+            (
+                "PROXY_URI",
+                format!(
+                    "mongodb://{}/?directConnection=true",
+                    standalone.addresses()[0]
+                ),
+            ),
+            ("PROXY_RS_SEED", members[0].to_string()),
+            ("PROXY_RS_SECONDARY", members[1].to_string()),
         ],
         SCRIPT_TIMEOUT,
     );
