@@ -25,6 +25,10 @@ def check(cond, what):
 
 def client(uri, **kw):
     kw.setdefault("serverSelectionTimeoutMS", 5000)
+    # The proxy streams hellos as mongod 4.4+ does: after a state-change error (91 below)
+    # marks the server Unknown, PyMongo learns it is back from the next streamed reply, at
+    # most heartbeatFrequencyMS later (a "check now" is ignored while a hello is awaited).
+    kw.setdefault("heartbeatFrequencyMS", 500)
     c = pymongo.MongoClient(uri, **kw)
     c.admin.command("ping")  # connect before any fail point is set
     return c
