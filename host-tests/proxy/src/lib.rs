@@ -14,7 +14,9 @@
 //!
 //! Admin commands of its own (any database, no authentication needed): `{proxyStats: 1}`,
 //! `{proxyResetStats: 1}`, `{proxyStepDown: 1, newPrimary?: <member index>}`,
-//! `{proxySetVersion: "8.0.0"}` (the server version presented; see `version.rs`). Fail points:
+//! `{proxySetVersion: "8.0.0"}` (the server version presented; see `version.rs`). mongod
+//! 4.4+'s streaming monitoring protocol (`topologyVersion` per member, the awaitable hello,
+//! exhaust, `replSetFreeze`): see `conn/awaitable.rs`. Fail points:
 //! see [`failpoint`]. What a presented version older than 5.0 refuses (nx-27017 takes it):
 //! see `version_behaviour.rs`. What nx-27017 answers otherwise than mongod, emulated:
 //! `bson_order.rs`, `local_sessions.rs`, `insert.rs`, `transaction_state.rs`,

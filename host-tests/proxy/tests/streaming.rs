@@ -94,6 +94,16 @@ fn an_awaited_hello_waits_for_max_await_time_ms_then_answers() {
     );
     // maxAwaitTimeMS 0: at once.
     assert_ok(&c.admin(awaitable(tv, 0)));
+    // The legacy OP_QUERY isMaster waits too.
+    let start = Instant::now();
+    let legacy = c
+        .op_query(
+            "admin.$cmd",
+            doc! { "isMaster": 1, "topologyVersion": tv_doc(tv.0, tv.1), "maxAwaitTimeMS": 300i64 },
+        )
+        .unwrap();
+    assert_eq!(topology_version(&legacy), tv);
+    assert!(elapsed_ms(start) >= 250, "OP_QUERY isMaster did not wait");
 }
 
 #[test]
