@@ -77,6 +77,9 @@ pub struct Connection {
     pub(crate) lease: Option<crate::cmap::Lease>,
     /// When it last became available in its pool (kept only with maxIdleTimeMS).
     pub(crate) available_since: crate::deadline::Instant,
+    /// A monitor's streaming hello: the requestID the next reply answers
+    /// (the request's, then each reply's in turn) while more are to come.
+    streaming: Option<i32>,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -164,6 +167,7 @@ impl Connection {
             unauthenticated: None,
             lease: None,
             available_since: crate::deadline::Instant(0),
+            streaming: None,
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
@@ -303,6 +307,59 @@ impl Connection {
         hello.check_wire_version(&self.address)?;
         self.hello = hello;
         Ok((rtt, reply))
+    }
+
+    /// The streaming protocol (server-monitoring spec): sends the awaitable
+    /// hello `cmd` with exhaustAllowed; its replies come by `next_streamed`.
+    pub async fn start_stream(&mut self, cmd: &RawDocument, deadline: Deadline) -> Result<()> {
+        let request_id = next_request_id();
+        self.buf.clear();
+        // Never compressed: a hello is on the compression spec's list.
+        wire::encode_op_msg(
+            &mut self.buf,
+            request_id,
+            wire::EXHAUST_ALLOWED,
+            cmd,
+            &[],
+            wire::DEFAULT_MAX_MESSAGE_SIZE,
+        )?;
+        self.flush_buf(deadline).await?;
+        // The buffer holds what was sent: the replies start from nothing.
+        self.buf.clear();
+        self.streaming = Some(request_id);
+        Ok(())
+    }
+
+    /// Whether the server streams its hello replies on this connection
+    /// (the last one came with moreToCome).
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.is_some()
+    }
+
+    /// The next reply of the streaming hello, and whether more follow (the
+    /// moreToCome flag; without it, the monitor sends the next awaitable
+    /// hello). Bytes read past the reply stay for the next one. Any failure
+    /// (a timeout included: the stream's place is lost) breaks the connection.
+    pub async fn next_streamed(&mut self, deadline: Deadline) -> Result<(RawDocumentBuf, bool)> {
+        let Some(response_to) = self.streaming.take() else {
+            return Err(Error::protocol("no hello is streaming on this connection"));
+        };
+        let r = self.read_frame(deadline).await.and_then(|len| {
+            let rest = self.buf.split_off(len);
+            let len = self.decompress_buf(len)?;
+            let (range, more, id) = wire::check_streamed_reply(&self.buf[..len], response_to)?;
+            let reply = wire::take_document(&mut self.buf, range)?;
+            self.buf.clear();
+            self.buf.extend_from_slice(&rest);
+            check_ok(&reply)?;
+            let hello = HelloReply::parse(&reply)?;
+            hello.check_wire_version(&self.address)?;
+            Ok((reply, hello, more.then_some(id)))
+        });
+        let (reply, hello, next) = self.fail_on_err(r)?;
+        self.hello = hello;
+        self.streaming = next;
+        Ok((reply, next.is_some()))
     }
 
     async fn exchange_hello(

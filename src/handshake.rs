@@ -157,6 +157,42 @@ pub fn heartbeat_command(server_api: Option<&ServerApi>) -> RawDocumentBuf {
     command(None, false, server_api)
 }
 
+/// The streaming protocol's awaitable hello (server-monitoring spec): the
+/// heartbeat's hello with the `topologyVersion` last seen and
+/// `maxAwaitTimeMS` (heartbeatFrequencyMS). The server answers when its
+/// topology changes or that time passes, and (sent with exhaustAllowed)
+/// keeps answering so.
+pub fn awaitable_hello_command(
+    server_api: Option<&ServerApi>,
+    seen: &crate::sdam::TopologyVersion,
+    max_await_ms: u64,
+) -> RawDocumentBuf {
+    let mut cmd = heartbeat_command(server_api);
+    let mut tv = RawDocumentBuf::new();
+    tv.append(cstr!("processId"), seen.process_id);
+    tv.append(cstr!("counter"), seen.counter);
+    cmd.append(cstr!("topologyVersion"), tv);
+    cmd.append(
+        cstr!("maxAwaitTimeMS"),
+        i64::try_from(max_await_ms).unwrap_or(i64::MAX),
+    );
+    cmd
+}
+
+/// Whether the environment is a FaaS platform, by the handshake spec's
+/// `client.env` rules (AWS Lambda, Azure Functions, GCP Cloud Functions,
+/// Vercel); `var` reads an environment variable. serverMonitoringMode=auto
+/// polls there (server-monitoring spec: a frozen process cannot stream).
+pub fn is_faas(var: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.is_empty());
+    var("AWS_EXECUTION_ENV").is_some_and(|v| v.starts_with("AWS_Lambda_"))
+        || set("AWS_LAMBDA_RUNTIME_API")
+        || set("FUNCTIONS_WORKER_RUNTIME")
+        || set("K_SERVICE")
+        || set("FUNCTION_NAME")
+        || set("VERCEL")
+}
+
 fn command(
     metadata: Option<&RawDocument>,
     legacy: bool,
@@ -347,6 +383,43 @@ impl HelloReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_awaitable_hello_carries_the_topology_version_seen_and_the_wait() {
+        let seen = crate::sdam::TopologyVersion {
+            process_id: bson::oid::ObjectId::from_bytes([7; 12]),
+            counter: 3,
+        };
+        let cmd = awaitable_hello_command(None, &seen, 10_000);
+        assert_eq!(cmd.get_i32("hello").unwrap(), 1);
+        assert!(
+            cmd.get_document("client").is_err(),
+            "no metadata after the first hello"
+        );
+        let tv = cmd.get_document("topologyVersion").unwrap();
+        assert_eq!(tv.get_object_id("processId").unwrap(), seen.process_id);
+        assert_eq!(tv.get_i64("counter").unwrap(), 3);
+        assert_eq!(cmd.get_i64("maxAwaitTimeMS").unwrap(), 10_000);
+    }
+
+    #[test]
+    fn faas_platforms_are_told_by_their_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(!is_faas(env(&[])));
+        assert!(is_faas(env(&[("AWS_EXECUTION_ENV", "AWS_Lambda_java8")])));
+        assert!(!is_faas(env(&[("AWS_EXECUTION_ENV", "EC2")])));
+        assert!(is_faas(env(&[("FUNCTIONS_WORKER_RUNTIME", "node")])));
+        assert!(is_faas(env(&[("K_SERVICE", "svc")])));
+        assert!(is_faas(env(&[("VERCEL", "1")])));
+        assert!(!is_faas(env(&[("VERCEL", "")])));
+    }
 
     #[test]
     fn metadata_names_driver_os_and_app() {

@@ -14,8 +14,8 @@ mod reply;
 pub use compression::{Compression, Compressor};
 pub use documents::{Documents, Slice};
 pub use legacy::{encode_op_query, OpReply};
-pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg};
-pub use reply::{check_reply, take_document, validate_document, MAX_DEPTH};
+pub use op_msg::{encode_op_msg, DocumentSequence, OpMsg, EXHAUST_ALLOWED, MORE_TO_COME};
+pub use reply::{check_reply, check_streamed_reply, take_document, validate_document, MAX_DEPTH};
 
 use crate::error::{Error, Result};
 

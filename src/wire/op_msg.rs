@@ -8,6 +8,8 @@ use bson::RawDocument;
 
 pub const CHECKSUM_PRESENT: u32 = 1 << 0;
 pub const MORE_TO_COME: u32 = 1 << 1;
+/// The client accepts several replies to this request (the streaming hello).
+pub const EXHAUST_ALLOWED: u32 = 1 << 16;
 /// Bits 0-15 are "required": an unknown one set must be an error.
 const KNOWN_REQUIRED: u32 = CHECKSUM_PRESENT | MORE_TO_COME;
 

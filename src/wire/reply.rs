@@ -58,6 +58,38 @@ pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<R
     Ok(start..start + bytes.len())
 }
 
+/// A reply of the streaming protocol (server-monitoring spec: a hello sent
+/// with exhaustAllowed): an OP_MSG answering `response_to` (the request, then
+/// each reply in turn) that may carry moreToCome. Returns where its body lies
+/// (validated, as in [`check_reply`]), whether more replies follow, and its
+/// own requestID, which the next reply answers.
+pub fn check_streamed_reply(frame: &[u8], response_to: i32) -> Result<(Range<usize>, bool, i32)> {
+    let header = Header::parse(frame)?;
+    if header.op_code != OP_MSG {
+        return Err(Error::protocol(format!(
+            "streamed hello reply has opCode {} but OP_MSG was expected",
+            header.op_code
+        )));
+    }
+    if header.response_to != response_to {
+        return Err(Error::protocol(format!(
+            "streamed hello reply answers {} but {response_to} was expected",
+            header.response_to
+        )));
+    }
+    let Message::Msg(msg) = decode(frame)?.1 else {
+        return Err(Error::protocol("streamed hello reply is not an OP_MSG"));
+    };
+    validate_document(msg.body)?;
+    let bytes = msg.body.as_bytes();
+    let start = bytes.as_ptr() as usize - frame.as_ptr() as usize;
+    Ok((
+        start..start + bytes.len(),
+        msg.more_to_come(),
+        header.request_id,
+    ))
+}
+
 /// Checks every element of `doc`, nested documents, arrays and scopes
 /// included: element types, keys, lengths, terminators. What passes can be
 /// read with `RawDocument` accessors and handed to an application. A string
@@ -152,6 +184,30 @@ mod tests {
         encode_op_query(&mut query, 1, "admin", &doc);
         query[8..12].copy_from_slice(&7i32.to_le_bytes());
         protocol_error(check_reply(&query, 7, OP_MSG));
+    }
+
+    #[test]
+    fn a_streamed_reply_says_whether_more_follow_and_what_it_answers() {
+        let mut frame = Vec::new();
+        encode_op_msg(
+            &mut frame,
+            77,
+            crate::wire::MORE_TO_COME,
+            &rawdoc! {"ok": 1},
+            &[],
+            1 << 20,
+        )
+        .unwrap();
+        frame[8..12].copy_from_slice(&5i32.to_le_bytes());
+        let (range, more, id) = check_streamed_reply(&frame, 5).unwrap();
+        assert!(more);
+        assert_eq!(id, 77);
+        let body = RawDocument::from_bytes(&frame[range]).unwrap();
+        assert_eq!(body.get_i32("ok").unwrap(), 1);
+        let e = check_streamed_reply(&frame, 6).unwrap_err();
+        assert!(e.message.contains("answers 5 but 6"), "{e}");
+        let legacy = op_reply(5, rawdoc! {"ok": 1}.as_bytes());
+        assert!(check_streamed_reply(&legacy, 5).is_err());
     }
 
     #[test]
