@@ -306,6 +306,12 @@ pub struct TopologyDescription {
     pub removed: Vec<String>,
     /// SDAM events, recorded once `monitor` turned them on (a copy records none).
     events: SdamEvents,
+    /// Whether an unchecked member another names primary becomes
+    /// PossiblePrimary: the single-threaded scanning order's hint. Monitor
+    /// tasks check every member anyway, and the hint would flap a failed
+    /// primary between Unknown and PossiblePrimary at each heartbeat of
+    /// the others (`multi_threaded`).
+    possible_primary: bool,
 }
 
 /// How many removal reasons a description keeps (`TopologyDescription::removed`).
@@ -435,7 +441,13 @@ impl TopologyDescription {
             seed_count: seeds.len(),
             removed: Vec::new(),
             events: SdamEvents::default(),
+            possible_primary: true,
         }
+    }
+
+    /// Monitored by a task per server (WASI 0.3): no PossiblePrimary.
+    pub fn multi_threaded(&mut self) {
+        self.possible_primary = false;
     }
 
     /// Turns SDAM events on and publishes the opening ones (the client does
@@ -470,6 +482,7 @@ impl TopologyDescription {
     /// the recorder: servers added and removed, and the change, are published.
     pub fn restart(&mut self, mut new: TopologyDescription) {
         new.events = std::mem::take(&mut self.events);
+        new.possible_primary = self.possible_primary;
         let before = std::mem::replace(self, new);
         self.publish(&before, None);
     }
@@ -754,7 +767,9 @@ impl TopologyDescription {
 
     /// A member named primary by another that has not been checked yet.
     fn mark_possible_primary(&mut self, primary: Option<String>) {
-        let Some(primary) = primary else { return };
+        let Some(primary) = primary.filter(|_| self.possible_primary) else {
+            return;
+        };
         if let Some(s) = self.servers.iter_mut().find(|s| s.address == primary) {
             if s.kind == ServerType::Unknown {
                 s.kind = ServerType::PossiblePrimary;
@@ -954,6 +969,28 @@ mod tests {
         ));
         let denied = Error::new(ErrorKind::Authentication, "bad password");
         assert!(establishment_marks_unknown(&denied, true));
+    }
+
+    /// PossiblePrimary is the single-threaded scan's hint only: with a
+    /// monitor per server the unchecked member stays Unknown.
+    #[test]
+    fn monitor_tasks_leave_an_unchecked_primary_unknown() {
+        let seeds = ["a:1".to_string(), "b:1".to_string()];
+        for (multi, expected) in [
+            (false, ServerType::PossiblePrimary),
+            (true, ServerType::Unknown),
+        ] {
+            let mut t = TopologyDescription::new(&seeds, None, Some("rs0".into()));
+            if multi {
+                t.multi_threaded();
+            }
+            let secondary = HelloReply {
+                primary: Some("a:1".into()),
+                ..rs_member(false, &["a:1", "b:1"])
+            };
+            t.update("b:1", Ok((secondary, None)));
+            assert_eq!(t.server("a:1").unwrap().kind, expected, "multi {multi}");
+        }
     }
 
     /// Everything a server's reply sets off is linear in its size: a

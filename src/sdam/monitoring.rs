@@ -49,7 +49,8 @@ pub struct Heartbeat {
     /// The driver's id of the check's connection (for a new connection, the
     /// id it gets: started is published before its socket is opened).
     pub connection_id: u64,
-    /// Always false: a single-threaded client never streams (awaited hellos).
+    /// The streaming protocol's awaited hello (WASI 0.3's monitor); false for
+    /// a check that asked for an answer at once.
     pub awaited: bool,
     /// Succeeded: the round trip (the RTT sample); failed: until the failure.
     pub duration: Option<Duration>,
@@ -59,6 +60,19 @@ pub struct Heartbeat {
     pub server_connection_id: Option<i64>,
     /// Succeeded: the hello's reply.
     pub reply: Option<bson::RawDocumentBuf>,
+}
+
+impl SdamEvent {
+    /// A heartbeat event of the streaming protocol (`awaited`); other events pass unchanged.
+    pub fn awaited(mut self) -> SdamEvent {
+        if let SdamEvent::ServerHeartbeatStarted(h)
+        | SdamEvent::ServerHeartbeatSucceeded(h)
+        | SdamEvent::ServerHeartbeatFailed(h) = &mut self
+        {
+            h.awaited = true;
+        }
+        self
+    }
 }
 
 impl Heartbeat {
