@@ -26,8 +26,13 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+mod monitor;
+
 /// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// Where monitoring connections' ids start.
+const MONITOR_IDS: u64 = 1 << 32;
 
 /// The description a topology starts from: its seeds, or one load balancer.
 fn describe(settings: &TopologySettings) -> TopologyDescription {
@@ -68,9 +73,14 @@ pub struct TopologySettings {
     /// connectTimeoutMS, which bounds each background establishment (CSOT
     /// "Background Connection Pooling"; never 0 here).
     pub background_connect_ms: u64,
-    /// How often a known server is checked again (SDAM single-threaded
-    /// default: 60 s), which also keeps RTT samples fresh for CSOT.
+    /// How often a known server is checked again (heartbeatFrequencyMS; 60 s
+    /// by default single-threaded, 10 s with WASI 0.3's monitors), which
+    /// also keeps RTT samples fresh for CSOT; a streaming monitor's
+    /// maxAwaitTimeMS.
     pub heartbeat: Duration,
+    /// serverMonitoringMode resolved: whether WASI 0.3's monitors stream
+    /// from a server that can (stream, or auto outside FaaS platforms).
+    pub streaming: bool,
     /// Record pool events (CMAP and pending-response drains) for
     /// `take_pool_events`, and SDAM events for `take_sdam_events`.
     pub monitor_pool: bool,
@@ -128,6 +138,11 @@ pub struct Topology {
     /// `mongodb+srv`: the SRV and TXT answers for a warm state, adopted
     /// before discovery (used if fresh) or the ones discovery used.
     srv_answers: Option<crate::warm::SrvAnswers>,
+    /// WASI 0.3: each server's monitor task (`monitor.rs`), by address.
+    monitors: HashMap<String, Rc<monitor::Signals>>,
+    /// Ids of monitoring connections, apart from the pools' (whose ids
+    /// the CMAP events number from 1).
+    next_monitor_id: u64,
 }
 
 impl Topology {
@@ -140,6 +155,9 @@ impl Topology {
 
     pub fn new(settings: TopologySettings) -> Topology {
         let mut description = describe(&settings);
+        if runtime::CONCURRENT {
+            description.multi_threaded();
+        }
         description.observe(settings.monitor_pool, &settings.log);
         let rng = runtime::now().0 | 1;
         Topology {
@@ -155,7 +173,82 @@ impl Topology {
             closed: false,
             me: std::rc::Weak::new(),
             srv_answers: None,
+            monitors: HashMap::new(),
+            next_monitor_id: MONITOR_IDS,
         }
+    }
+
+    /// Whether servers are checked by monitor tasks (WASI 0.3; never behind
+    /// a load balancer) rather than inside operations.
+    fn monitored(&self) -> bool {
+        runtime::CONCURRENT && !self.settings.connect.load_balanced
+    }
+
+    /// Starts a monitor for each server of the description that has none,
+    /// and stops those of servers no longer in it (server-monitoring spec).
+    fn sync_monitors(&mut self) {
+        if !self.monitored() || self.closed || self.settings.srv.is_some() {
+            return;
+        }
+        let servers: Vec<String> = self
+            .description
+            .servers
+            .iter()
+            .map(|s| s.address.clone())
+            .collect();
+        self.monitors.retain(|address, signals| {
+            let keep = servers.contains(address);
+            if !keep {
+                signals.stop();
+            }
+            keep
+        });
+        for address in servers {
+            if !self.monitors.contains_key(&address) {
+                let signals = Rc::new(monitor::Signals::default());
+                self.monitors.insert(address.clone(), signals.clone());
+                runtime::detach(monitor::run(self.me.clone(), address, signals));
+            }
+        }
+    }
+
+    /// Asks every monitor for a check now (selection found nothing suitable).
+    fn request_checks(&self) {
+        for signals in self.monitors.values() {
+            signals.wake.notify();
+        }
+    }
+
+    fn next_monitor_id(&mut self) -> u64 {
+        self.next_monitor_id += 1;
+        self.next_monitor_id
+    }
+
+    /// A monitor's check succeeded: the server's new description, then its
+    /// pool ready (server-monitoring spec, with the description's update).
+    /// `rtt`: a sample (a polling hello, a handshake), not a streamed reply.
+    fn monitor_checked(
+        &mut self,
+        address: &str,
+        hello: crate::handshake::HelloReply,
+        rtt: Option<Duration>,
+    ) {
+        let state = self.state(address);
+        state.permanent = None;
+        if let Some(rtt) = rtt {
+            state.rtt.add(rtt);
+        }
+        let average = state.rtt.average();
+        self.checked(address, hello, average);
+        self.ready(address);
+        self.sync_monitors();
+    }
+
+    /// A monitor's check failed: SDAM "network or command error during
+    /// server check" (Unknown, pool cleared; interrupted after a timeout).
+    fn monitor_failed(&mut self, address: &str, e: &Error) {
+        self.state(address).permanent = e.is_permanent().then(|| e.clone());
+        self.check_failed_and_clear(address, e);
     }
 
     pub fn connect_settings(&self) -> &ConnectSettings {
@@ -580,9 +673,14 @@ impl Topology {
     /// Marks the pool of `address` ready, as a successful check does (the
     /// CMAP spec tests' `ready`); on WASI 0.3 its minPoolSize fill starts.
     pub fn pool_ready(&mut self, address: &str) {
+        self.ready(address);
+    }
+
+    fn ready(&mut self, address: &str) {
         if !std::mem::replace(&mut self.state(address).ready, true) {
             self.events
                 .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
+            // After the ready event (CMAP): the background fill may start.
             self.fill_soon(address);
         }
     }
@@ -609,6 +707,10 @@ impl Topology {
         );
         if outcome.marked_unknown {
             self.state(address).rtt.forget_average();
+            // A state change error: the monitor checks at once (SDAM).
+            if let Some(signals) = self.monitors.get(address) {
+                signals.wake.notify();
+            }
         }
         if outcome.clear_pool {
             self.clear(address, service);
@@ -636,6 +738,11 @@ impl Topology {
         );
         if outcome.marked_unknown {
             self.state(address).rtt.forget_average();
+            // The monitor's check in progress is cancelled with its
+            // connection (server-monitoring spec, "hello Cancellation").
+            if let Some(signals) = self.monitors.get(address) {
+                signals.cancel.notify();
+            }
         }
         if outcome.clear_pool {
             self.clear(address, service);
@@ -756,6 +863,9 @@ impl Topology {
 
     pub fn close(&mut self) {
         self.closed = true;
+        for (_, signals) in self.monitors.drain() {
+            signals.stop();
+        }
         let addresses: Vec<String> = self.servers.keys().cloned().collect();
         for address in addresses {
             let state = self.state(&address);
@@ -839,6 +949,17 @@ impl Topology {
     }
 }
 
+/// A topology dropped without `close` (its client dropped) still stops its
+/// monitors now, rather than at their next step: one may be waiting on an
+/// awaited hello for heartbeatFrequencyMS.
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for signals in self.monitors.values() {
+            signals.stop();
+        }
+    }
+}
+
 /// The topology as concurrent operations share it (one per client). Its
 /// state is borrowed only between awaits: a borrow held across one panics
 /// when another operation runs meanwhile, and a panic ends every request of
@@ -904,7 +1025,14 @@ impl Shared {
         // Whether unknown servers were checked because only deprioritized ones suited.
         let mut looked_further = false;
         loop {
-            // Another operation's check may end while this one waits: it wakes it.
+            // Monitor tasks (WASI 0.3) check servers; selection waits for them.
+            let monitored = {
+                let mut t = self.borrow_mut();
+                t.sync_monitors();
+                t.monitored()
+            };
+            // Another operation's check (or a monitor's) may end while this
+            // one waits: it wakes it.
             let checked_elsewhere = cmap::Changes::next(&self.borrow().checks);
             let avoid: Vec<&str> = deprioritized.iter().map(String::as_str).collect();
             let (found, choice) = self.borrow_mut().pick(criteria, &avoid)?;
@@ -913,13 +1041,13 @@ impl Shared {
                 // checked yet may suit too (SDAM here learns of members lazily),
                 // so check those once before going back.
                 let only_avoided = found.iter().all(|a| avoid.contains(&a.as_str()));
-                if only_avoided && !avoid.is_empty() && !looked_further {
+                if only_avoided && !avoid.is_empty() && !looked_further && !monitored {
                     looked_further = true;
                     if self.scan(criteria, timeout, deadline).await? {
                         continue;
                     }
                 }
-                let due = self.borrow_mut().check_due(&pick);
+                let due = !monitored && self.borrow_mut().check_due(&pick);
                 if !due {
                     return Ok(pick);
                 }
@@ -935,7 +1063,14 @@ impl Shared {
                 let failure = self.borrow().selection_failure(criteria);
                 return Err(timeout.selection_error(now, failure));
             }
-            let checked = self.scan(criteria, timeout, deadline).await?;
+            let checked = match monitored {
+                // Server Selection, multi-threaded: request immediate checks, then wait.
+                true => {
+                    self.borrow().request_checks();
+                    false
+                }
+                false => self.scan(criteria, timeout, deadline).await?,
+            };
             let failed = self.borrow().failed_for_good_everywhere();
             if let Some(failed) = failed {
                 // The host's policy, an address or a peer will not change
@@ -1028,6 +1163,11 @@ impl Shared {
     /// `deadline`. For a host with idle time.
     pub async fn check_due_servers(&self, timeout: &OpTimeout, deadline: Deadline) -> Result<()> {
         self.discover_seeds(timeout, deadline).await?;
+        if self.borrow().monitored() {
+            // Monitor tasks check the servers (WASI 0.3).
+            self.borrow_mut().sync_monitors();
+            return Ok(());
+        }
         let due = self.borrow().due_for_heartbeat(runtime::now());
         let criteria = Criteria::read(crate::sdam::selection::ReadMode::PrimaryPreferred);
         for address in &due {
@@ -1587,7 +1727,11 @@ impl Shared {
             // the pool; the checkout that opened it still gets it (CMAP).
             return Ok(conn);
         }
-        state.rtt.add(rtt);
+        // With monitor tasks, RTT samples are theirs alone (server-monitoring
+        // spec): a pool connection's handshake is no sample.
+        if check || !runtime::CONCURRENT {
+            state.rtt.add(rtt);
+        }
         let average = state.rtt.average();
         t.checked(address, conn.hello.clone(), average);
         // A check's hello is recorded first, even from a server this driver
@@ -1597,13 +1741,7 @@ impl Shared {
         if check {
             conn.hello.check_wire_version(address)?;
         }
-        let state = t.state(address);
-        if !std::mem::replace(&mut state.ready, true) {
-            t.events
-                .emit(|| PoolEvent::new(PoolEventKind::PoolReady, address, 0));
-            // After the ready event (CMAP): the background fill may start.
-            t.fill_soon(address);
-        }
+        t.ready(address);
         Ok(conn)
     }
 }
@@ -1937,6 +2075,7 @@ mod tests {
             max_idle_time: None,
             background_connect_ms: 10_000,
             heartbeat: Duration::from_secs(60),
+            streaming: false,
             monitor_pool: false,
             log: Default::default(),
             pool_options: bson::rawdoc! { "maxPoolSize": 10_i64 },

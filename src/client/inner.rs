@@ -177,8 +177,21 @@ impl ClientInner {
                 .connect_timeout_ms
                 .filter(|&ms| ms > 0)
                 .unwrap_or(LegacyTimeouts::default().connect_ms),
-            // SDAM: single-threaded clients check every 60 s by default.
-            heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(60_000)),
+            // SDAM: single-threaded clients check every 60 s by default,
+            // WASI 0.3's monitor tasks every 10 s.
+            heartbeat: Duration::from_millis(o.heartbeat_frequency_ms.unwrap_or(
+                match crate::runtime::CONCURRENT {
+                    true => 10_000,
+                    false => 60_000,
+                },
+            )),
+            streaming: match o.server_monitoring_mode {
+                Some(crate::uri::ServerMonitoringMode::Poll) => false,
+                Some(crate::uri::ServerMonitoringMode::Stream) => true,
+                Some(crate::uri::ServerMonitoringMode::Auto) | None => {
+                    !crate::handshake::is_faas(crate::runtime::env_var)
+                }
+            },
             monitor_pool: options.monitor_commands,
             log: log.clone(),
             pool_options,
