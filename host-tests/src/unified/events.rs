@@ -215,6 +215,24 @@ impl SdamObserved {
     }
 }
 
+/// What the runner knows of a client's topology: the new description of
+/// its last topologyDescriptionChangedEvent (`recordTopologyDescription`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopologySeen {
+    pub kind: &'static str,
+    /// The address of its RSPrimary, if it has one.
+    pub primary: Option<String>,
+}
+
+impl Default for TopologySeen {
+    fn default() -> Self {
+        TopologySeen {
+            kind: "Unknown",
+            primary: None,
+        }
+    }
+}
+
 /// One observed CMAP event.
 #[derive(Clone, Debug)]
 pub struct CmapObserved {
@@ -246,6 +264,8 @@ pub struct EventLog {
     pub events: Vec<Observed>,
     /// The log messages (`observeLogMessages`), in the order the driver produced them.
     pub messages: Vec<super::logs::LogObserved>,
+    /// The topology as its last description change left it (observed or not).
+    pub topology: TopologySeen,
 }
 
 impl EventLog {
@@ -329,6 +349,16 @@ impl EventLog {
     /// Keeps the SDAM events this client observes, in order.
     pub fn record_sdam(&mut self, events: &[SdamEvent]) {
         for e in events {
+            if let Some(t) = &e.new_topology {
+                self.topology = TopologySeen {
+                    kind: topology_type_name(t.topology_type),
+                    primary: t
+                        .servers
+                        .iter()
+                        .find(|s| server_type_name(s.server_type) == "RSPrimary")
+                        .map(|s| s.address.clone()),
+                };
+            }
             if self.observe_sdam.contains(&sdam_name(e.kind)) {
                 self.sdam.push(SdamObserved::from_wit(e));
             }

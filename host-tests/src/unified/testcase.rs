@@ -41,6 +41,8 @@ pub struct TestRun {
     /// Fail points configured on one mongos (`targetedFailPoint`): name and address.
     pub targeted: Vec<(String, String)>,
     pub loop_budget: Duration,
+    /// Topology descriptions recorded by `recordTopologyDescription`, by id.
+    pub topologies: std::collections::HashMap<String, super::events::TopologySeen>,
     /// Thread entities' tasks (`runOnThread`, 0.3 face).
     #[cfg(feature = "async-face")]
     pub threads: super::operations::threads::Threads,
@@ -67,6 +69,7 @@ pub fn run(job: &Job) -> Step<()> {
         failpoints: Vec::new(),
         targeted: Vec::new(),
         loop_budget: job.loop_budget,
+        topologies: Default::default(),
         #[cfg(feature = "async-face")]
         threads: Default::default(),
     };

@@ -184,11 +184,26 @@ impl TestRun {
                     )))
                 }
             }
-            "recordTopologyDescription" | "assertTopologyType" | "waitForPrimaryChange" => {
-                Err(Fail(format!(
-                    "{name}: the WIT exposes no topology description (SDAM)"
-                )))
+            "recordTopologyDescription" => {
+                let client = str_arg(args, "client")?.to_string();
+                self.drain_events()?;
+                let seen = self.entities.client(&client)?.log.topology.clone();
+                self.topologies
+                    .insert(str_arg(args, "id")?.to_string(), seen);
+                Ok(())
             }
+            "assertTopologyType" => {
+                let seen = self.recorded_topology(args)?;
+                let want = str_arg(args, "topologyType")?;
+                match seen.kind == want {
+                    true => Ok(()),
+                    false => Err(Fail(format!(
+                        "{name}: topology type {}, expected {want}",
+                        seen.kind
+                    ))),
+                }
+            }
+            "waitForPrimaryChange" => self.wait_for_primary_change(args),
             #[cfg(feature = "async-face")]
             "runOnThread" => {
                 let op = arg(args, "operation")?
@@ -210,6 +225,48 @@ impl TestRun {
     /// the test waits: the client's due server checks (`check-servers`; a
     /// single-threaded client has no monitor of its own). Their failures are
     /// the monitor's, not the test's: they show as events.
+    /// The description `recordTopologyDescription` stored under the
+    /// `topologyDescription` (or `priorTopologyDescription`) argument.
+    fn recorded_topology(
+        &self,
+        args: Option<&Document>,
+    ) -> Step<super::super::events::TopologySeen> {
+        let id = str_arg(args, "topologyDescription")
+            .or_else(|_| str_arg(args, "priorTopologyDescription"))?;
+        self.topologies
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Fail(format!("no topology description recorded as {id:?}")))
+    }
+
+    /// `waitForPrimaryChange`: until the client's topology has a primary
+    /// other than the recorded one's, within `timeoutMS` (default 10 s).
+    /// The client's own monitors must notice: the runner only waits.
+    fn wait_for_primary_change(&mut self, args: Option<&Document>) -> Step<()> {
+        let client = str_arg(args, "client")?.to_string();
+        let prior = self.recorded_topology(args)?;
+        let ms = arg(args, "timeoutMS")
+            .ok()
+            .and_then(|v| v.as_i32().map(i64::from).or_else(|| v.as_i64()))
+            .unwrap_or(10_000);
+        let deadline = Instant::now() + Duration::from_millis(ms.max(0) as u64);
+        loop {
+            self.drain_events()?;
+            let now = self.entities.client(&client)?.log.topology.clone();
+            if now.primary.is_some() && now.primary != prior.primary {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Fail(format!(
+                    "waitForPrimaryChange: the primary is still {:?} after {ms} ms",
+                    now.primary
+                )));
+            }
+            crate::idle(&mut self.guest.store, Duration::from_millis(20))?;
+            self.monitor(&client)?;
+        }
+    }
+
     fn monitor(&mut self, client: &str) -> Step<()> {
         let handle = self.entities.client(client)?.handle;
         let g = &mut self.guest;
