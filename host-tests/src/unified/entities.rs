@@ -290,16 +290,29 @@ fn client(guest: &mut Guest, fields: &Document, base_uri: &str) -> Step<ClientEn
             // Chosen in `Entities::create`: the base URI names one mongos or all.
             "useMultipleMongoses" => {}
             // minPoolSize still goes to the driver in the URI; the runner does not wait
-            // for the pool to fill (the driver does not fill pools in the background).
+            // for the pool to fill (the 0.2 face fills none in the background).
             "awaitMinPoolSizeMS" => {}
             other => return Err(Fail(format!("unsupported client entity option {other}"))),
         }
     }
-    let uri_options = match fields.get("uriOptions") {
+    let mut uri_options = match fields.get("uriOptions") {
         None => Document::new(),
         Some(Bson::Document(d)) => d.clone(),
         Some(_) => return Err(Fail("uriOptions is not a document".into())),
     };
+    // On the 0.3 face a monitor streams from each server: a fail point's
+    // state change error marks the server Unknown while the server's
+    // topology is unchanged, so the retry's selection waits for the next
+    // awaited reply (a check requested during one is ignored: server-
+    // monitoring spec), up to heartbeatFrequencyMS (10 s). Clients that set
+    // no heartbeatFrequencyMS get the least one, 500 ms, to keep runs short.
+    if cfg!(feature = "async-face")
+        && !uri_options
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("heartbeatFrequencyMS"))
+    {
+        uri_options.insert("heartbeatFrequencyMS", 500);
+    }
     let uri = super::uri::client_uri(base_uri, &uri_options).map_err(Fail)?;
     let log = EventLog::from_spec(fields).map_err(Fail)?;
     let opts = ClientOptions {
