@@ -130,8 +130,9 @@ def unknown_operator(db):
     return err is None, err or f"found {found}"
 
 
-@gap("where-js", "runs a $where JavaScript predicate (the interruptInUse tests keep a find in use "
-     "with sleep(2000))")
+@gap("where-js", "runs a $where JavaScript predicate; the failpoint proxy emulates the one idiom "
+     "the interruptInUse tests use, {$where: \"sleep(N) || true\"}, by holding the command N ms "
+     "(conn/where_sleep.rs)")
 def where_js(db):
     db.c.insert_one({"_id": 1})
     found, err = attempt(lambda: list(db.c.find({"$where": "sleep(10) || true"})))

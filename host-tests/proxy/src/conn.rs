@@ -6,6 +6,7 @@ mod dispatch;
 mod distinct_id;
 mod out_stage;
 mod sessions;
+mod where_sleep;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -246,11 +247,30 @@ impl Conn {
                 supports_wc,
                 close_after,
             } => {
+                // mongod's `$where: "sleep(N) || true"`, which nx-27017 refuses (where_sleep.rs).
+                let held = self.where_sleep(msg, &name, &body, &parsed.sequences, received)?;
+                let edited;
+                let (msg, body) = match held {
+                    None => (msg, &body),
+                    Some(where_sleep::Outcome::Forward(msg, body)) => {
+                        edited = (msg, body);
+                        (&edited.0, &edited.1)
+                    }
+                    Some(where_sleep::Outcome::Done(Action::Reply(mut reply))) => {
+                        if self.reports_cluster_time() {
+                            cluster_time::stamp(&mut reply, self.shared.clock.tick());
+                        }
+                        let id = self.shared.request_id();
+                        self.send(&frame::op_msg(id, msg.request_id, 0, &reply))?;
+                        return Ok(true);
+                    }
+                    Some(where_sleep::Outcome::Done(_)) => return Ok(false),
+                };
                 if close_after {
-                    self.forward_and_drop_reply(msg, &name, &body)?;
+                    self.forward_and_drop_reply(msg, &name, body)?;
                     return Ok(false);
                 }
-                self.forward(msg, more_to_come, &name, &body, supports_wc)?;
+                self.forward(msg, more_to_come, &name, body, supports_wc)?;
                 Ok(true)
             }
         }

@@ -297,6 +297,34 @@ pub fn replace_body(msg: &Message, body: &Document) -> io::Result<Vec<u8>> {
     Ok(finish(out))
 }
 
+/// `msg` (a parsed OP_MSG) rebuilt from `body` and `sequences`: its header and flags kept,
+/// its checksum dropped (the flag cleared with it).
+pub fn rebuild(
+    msg: &Message,
+    body: &Document,
+    sequences: &[(String, Vec<Document>)],
+) -> io::Result<Vec<u8>> {
+    let b = &msg.bytes;
+    let flags = le_i32(b, HEADER_LEN) as u32;
+    let mut out = Vec::with_capacity(b.len() + 64);
+    out.extend_from_slice(&b[..HEADER_LEN]);
+    out.extend_from_slice(&(flags & !FLAG_CHECKSUM).to_le_bytes());
+    out.push(0);
+    out.extend_from_slice(&encode(body)?);
+    for (identifier, docs) in sequences {
+        let mut section = Vec::new();
+        section.extend_from_slice(identifier.as_bytes());
+        section.push(0);
+        for doc in docs {
+            section.extend_from_slice(&encode(doc)?);
+        }
+        out.push(1);
+        out.extend_from_slice(&((section.len() + 4) as i32).to_le_bytes());
+        out.extend_from_slice(&section);
+    }
+    Ok(finish(out))
+}
+
 /// An OP_REPLY carrying one document (mongod sets AwaitCapable, bit 3).
 pub fn op_reply(request_id: i32, response_to: i32, doc: &Document) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
@@ -349,5 +377,26 @@ mod tests {
     #[test]
     fn crc32c_known_vector() {
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn rebuild_round_trips_body_and_sequences() {
+        let body = bson::doc! { "update": "c", "$db": "test" };
+        let seqs = vec![(
+            "updates".to_string(),
+            vec![bson::doc! { "q": {}, "u": { "$set": { "a": 1 } } }],
+        )];
+        let first = op_msg(7, 0, FLAG_CHECKSUM, &body).unwrap();
+        let msg = Message {
+            request_id: 7,
+            response_to: 0,
+            op_code: OP_MSG,
+            bytes: first,
+        };
+        let bytes = rebuild(&msg, &body, &seqs).unwrap();
+        let again = Message { bytes, ..msg };
+        let parsed = parse_op_msg(&again).unwrap();
+        assert_eq!(parsed.flags & FLAG_CHECKSUM, 0);
+        assert_eq!((parsed.body, parsed.sequences), (body, seqs));
     }
 }

@@ -20,7 +20,7 @@
 //! see [`failpoint`]. What a presented version older than 5.0 refuses (nx-27017 takes it):
 //! see `version_behaviour.rs`. What nx-27017 answers otherwise than mongod, emulated:
 //! `bson_order.rs`, `local_sessions.rs`, `insert.rs`, `transaction_state.rs`,
-//! `conn/distinct_id.rs`. Wire compression (snappy, zstd, zlib, negotiated as mongod does,
+//! `conn/distinct_id.rs`, `conn/where_sleep.rs` (`$where: "sleep(N) || true"`). Wire compression (snappy, zstd, zlib, negotiated as mongod does,
 //! the backend spoken to plain): `compression.rs`. Authentication (users, SCRAM, PLAIN, X.509, auth on or off): see
 //! [`auth`]; with auth on:
 //!

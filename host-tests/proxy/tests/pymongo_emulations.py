@@ -18,7 +18,10 @@
   refused as mongod refuses it (IllegalOperation, 20), where nx-27017 runs it;
 - an aggregate ending in $out, which nx-27017 refuses, replaces the target's documents with
   the pipeline's results (out_stage.rs): the target created if missing, its indexes kept,
-  untouched when the pipeline fails; also on a 5.0+ secondary and after $listLocalSessions.
+  untouched when the pipeline fails; also on a 5.0+ secondary and after $listLocalSessions;
+- a filter's {$where: "sleep(N) || true"} (conn/where_sleep.rs), which nx-27017 refuses like
+  any $where: the find, update or delete is held N ms and returns what it would without it;
+  maxTimeMS shorter than N fails it (50); any other $where is still refused.
 
 Env: PROXY_URI (a standalone proxy), PROXY_RS_URI (a replica-set proxy's primary),
 PROXY_RS_SECONDARY_URI (one of its secondaries), BACKEND_URI (the nx-27017 behind both).
@@ -29,12 +32,15 @@ import datetime
 import hashlib
 import os
 import sys
+import time
 
 import bson
 import pymongo
 from bson import Int64
+from bson.code import Code
+from pymongo import DeleteOne, UpdateOne
 from pymongo.read_concern import ReadConcern
-from pymongo.errors import OperationFailure
+from pymongo.errors import ExecutionTimeout, OperationFailure
 
 FAILURES = []
 
@@ -327,6 +333,42 @@ rs_lsid = {"id": bson.Binary(os.urandom(16), 4)}
 code = code_of(lambda: rs.emulations.command(dict(txn, lsid=rs_lsid)))
 check(code == "ok", f"and the replica set's primary starts it: {code}")
 rs.admin.command({"abortTransaction": 1, "lsid": rs_lsid, "txnNumber": Int64(1), "autocommit": False})
+
+# --- $where: "sleep(N) || true" --------------------------------------------------------
+db = proxy.emulations
+db.drop_collection("where_sleep")
+db["where_sleep"].insert_many([{"_id": i} for i in range(1, 4)])
+SLEEP = "sleep(300) || true"
+
+
+def timed(f):
+    start = time.monotonic()
+    out = f()
+    return out, (time.monotonic() - start) * 1000
+
+
+code = code_of(lambda: list(backend.emulations["where_sleep"].find({"$where": SLEEP})))
+check(code != "ok", f"nx-27017 itself refuses $where (else where_sleep.rs can go): {code}")
+got, ms = timed(lambda: list(db["where_sleep"].find({"$where": SLEEP})))
+check([d["_id"] for d in got] == [1, 2, 3] and 300 <= ms < 3300,
+      f"find with $where sleep(300): every document after {ms:.0f} ms: {got}")
+got, ms = timed(lambda: list(db["where_sleep"].find({"$where": Code(SLEEP), "_id": {"$gt": 1}})))
+check([d["_id"] for d in got] == [2, 3] and 300 <= ms < 3300,
+      f"as BSON code, beside another condition, {ms:.0f} ms: {got}")
+res, ms = timed(lambda: db["where_sleep"].update_one({"$where": SLEEP}, {"$set": {"a": "bar"}}))
+check(res.modified_count == 1 and 300 <= ms < 3300, f"update_one held {ms:.0f} ms, modified {res.modified_count}")
+res, ms = timed(lambda: db["where_sleep"].bulk_write([UpdateOne({"$where": SLEEP}, {"$set": {"b": 1}}),
+                                                DeleteOne({"$where": SLEEP, "_id": 3})]))
+check(res.modified_count == 1 and res.deleted_count == 1 and 600 <= ms < 3600,
+      f"a bulk write (document sequences) held {ms:.0f} ms for both statements")
+try:
+    _, ms = timed(lambda: list(db["where_sleep"].find({"$where": "sleep(5000) || true"}).max_time_ms(200)))
+    check(False, "maxTimeMS shorter than the sleep expires")
+except ExecutionTimeout as e:
+    check(e.code == 50, f"maxTimeMS shorter than the sleep expires: {e.code}")
+code = code_of(lambda: list(db["where_sleep"].find({"$where": "this._id == 1"})))
+check(code != "ok", f"any other $where still reaches nx-27017 and is refused: {code}")
+db.drop_collection("where_sleep")
 
 if FAILURES:
     print(f"{len(FAILURES)} failure(s)")

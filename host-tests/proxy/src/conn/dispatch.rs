@@ -21,7 +21,7 @@ use crate::version_behaviour::{self, Refusal};
 /// Longest block/deadline honoured, so that absurd values cannot overflow an `Instant`.
 const MAX_WAIT_MS: u64 = 24 * 3600 * 1000;
 
-fn after(start: Instant, ms: u64) -> Instant {
+pub(super) fn after(start: Instant, ms: u64) -> Instant {
     start + Duration::from_millis(ms.min(MAX_WAIT_MS))
 }
 
@@ -69,7 +69,7 @@ const PROXY_ADMIN: &[&str] = &[
     "proxySetVersion",
 ];
 
-enum Waited {
+pub(super) enum Waited {
     Done,
     Expired,
     Stopped,
@@ -444,7 +444,7 @@ impl Conn {
 
     /// Sleeps `ms`, cut short by the command's deadline (mongod's interruptible sleep) or
     /// by the client hanging up.
-    fn wait(&self, ms: u64, deadline: Option<Instant>) -> Waited {
+    pub(super) fn wait(&self, ms: u64, deadline: Option<Instant>) -> Waited {
         let until = after(Instant::now(), ms);
         let (end, outcome) = match deadline {
             Some(deadline) if deadline < until => (deadline, Waited::Expired),
