@@ -261,6 +261,7 @@ impl GuestClient for ClientRes {
                 reason: e.reason,
                 closed: e.closed,
                 service_id: e.service_id.map(|id| id.to_hex()),
+                interrupt_in_use_connections: e.interrupt_in_use_connections,
             })
             .collect()
     }
