@@ -80,7 +80,8 @@ pub async fn pool(port: u16) -> Outcome {
     interrupt(port).await?;
     min_pool_size(port).await?;
     max_idle_time(port).await?;
-    spec_face(port).await
+    spec_face(port).await?;
+    monitors(port).await
 }
 
 /// P1. maxPoolSize=1, the connection held 400 ms; five waiters arrive in
@@ -478,5 +479,81 @@ async fn spec_face(port: u16) -> Outcome {
         return Err(format!("events out of the spec's order: {kinds:?}"));
     }
     c.close().await;
+    Ok(())
+}
+
+/// The proxy's open connections (its `proxyStats` gauge), read by `admin`.
+async fn open_connections(admin: &Client) -> std::result::Result<i64, String> {
+    let stats = admin
+        .database("admin", None)
+        .run_command(rawdoc! { "proxyStats": 1 }, &RunCommandOptions::default())
+        .await
+        .map_err(|e| format!("proxyStats: {e}"))?;
+    stats
+        .get_document("connections")
+        .and_then(|c| c.get_i64("current"))
+        .map_err(|e| format!("proxyStats: {e}"))
+}
+
+/// P8. Background monitoring (server-monitoring spec): with the proxy's
+/// topologyVersion a client streams (awaited heartbeats, answered every
+/// heartbeatFrequencyMS=500) on a connection of its own plus an RTT
+/// connection, neither in the pool; with serverMonitoringMode=poll only the
+/// monitoring connection, and no awaited heartbeat. Closing the client
+/// closes both at once, though its monitor is waiting on an awaited hello.
+async fn monitors(port: u16) -> Outcome {
+    use mongo_wasi::sdam::monitoring::SdamEvent;
+    let admin = client(port, "")?;
+    let baseline = open_connections(&admin).await?;
+    for (mode, extra) in [("stream", 2), ("poll", 1)] {
+        let c = client(
+            port,
+            &format!("heartbeatFrequencyMS=500&serverMonitoringMode={mode}"),
+        )?;
+        let coll = c.database("p3probe", None).collection("fifo", None);
+        insert(&coll, -1, None).await.map_err(|e| e.to_string())?;
+        sleep_ms(1200).await;
+        let events = c.take_sdam_events();
+        let awaited = events
+            .iter()
+            .filter(|e| matches!(e, SdamEvent::ServerHeartbeatSucceeded(h) if h.awaited))
+            .count();
+        let beats = events
+            .iter()
+            .filter(|e| matches!(e, SdamEvent::ServerHeartbeatSucceeded(_)))
+            .count();
+        let pooled: usize = c.pool_status().iter().map(|p| p.idle + p.in_use).sum();
+        let open = open_connections(&admin).await? - baseline;
+        let t = rt::now();
+        c.close().await;
+        let mut after = open_connections(&admin).await? - baseline;
+        while after > 0 && ms_since(t) < 2000.0 {
+            sleep_ms(20).await;
+            after = open_connections(&admin).await? - baseline;
+        }
+        println!(
+            "P8. serverMonitoringMode={mode}: {beats} heartbeats in 1.2 s ({awaited} awaited); \
+             {pooled} pooled, {open} open; after close: {after} open within {:.0} ms",
+            ms_since(t)
+        );
+        let want_awaited = mode == "stream";
+        if (awaited > 0) != want_awaited || beats < 2 {
+            return Err(format!(
+                "{mode}: {beats} heartbeats, {awaited} awaited (expected awaited: {want_awaited})"
+            ));
+        }
+        if pooled != 1 || open != 1 + extra {
+            return Err(format!(
+                "{mode}: {pooled} pooled, {open} open (expected 1 pooled, {} open)",
+                1 + extra
+            ));
+        }
+        if after != 0 {
+            return Err(format!(
+                "{mode}: {after} connections still open after close"
+            ));
+        }
+    }
+    admin.close().await;
     Ok(())
 }
