@@ -125,6 +125,13 @@ cleanup() {
 }
 trap cleanup EXIT
 sleep 1
+# A proxy that could not listen (its port taken) would leave the pool section
+# talking to a closed port, or to whatever holds it: stop here instead.
+if ! kill -0 "$PROXY_PID" 2>/dev/null; then
+    echo "the failpoint proxy is not running:" >&2
+    cat "$TMP/proxy.log" >&2
+    exit 1
+fi
 
 # -S p3 and component-model-async are on by default in wasmtime 49.
 # LOOKUP=0 leaves name lookup denied (5d/5e then show the denial).

@@ -23,6 +23,21 @@ pub fn free_port() -> Result<u16> {
         .map_err(|e| e.to_string())
 }
 
+/// `n` distinct free loopback ports: each is held until all are found, so
+/// the OS cannot hand one out twice (consecutive `free_port` calls can: a
+/// p3-probe run once got nx-27017's port for its proxy too).
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(|e| format!("cannot bind 127.0.0.1:0: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string()))
+        .collect()
+}
+
 pub struct Server {
     pub port: u16,
     nx: PathBuf,
@@ -311,6 +326,13 @@ fn is_root() -> bool {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports = free_ports(9).unwrap();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), 9, "{ports:?}");
+    }
 
     #[test]
     fn free_port_is_bindable_on_loopback() {

@@ -255,7 +255,7 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
     cmd.arg(ctx.root.join("host-tests/p3-probe/run.sh"))
         .env("VENV", ctx.venv.join("bin"))
         .env("CARGO_TARGET_DIR", ctx.target_dir()?.join("p3-probe"));
-    for var in [
+    let vars = [
         "NX_PORT",
         "SILENT_PORT",
         "TRICKLE_PORT",
@@ -264,8 +264,9 @@ fn p3_probe(ctx: &Ctx) -> Result<()> {
         "SLOW_PORT",
         "PROXY_PORT",
         "SCRAM_PORT",
-    ] {
-        cmd.env(var, crate::server::free_port()?.to_string());
+    ];
+    for (var, port) in vars.iter().zip(crate::server::free_ports(vars.len())?) {
+        cmd.env(var, port.to_string());
     }
     exec(&mut cmd)
 }
