@@ -190,6 +190,16 @@ impl Topology {
         if !self.monitored() || self.closed || self.settings.srv.is_some() {
             return;
         }
+        // Every selection calls this: in step (the usual case), it costs
+        // one lookup per server and allocates nothing.
+        let servers = &self.description.servers;
+        if servers.len() == self.monitors.len()
+            && servers
+                .iter()
+                .all(|s| self.monitors.contains_key(&s.address))
+        {
+            return;
+        }
         let servers: Vec<String> = self
             .description
             .servers
@@ -209,6 +219,13 @@ impl Topology {
                 self.monitors.insert(address.clone(), signals.clone());
                 runtime::detach(monitor::run(self.me.clone(), address, signals));
             }
+        }
+    }
+
+    /// Stops every monitor at whatever await it stands (close, drop).
+    fn stop_monitors(&mut self) {
+        for (_, signals) in self.monitors.drain() {
+            signals.stop();
         }
     }
 
@@ -863,9 +880,7 @@ impl Topology {
 
     pub fn close(&mut self) {
         self.closed = true;
-        for (_, signals) in self.monitors.drain() {
-            signals.stop();
-        }
+        self.stop_monitors();
         let addresses: Vec<String> = self.servers.keys().cloned().collect();
         for address in addresses {
             let state = self.state(&address);
@@ -954,9 +969,7 @@ impl Topology {
 /// awaited hello for heartbeatFrequencyMS.
 impl Drop for Topology {
     fn drop(&mut self) {
-        for signals in self.monitors.values() {
-            signals.stop();
-        }
+        self.stop_monitors();
     }
 }
 
