@@ -80,6 +80,24 @@ pub struct Connection {
     /// A monitor's streaming hello: the requestID the next reply answers
     /// (the request's, then each reply's in turn) while more are to come.
     streaming: Option<i32>,
+    /// The buffer holds the start of the next reply (read with the one
+    /// before it): `receive` goes on from there.
+    carried: bool,
+    /// A checkout whose end waits for the first command to be sent behind
+    /// the proof (topology.rs `end_deferred_checkout`).
+    pub(crate) deferred: Option<DeferredCheckout>,
+}
+
+/// A command to send: its request id, body and OP_MSG document sequences.
+pub type Outgoing<'a> = (i32, &'a RawDocument, &'a [(&'a str, &'a [u8])]);
+
+/// What a checkout left for its end (CMAP event durations; the bound of
+/// the authentication it finishes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeferredCheckout {
+    pub checkout_started: crate::deadline::Instant,
+    pub created: crate::deadline::Instant,
+    pub selection: Deadline,
 }
 
 /// What every new connection needs besides its address, derived once per
@@ -96,6 +114,9 @@ pub struct ConnectSettings {
     pub name_servers: Vec<std::net::SocketAddr>,
     /// The credential and its SCRAM key cache, shared by the client's connections.
     pub auth: Option<Rc<Authenticator>>,
+    /// TLS verifies the server's chain and host name (no `tlsInsecure`,
+    /// `tlsAllowInvalidCertificates` or `tlsAllowInvalidHostnames`).
+    pub server_verified: bool,
     /// TLS for every connection when set: one rustls configuration per client.
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// The loadBalanced URI option: every hello says so, and every reply must
@@ -168,6 +189,8 @@ impl Connection {
             lease: None,
             available_since: crate::deadline::Instant(0),
             streaming: None,
+            carried: false,
+            deferred: None,
         };
         let auth = settings.auth.as_deref();
         let hello_auth = auth.map(|a| a.hello_fields(new_nonce)).transpose()?;
@@ -238,24 +261,21 @@ impl Connection {
         reply: &RawDocument,
         deadline: Deadline,
     ) -> Result<()> {
-        let (mut conversation, mut step) = auth.after_hello(hello, reply, new_nonce)?;
+        let (conversation, step) = auth.after_hello(hello, reply, new_nonce)?;
+        self.converse(conversation, step, deadline).await
+    }
+
+    /// The conversation from `step` on, to its end.
+    async fn converse(
+        &mut self,
+        mut conversation: auth::Conversation<'_>,
+        mut step: Step,
+        deadline: Deadline,
+    ) -> Result<()> {
         loop {
-            let mut cmd = match step {
-                Step::Done => return Ok(()),
-                Step::Send(cmd) => cmd,
-                // PBKDF2 in slices: the deadline is checked before each (a
-                // server may ask for 10,000,000 iterations: seconds of CPU),
-                // and the other tasks run between them on WASI 0.3.
-                Step::Derive => {
-                    deadline.check(runtime::now(), "SCRAM key derivation (PBKDF2)")?;
-                    step = conversation.derive(auth::scram::ITERATIONS_PER_SLICE)?;
-                    if step == Step::Derive {
-                        runtime::yield_now().await;
-                    }
-                    continue;
-                }
+            let Some(cmd) = next_message(&mut conversation, step, deadline).await? else {
+                return Ok(());
             };
-            cmd.append(bson::cstr!("$db"), conversation.db());
             let request_id = next_request_id();
             let sent = self.send(request_id, &cmd, &[], deadline).await;
             let reply = match sent {
@@ -266,6 +286,72 @@ impl Connection {
                 .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
             step = conversation.reply(&reply)?;
         }
+    }
+
+    /// Whether this connection's first command may ride behind the proof
+    /// of the authentication its check left for later (`read_only`: the
+    /// command has no side effect). The rule is `auth::command_may_follow_proof`.
+    pub fn may_send_behind_proof(&self, settings: &ConnectSettings, read_only: bool) -> bool {
+        let Some((reply, suspended)) = &self.unauthenticated else {
+            return false;
+        };
+        settings.auth.is_some()
+            && auth::command_may_follow_proof(
+                settings.server_verified,
+                suspended.as_ref(),
+                reply,
+                read_only,
+            )
+    }
+
+    /// Finishes the authentication a server check's connection left for
+    /// later with its first command in the same write, behind the SCRAM
+    /// proof (`may_send_behind_proof` said it may). The server's signature
+    /// is checked (`deadline` bounds the derivation, the write and that
+    /// reply) before the command's reply is read. `Ok(true)`: authenticated,
+    /// and `receive` reads the command's reply; `Ok(false)`: authenticated,
+    /// the command still to send (the server wanted one more, empty,
+    /// exchange, so the command ran before authentication ended and failed:
+    /// its reply was dropped).
+    pub async fn send_behind_proof(
+        &mut self,
+        auth: &Authenticator,
+        (request_id, body, sequences): Outgoing<'_>,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let Some((reply, suspended)) = self.unauthenticated.take() else {
+            return Ok(false);
+        };
+        let r = async {
+            let (mut conversation, step) =
+                auth.after_hello(auth.resume(suspended), &reply, new_nonce)?;
+            let proof = next_message(&mut conversation, step, deadline).await?;
+            let Some(proof) = proof else {
+                // Nothing more to send: an ordinary first command.
+                return Ok(false);
+            };
+            let proof_id = next_request_id();
+            let mut first = Vec::new();
+            let max = self.max_message_size();
+            wire::encode_op_msg(&mut first, proof_id, 0, &proof, &[], max)?;
+            self.encode(request_id, body, sequences)?;
+            self.buf.splice(0..0, first);
+            self.flush_buf(deadline).await?;
+            let answer = self.receive_followed(proof_id, deadline).await;
+            let answer = answer
+                .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
+            match conversation.reply(&answer)? {
+                Step::Done => Ok(true),
+                next => {
+                    // The command went before authentication ended.
+                    self.receive(request_id, deadline).await?;
+                    self.converse(conversation, next, deadline).await?;
+                    Ok(false)
+                }
+            }
+        }
+        .await;
+        self.fail_on_err(r)
     }
 
     async fn hello(
@@ -486,6 +572,17 @@ impl Connection {
         sequences: &[(&str, &[u8])],
         deadline: Deadline,
     ) -> Result<()> {
+        self.encode(request_id, body, sequences)?;
+        self.flush_buf(deadline).await
+    }
+
+    /// The OP_MSG into the buffer, compressed when negotiated and allowed.
+    fn encode(
+        &mut self,
+        request_id: i32,
+        body: &RawDocument,
+        sequences: &[(&str, &[u8])],
+    ) -> Result<()> {
         let max = self.max_message_size();
         self.buf.clear();
         wire::encode_op_msg(&mut self.buf, request_id, 0, body, sequences, max)?;
@@ -508,7 +605,7 @@ impl Connection {
                 self.trim_spare();
             }
         }
-        self.flush_buf(deadline).await
+        Ok(())
     }
 
     /// When the frame of `len` bytes in the buffer is an OP_COMPRESSED
@@ -556,7 +653,9 @@ impl Connection {
         op_code: i32,
         deadline: Deadline,
     ) -> Result<RawDocumentBuf> {
-        self.buf.clear();
+        if !std::mem::take(&mut self.carried) {
+            self.buf.clear();
+        }
         let mut unsolicited = false;
         let r = self.read_frame(deadline).await.and_then(|len| {
             unsolicited = self.buf.len() > len;
@@ -582,6 +681,25 @@ impl Connection {
         if crate::csot::decoding_is_checked(reply.as_bytes().len()) {
             deadline.check(runtime::now(), "reply decoding")?;
         }
+        Ok(reply)
+    }
+
+    /// Reads the reply to `request_id` when the reply to another request
+    /// follows it: bytes read past it stay for the next `receive`.
+    async fn receive_followed(
+        &mut self,
+        request_id: i32,
+        deadline: Deadline,
+    ) -> Result<RawDocumentBuf> {
+        self.buf.clear();
+        let len = self.read_frame(deadline).await?;
+        let rest = self.buf.split_off(len);
+        let len = self.decompress_buf(len)?;
+        let range = wire::check_reply(&self.buf[..len], request_id, wire::OP_MSG)?;
+        let reply = wire::take_document(&mut self.buf, range)?;
+        self.buf.clear();
+        self.buf.extend_from_slice(&rest);
+        self.carried = true;
         Ok(reply)
     }
 
@@ -619,6 +737,33 @@ impl Connection {
             self.broken = true;
         }
         r
+    }
+}
+
+/// The conversation's next command (with `$db`), after the key derivation
+/// `step` may call for; `None` when it is done. PBKDF2 runs in slices: the
+/// deadline is checked before each (a server may ask for 10,000,000
+/// iterations: seconds of CPU), and the other tasks run between them on WASI 0.3.
+async fn next_message(
+    conversation: &mut auth::Conversation<'_>,
+    mut step: Step,
+    deadline: Deadline,
+) -> Result<Option<RawDocumentBuf>> {
+    loop {
+        match step {
+            Step::Done => return Ok(None),
+            Step::Send(mut cmd) => {
+                cmd.append(bson::cstr!("$db"), conversation.db());
+                return Ok(Some(cmd));
+            }
+            Step::Derive => {
+                deadline.check(runtime::now(), "SCRAM key derivation (PBKDF2)")?;
+                step = conversation.derive(auth::scram::ITERATIONS_PER_SLICE)?;
+                if step == Step::Derive {
+                    runtime::yield_now().await;
+                }
+            }
+        }
     }
 }
 

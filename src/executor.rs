@@ -295,9 +295,15 @@ async fn attempt<O: Operation>(
         Some(s) => s.take_connection(),
         None => cursor.and_then(|id| topology.borrow_mut().take_cursor_connection(id)),
     };
+    // A read may ride behind a cold connection's SCRAM proof (auth::command_may_follow_proof).
+    let read_only = op.retryability() == Retryability::Read && txn_session.is_none();
     let mut conn = match held {
         Some(held) => held,
-        None => topology.checkout(&address, &ctx.timeout, selection).await?,
+        None => {
+            topology
+                .checkout(&address, &ctx.timeout, selection, read_only)
+                .await?
+        }
     };
     // `keep`: the cursor the connection stays pinned to.
     let give_back = |conn: Connection, keep: Option<i64>| match (holder, keep) {
@@ -324,62 +330,30 @@ async fn attempt<O: Operation>(
         (t.min_rtt(&address), read_preference)
     };
 
-    let cmd = match op.build(&conn.hello) {
-        Ok(cmd) => cmd,
-        Err(e) => {
-            give_back(conn, cursor);
-            return Err(e);
-        }
-    };
-    let mut body = match crate::operation::strip_raw_data(cmd.body, conn.hello.max_wire_version) {
-        Ok(body) => body,
-        Err(e) => {
-            give_back(conn, cursor);
-            return Err(e);
-        }
-    };
-    body.append(cstr!("$db"), cmd.db.as_str());
-    // The Stable API goes on every command, getMore and transactions included.
-    crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
-    if let Some(pref) = read_preference {
-        body.append(cstr!("$readPreference"), pref);
-    }
-    if let Err(e) = attach_session(
+    let prepared = prepare(
         client,
+        op,
+        ctx,
+        (kind, state),
         &conn,
-        ctx.session,
-        kind,
-        CommandKind {
-            name: &cmd.name,
-            ends_transaction: op.ends_transaction(),
-            causally_consistent: op.causally_consistent(),
-        },
-        state,
-        &mut body,
-    ) {
-        give_back(conn, cursor);
-        return Err(e);
-    }
-    // Every command is checked before it is sent (csot.rs). A refused one was
-    // never sent: its connection goes back to the pool, and the error is final.
-    let mut sent_max_time = false;
-    // One reading of the clock for the check and the round trip's start.
-    let started = runtime::now();
-    match ctx
-        .timeout
-        .before_send(started, min_rtt, op.sends_max_time())
-    {
-        Ok(Some(ms)) => {
-            body.append(cstr!("maxTimeMS"), ms as i64);
-            sent_max_time = true;
-        }
-        Ok(None) => {}
+        (read_preference, min_rtt),
+    );
+    let Prepared {
+        cmd,
+        body,
+        sent_max_time,
+        started,
+    } = match prepared {
+        Ok(p) => p,
         Err(e) => {
+            // A checkout left open for this command ends without it.
+            topology
+                .end_deferred_checkout(&mut conn, &ctx.timeout, None)
+                .await?;
             give_back(conn, cursor);
-            state.final_error = true;
             return Err(e);
         }
-    }
+    };
     let sequences: Vec<(&str, &[u8])> = cmd
         .sequences
         .iter()
@@ -416,6 +390,28 @@ async fn attempt<O: Operation>(
     };
 
     let request_id = next_request_id();
+    // A checkout left open (`read_only`): the command goes in the proof's
+    // write, and the checkout ends (ready, checked out) before it is
+    // announced started; a failed proof fails the checkout, and the
+    // command is never announced.
+    let behind = match conn.deferred.is_some() {
+        false => false,
+        true => {
+            // The request is out: a caller dropped here leaves the server holding it.
+            let in_flight = InFlight {
+                client,
+                session: ctx.session,
+                address: &address,
+                connection_id: None,
+            };
+            let command = (request_id, body.as_ref(), sequences.as_slice());
+            let sent = topology
+                .end_deferred_checkout(&mut conn, &ctx.timeout, Some(command))
+                .await;
+            std::mem::forget(in_flight);
+            sent?
+        }
+    };
     if client.monitoring() {
         let shown = with_sequences(&body, &cmd.sequences);
         event(
@@ -434,16 +430,17 @@ async fn attempt<O: Operation>(
         client,
         session: ctx.session,
         address: &address,
-        connection_id,
+        connection_id: Some(connection_id),
     };
     // WASI 0.3: a clear with interruptInUseConnections ends the round trip
     // (the connection is then stale: closed at check-in, not abandoned).
     let pool = crate::cmap::InUse::of(conn.lease.as_ref());
     let round_trip = async {
-        match conn.send(request_id, &body, &sequences, deadline).await {
-            Ok(()) => conn.receive(request_id, deadline).await,
-            Err(e) => Err(e),
-        }
+        match behind {
+            true => Ok(()),
+            false => conn.send(request_id, &body, &sequences, deadline).await,
+        }?;
+        conn.receive(request_id, deadline).await
     };
     let result = crate::topology::interruptible(pool, (&address, generation), round_trip).await;
     std::mem::forget(in_flight);
@@ -556,6 +553,76 @@ async fn attempt<O: Operation>(
     }
 }
 
+/// A command ready to send.
+struct Prepared {
+    cmd: crate::operation::Command,
+    body: RawDocumentBuf,
+    /// CSOT's maxTimeMS is on it.
+    sent_max_time: bool,
+    /// The clock reading of the CSOT check: the round trip's start.
+    started: crate::deadline::Instant,
+}
+
+/// Builds the command for `conn`'s server: `$db`, the Stable API, the read
+/// preference, the session's fields, and CSOT's `maxTimeMS`. Every command
+/// is checked before it is sent (csot.rs): a refused one is never sent, and
+/// the error is final.
+fn prepare<O: Operation>(
+    client: &ClientInner,
+    op: &mut O,
+    ctx: &Context<'_>,
+    (kind, state): (Retryability, &mut Attempts),
+    conn: &Connection,
+    (read_preference, min_rtt): (Option<RawDocumentBuf>, std::time::Duration),
+) -> Result<Prepared> {
+    let mut cmd = op.build(&conn.hello)?;
+    // The body moves to `body`; the rest of `cmd` stays with it.
+    let built = std::mem::replace(&mut cmd.body, RawDocumentBuf::new());
+    let mut body = crate::operation::strip_raw_data(built, conn.hello.max_wire_version)?;
+    body.append(cstr!("$db"), cmd.db.as_str());
+    // The Stable API goes on every command, getMore and transactions included.
+    crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
+    if let Some(pref) = read_preference {
+        body.append(cstr!("$readPreference"), pref);
+    }
+    attach_session(
+        client,
+        conn,
+        ctx.session,
+        kind,
+        CommandKind {
+            name: &cmd.name,
+            ends_transaction: op.ends_transaction(),
+            causally_consistent: op.causally_consistent(),
+        },
+        state,
+        &mut body,
+    )?;
+    let mut sent_max_time = false;
+    // One reading of the clock for the check and the round trip's start.
+    let started = runtime::now();
+    match ctx
+        .timeout
+        .before_send(started, min_rtt, op.sends_max_time())
+    {
+        Ok(Some(ms)) => {
+            body.append(cstr!("maxTimeMS"), ms as i64);
+            sent_max_time = true;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            state.final_error = true;
+            return Err(e);
+        }
+    }
+    Ok(Prepared {
+        cmd,
+        body,
+        sent_max_time,
+        started,
+    })
+}
+
 /// A command in flight whose future was dropped (its caller cancelled, e.g.
 /// a serverless host whose HTTP client went away) between sending and the
 /// whole reply: the connection is closed as it drops, never pooled, and the
@@ -565,14 +632,16 @@ struct InFlight<'a> {
     client: &'a ClientInner,
     session: Option<&'a Session>,
     address: &'a str,
-    connection_id: u64,
+    /// `None` while its checkout is still open (that checkout's own guards
+    /// announce the connection closed and the checkout failed).
+    connection_id: Option<u64>,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         // `try_`: a drop during a panic's unwinding must not panic again.
-        if let Ok(mut t) = self.client.topology.try_borrow_mut() {
-            t.abandoned(self.address, self.connection_id);
+        if let (Some(id), Ok(mut t)) = (self.connection_id, self.client.topology.try_borrow_mut()) {
+            t.abandoned(self.address, id);
         }
         if let Some(s) = self.session {
             s.mark_dirty();

@@ -512,19 +512,22 @@ impl Topology {
                 });
                 Ok(conn)
             }
-            Err(e) => {
-                let expired = timeout.deadline().is_expired(runtime::now());
-                if crate::sdam::establishment_marks_unknown(&e, expired) {
-                    self.mark_unknown(address, &e);
-                }
-                self.events.emit(|| {
-                    PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
-                        .because(CloseReason::Error.as_str())
-                        .error(&e)
-                });
-                Err(e)
-            }
+            Err(e) => Err(self.handshake_failed(address, id, e, timeout)),
         }
+    }
+
+    /// A checkout's handshake failed: SDAM's part, and its connection closed.
+    fn handshake_failed(&mut self, address: &str, id: u64, e: Error, timeout: &OpTimeout) -> Error {
+        let expired = timeout.deadline().is_expired(runtime::now());
+        if crate::sdam::establishment_marks_unknown(&e, expired) {
+            self.mark_unknown(address, &e);
+        }
+        self.events.emit(|| {
+            PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                .because(CloseReason::Error.as_str())
+                .error(&e)
+        });
+        e
     }
 
     /// A pooled connection is dropped: announced ones get their closed event.
@@ -1343,11 +1346,17 @@ impl Shared {
     /// out of time inside the window stays pending in the pool.
     /// `selection` is the deadline selection ran under: under CSOT what is
     /// left of it bounds the checkout (CSOT spec, "Server Selection").
+    ///
+    /// `read_only`: the operation's command has no side effect. A server
+    /// check's connection whose SCRAM proof that command may follow in one
+    /// flight (`Connection::may_send_behind_proof`) comes back with its
+    /// checkout still open: `end_deferred_checkout` ends it.
     pub async fn checkout(
         &self,
         address: &str,
         timeout: &OpTimeout,
         selection: Deadline,
+        read_only: bool,
     ) -> Result<Connection> {
         let started = runtime::now();
         let event = |kind, id| PoolEvent::new(kind, address, id);
@@ -1360,14 +1369,17 @@ impl Shared {
             started,
             ended: false,
         };
-        let mut result = self.check_out(address, timeout, selection).await;
+        let mut result = self.check_out(address, timeout, selection, read_only).await;
         checking_out.ended = true;
         let mut t = self.borrow_mut();
         if let Ok(conn) = &mut result {
             conn.lease = Some(cmap::InUse::lease(&t.state(address).in_use));
         }
         let took = runtime::now().since(started);
-        match &result {
+        match &mut result {
+            Ok(Connection {
+                deferred: Some(d), ..
+            }) => d.checkout_started = started,
             Ok(conn) => t
                 .events
                 .emit(|| event(PoolEventKind::ConnectionCheckedOut, conn.id).took(took)),
@@ -1397,6 +1409,7 @@ impl Shared {
         address: &str,
         timeout: &OpTimeout,
         selection: Deadline,
+        read_only: bool,
     ) -> Result<Connection> {
         let wait_queue = match (timeout.csot, self.borrow().settings.wait_queue_timeout) {
             (None, Some(limit)) if runtime::CONCURRENT => Deadline::after(runtime::now(), limit),
@@ -1437,6 +1450,10 @@ impl Shared {
             if let Some(mut conn) = idle {
                 match self.drain(&mut conn, timeout).await {
                     Ok(true) if self.borrow_mut().unannounced(&conn) => {
+                        let settings = Rc::clone(&self.borrow().settings.connect);
+                        if conn.may_send_behind_proof(&settings, read_only) {
+                            return Ok(self.defer_announce(conn, selection));
+                        }
                         return self.announce(conn, timeout, selection).await;
                     }
                     Ok(true) => return Ok(conn),
@@ -1587,6 +1604,97 @@ impl Shared {
         }
     }
 
+    /// `announce`, for a connection whose first command will follow its SCRAM
+    /// proof: CMAP sees it created now, and `end_deferred_checkout` says
+    /// whether it became ready.
+    fn defer_announce(&self, mut conn: Connection, selection: Deadline) -> Connection {
+        let now = runtime::now();
+        self.borrow_mut()
+            .events
+            .emit(|| PoolEvent::new(PoolEventKind::ConnectionCreated, &conn.address, conn.id));
+        conn.deferred = Some(crate::conn::DeferredCheckout {
+            checkout_started: now,
+            created: now,
+            selection,
+        });
+        conn
+    }
+
+    /// Ends a checkout `checkout` left open: the connection authenticates,
+    /// with `command` (request id, body, sequences) in the same write behind
+    /// the proof, or alone without one (as `announce` does). Then it is
+    /// ready and checked out, or closed and the checkout failed: the CMAP
+    /// events and SDAM handling of any checkout's handshake. `Ok(true)`: the
+    /// command was sent, and its reply is next. Nothing to do when nothing
+    /// was left open.
+    pub async fn end_deferred_checkout(
+        &self,
+        conn: &mut Connection,
+        timeout: &OpTimeout,
+        command: Option<crate::conn::Outgoing<'_>>,
+    ) -> Result<bool> {
+        let Some(left) = conn.deferred.take() else {
+            return Ok(false);
+        };
+        let (address, id) = (conn.address.clone(), conn.id);
+        let settings = Rc::clone(&self.borrow().settings.connect);
+        // Bounded by selection, as when the check ran the whole handshake.
+        let (_, handshake) = timeout.establish_deadlines(left.selection, left.created);
+        let deadline = handshake.min(left.selection);
+        // A dropped future: the connection closed, the checkout failed.
+        let mut checking_out = CheckingOut {
+            shared: self,
+            address: &address,
+            started: left.checkout_started,
+            ended: false,
+        };
+        let mut announcing = Connecting {
+            shared: self,
+            address: &address,
+            id: Some(id),
+            counted: false,
+        };
+        let result = match (command, settings.auth.as_deref()) {
+            (Some(command), Some(auth)) => conn.send_behind_proof(auth, command, deadline).await,
+            _ => conn
+                .finish_handshake(&settings, deadline)
+                .await
+                .map(|()| false),
+        };
+        announcing.ended();
+        checking_out.ended = true;
+        let mut t = self.borrow_mut();
+        let now = runtime::now();
+        let event = |kind| PoolEvent::new(kind, &address, id);
+        match result {
+            Ok(sent) => {
+                let ready = now.since(left.created);
+                t.events
+                    .emit(|| event(PoolEventKind::ConnectionReady).took(ready));
+                let took = now.since(left.checkout_started);
+                t.events
+                    .emit(|| event(PoolEventKind::ConnectionCheckedOut).took(took));
+                Ok(sent)
+            }
+            Err(e) => {
+                let e = t.handshake_failed(&address, id, e, timeout);
+                let took = now.since(left.checkout_started);
+                t.events.emit(|| {
+                    event(PoolEventKind::ConnectionCheckOutFailed)
+                        .took(took)
+                        .because(CheckOutFailedReason::of(&e).as_str())
+                        .error(&e)
+                });
+                Err(checkout_handshake_error(
+                    timeout,
+                    left.selection,
+                    &address,
+                    e,
+                ))
+            }
+        }
+    }
+
     /// A check's connection at its first checkout: CMAP sees it created now,
     /// and it authenticates (the rest of its handshake) before it is ready,
     /// so a failure there is the checkout's, as the specs expect.
@@ -1619,15 +1727,7 @@ impl Shared {
         let result = self
             .borrow_mut()
             .handshake_done(&address, id, created, result, timeout);
-        let now = runtime::now();
-        result.map_err(|e| match timeout.csot {
-            // Out of computedServerSelectionTimeout (CSOT spec): selection's
-            // timeout, not a retryable network one; the operation's own
-            // deadline's expiry stays the section's.
-            _ if !e.is_timeout() || !selection.is_expired(now) => e,
-            Some(op) if op.is_expired(now) => e,
-            _ => timeout.selection_error(now, format!("{address}: {e}")),
-        })
+        result.map_err(|e| checkout_handshake_error(timeout, selection, &address, e))
     }
 
     /// The drain step of a checkout. `Ok(true)`: the connection is ready;
@@ -1973,6 +2073,24 @@ impl Drop for CheckingOut<'_> {
                     .error(&e)
             });
         }
+    }
+}
+
+/// A checkout's handshake error, when a check's connection authenticates at
+/// its first checkout: out of computedServerSelectionTimeout (CSOT spec) it
+/// is selection's timeout, not a retryable network one; the operation's own
+/// deadline's expiry stays the section's.
+fn checkout_handshake_error(
+    timeout: &OpTimeout,
+    selection: Deadline,
+    address: &str,
+    e: Error,
+) -> Error {
+    let now = runtime::now();
+    match timeout.csot {
+        _ if !e.is_timeout() || !selection.is_expired(now) => e,
+        Some(op) if op.is_expired(now) => e,
+        _ => timeout.selection_error(now, format!("{address}: {e}")),
     }
 }
 

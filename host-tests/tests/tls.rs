@@ -10,7 +10,7 @@
 
 use bson::rawdoc;
 use host_tests::bindings::exports::mongo_wasi::driver::client::ClientOptions;
-use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind};
+use host_tests::bindings::exports::mongo_wasi::driver::types::{Error, ErrorKind, PoolEventKind};
 use host_tests::guest::{no_options, Guest, WitResult};
 use host_tests::listeners::{Behaviour, Listener};
 use host_tests::relay::{Config as RelayConfig, Relay};
@@ -461,6 +461,149 @@ fn a_cold_scram_request_over_tls_makes_five_round_trips() {
     assert_eq!(f.answered(), 5, "{f:?}");
     assert_eq!(f.serial(), 5, "{f:?}");
     assert!(took >= rtt * 5, "{took:?}");
+}
+
+/// A cold read over TLS with SCRAM-SHA-256 makes four round trips: its
+/// command goes in the write of SCRAM's proof (`auth::command_may_follow_proof`):
+/// TCP, TLS 1.3, the hello (carrying saslStart), then saslContinue and the
+/// count together. The count runs authenticated (the proxy refuses it with
+/// 13 Unauthorized otherwise), and the CMAP and command events come in the
+/// order of a checkout whose handshake ended before its command.
+#[test]
+fn a_cold_scram_read_over_tls_follows_the_proof_in_four_round_trips() {
+    let proxy = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());
+    let rtt = Duration::from_millis(30);
+    let relay = Relay::tcp(proxy.addresses()[0], RelayConfig::rtt(rtt)).unwrap();
+    let port = relay.addr().port();
+    let read = |extra: &str| {
+        let uri = format!(
+            "mongodb://both:both-pw@localhost:{port}/?tls=true&authMechanism=SCRAM-SHA-256{extra}"
+        );
+        let mut guest = Guest::with_name_lookup(&[relay.addr()]).unwrap();
+        let opts = ClientOptions {
+            monitor_commands: true,
+            ..options(Some(&certs().ca), None)
+        };
+        let client = guest.connect_with(&uri, opts).unwrap().expect("connect");
+        let db = guest.database(client, "behind_proof", None).unwrap();
+        let coll = guest.collection(db, "c", None).unwrap();
+        let started = Instant::now();
+        let count = guest.count_documents(coll, &rawdoc! {}, &no_options());
+        let took = started.elapsed();
+        count.unwrap().expect("an authenticated count");
+        let pool: Vec<_> = guest
+            .take_pool_events(client)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        let commands: Vec<_> = guest
+            .take_events(client)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.command_name, e.kind))
+            .collect();
+        (relay.take(), took, pool, commands)
+    };
+
+    let (f, took, pool, commands) = read("");
+    assert_eq!(f.connections(), 1, "{f:?}");
+    assert_eq!(f.answered(), 4, "{f:?}");
+    assert_eq!(f.serial(), 4, "{f:?}");
+    assert!(took >= rtt * 4, "{took:?}");
+    use host_tests::bindings::exports::mongo_wasi::driver::types::CommandEventKind;
+    use PoolEventKind::*;
+    assert_eq!(
+        pool,
+        [
+            PoolCreated,
+            PoolReady,
+            ConnectionCheckOutStarted,
+            ConnectionCreated,
+            ConnectionReady,
+            ConnectionCheckedOut,
+            ConnectionCheckedIn
+        ],
+        "{pool:?}"
+    );
+    let aggregate = |kind| ("aggregate".to_string(), kind);
+    assert_eq!(
+        commands,
+        [
+            aggregate(CommandEventKind::Started),
+            aggregate(CommandEventKind::Succeeded)
+        ]
+    );
+
+    // tlsAllowInvalidHostnames: TLS did not check whom it reached, so the
+    // proof goes alone and the read waits for the server's signature.
+    let (f, _, _, _) = read("&tlsAllowInvalidHostnames=true");
+    assert_eq!((f.answered(), f.serial()), (5, 5), "{f:?}");
+}
+
+/// A refused proof fails the checkout, as when the proof goes alone: the
+/// read that followed it is never announced or answered, and the error is
+/// the authentication's. Also against a server that does not enforce
+/// authentication, which runs the read anyway: a read changes nothing.
+/// The same events and error when the proof goes alone (tlsAllowInvalidHostnames).
+#[test]
+fn a_refused_proof_fails_the_checkout_of_the_read_behind_it() {
+    let cases = [true, false]
+        .map(|enforced| ["", "&tlsAllowInvalidHostnames=true"].map(|extra| (enforced, extra)));
+    for (enforced, extra) in cases.into_iter().flatten() {
+        let proxy = auth_tls_proxy(
+            &certs().server,
+            ClientAuth::Optional,
+            AuthConfig {
+                enabled: enforced,
+                ..users()
+            },
+        );
+        let addr = proxy.addresses()[0];
+        let uri = format!(
+            "mongodb://both:not-the-pw@localhost:{}/?tls=true&authMechanism=SCRAM-SHA-256&retryReads=false{extra}",
+            addr.port()
+        );
+        let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
+        let opts = ClientOptions {
+            monitor_commands: true,
+            ..options(Some(&certs().ca), None)
+        };
+        let client = guest.connect_with(&uri, opts).unwrap().expect("connect");
+        let db = guest.database(client, "behind_proof", None).unwrap();
+        let coll = guest.collection(db, "c", None).unwrap();
+        let e = guest
+            .count_documents(coll, &rawdoc! {}, &no_options())
+            .unwrap()
+            .expect_err("a wrong password");
+        assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
+        assert_eq!(e.code, Some(18), "{e:?}");
+        assert!(e.message.contains("SCRAM-SHA-256"), "{e:?}");
+        assert_eq!(commands(&proxy.stats(), "saslContinue"), 1);
+        assert!(
+            guest.take_events(client).unwrap().is_empty(),
+            "no command was announced"
+        );
+        let pool: Vec<_> = guest
+            .take_pool_events(client)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .filter(|k| !matches!(k, PoolEventKind::PoolCreated | PoolEventKind::PoolReady))
+            .collect();
+        use PoolEventKind::*;
+        assert_eq!(
+            pool,
+            [
+                ConnectionCheckOutStarted,
+                ConnectionCreated,
+                PoolCleared,
+                ConnectionClosed,
+                ConnectionCheckOutFailed
+            ],
+            "enforced: {enforced}{extra}"
+        );
+    }
 }
 
 /// Not a check: prints the cost of a cold connection over TLS (TCP connect, TLS

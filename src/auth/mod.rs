@@ -84,6 +84,31 @@ pub struct Suspended {
     kind: Kind,
 }
 
+/// Whether a connection's first command may go in the same flight as the
+/// last message of the SCRAM conversation its hello began, saving a round
+/// trip (docs/driver.md, "Round trips of a cold request"). Only when:
+/// - TLS verified the server (chain and host name): the command goes to the
+///   server the certificate names before SCRAM's server signature is read;
+/// - the server answered the hello's speculative saslStart, so it is 4.4+
+///   and ends SCRAM at the client proof (`skipEmptyExchange`): the command
+///   runs after authentication, as a server runs one connection's messages
+///   in order (or fails as Unauthorized if the proof is refused);
+/// - the command has no side effect (a retryable read, outside any
+///   transaction): where a server does not enforce authentication it runs
+///   even when the proof fails, and that must change nothing.
+///
+/// The server signature is still checked before the command's reply is used.
+pub fn command_may_follow_proof(
+    server_verified: bool,
+    suspended: Option<&Suspended>,
+    hello_reply: &RawDocument,
+    read_only: bool,
+) -> bool {
+    let scram = suspended.is_some_and(|s| matches!(s.kind, Kind::Scram { .. }));
+    let answered = hello_reply.get_document("speculativeAuthenticate").is_ok();
+    server_verified && scram && answered && read_only
+}
+
 impl HelloAuth<'_> {
     /// Keeps the speculative conversation (the hello's fields are sent).
     pub fn suspend(self) -> Option<Suspended> {

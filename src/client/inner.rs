@@ -156,6 +156,8 @@ impl ClientInner {
                 server_api: options.server_api.clone(),
                 name_servers: Vec::new(),
                 auth,
+                server_verified: tls.is_some()
+                    && crate::tls::verification(o) == crate::tls::Verification::Full,
                 tls,
                 load_balanced: o.load_balanced == Some(true),
                 compression: crate::wire::Compression {

@@ -235,7 +235,7 @@ impl Client {
         let conn = self
             .inner
             .topology
-            .checkout(address, &timeout, selection)
+            .checkout(address, &timeout, selection, false)
             .await?;
         Ok(PooledConnection(conn))
     }
