@@ -440,8 +440,9 @@ fn scram_sha_256_over_tls_speculates_in_the_hello() {
 /// A cold request over TLS with SCRAM-SHA-256, through a relay 30 ms away
 /// that counts the round trips: TCP, TLS 1.3, the hello (carrying saslStart),
 /// one saslContinue, the command, all on one connection (the server check's
-/// connection serves the operation too). docs/driver.md, "Round trips of a
-/// cold request".
+/// connection serves the operation too). A user's command (here a ping), like
+/// a write, waits for the proof's answer; a read does not (next test).
+/// docs/driver.md, "Round trips of a cold request".
 #[test]
 fn a_cold_scram_request_over_tls_makes_five_round_trips() {
     let proxy = auth_tls_proxy(&certs().server, ClientAuth::Optional, users());

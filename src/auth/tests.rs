@@ -469,3 +469,41 @@ fn key_derivation_comes_in_slices_before_the_client_final_message() {
     assert_eq!(payload_text(&sent(conv.derive(0).unwrap())), CLIENT_FINAL);
     assert_eq!(a.cache().derivations(), 1);
 }
+
+#[test]
+fn a_command_follows_the_proof_only_when_every_condition_holds() {
+    let scram = auth("mongodb://user:pencil@h/?authMechanism=SCRAM-SHA-256");
+    let plain = auth("mongodb://user:pencil@h/?authMechanism=PLAIN");
+    let answered = rawdoc! {
+        "ok": 1,
+        "speculativeAuthenticate": { "conversationId": 1, "done": false, "payload": bin(SERVER_FIRST) },
+    };
+    let unanswered = rawdoc! { "ok": 1 };
+    let suspended = |a: &Authenticator| a.hello_fields(|| NONCE.into()).unwrap().suspend();
+    let s = suspended(&scram);
+    assert!(command_may_follow_proof(true, s.as_ref(), &answered, true));
+    // TLS did not verify the server; the server did not speculate (pre-4.4);
+    // the command has a side effect.
+    assert!(!command_may_follow_proof(
+        false,
+        s.as_ref(),
+        &answered,
+        true
+    ));
+    assert!(!command_may_follow_proof(
+        true,
+        s.as_ref(),
+        &unanswered,
+        true
+    ));
+    assert!(!command_may_follow_proof(
+        true,
+        s.as_ref(),
+        &answered,
+        false
+    ));
+    // No conversation begun in the hello, or not SCRAM (PLAIN has no speculative form).
+    assert!(!command_may_follow_proof(true, None, &answered, true));
+    let p = suspended(&plain);
+    assert!(!command_may_follow_proof(true, p.as_ref(), &answered, true));
+}
