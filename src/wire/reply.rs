@@ -25,23 +25,11 @@ const KEEP_CAPACITY: usize = 1 << 20;
 /// or the OP_REPLY's document), validated in full. Document sequences in an
 /// OP_MSG reply are framed but neither copied nor read.
 pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<Range<usize>> {
-    let header = Header::parse(frame)?;
     let expected = match sent_op_code {
         OP_QUERY => OP_REPLY,
         _ => OP_MSG,
     };
-    if header.op_code != expected {
-        return Err(Error::protocol(format!(
-            "reply has opCode {} but {expected} answers the request sent",
-            header.op_code
-        )));
-    }
-    if header.response_to != request_id {
-        return Err(Error::protocol(format!(
-            "reply answers request {} but {request_id} was sent",
-            header.response_to
-        )));
-    }
+    answering(frame, expected, request_id, "reply")?;
     let document = match decode(frame)?.1 {
         Message::Msg(msg) if msg.more_to_come() => {
             return Err(Error::protocol(
@@ -51,11 +39,7 @@ pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<R
         Message::Msg(msg) => msg.body,
         Message::Reply(reply) => reply.document,
     };
-    validate_document(document)?;
-    let bytes = document.as_bytes();
-    // The document borrows `frame`: its offset there.
-    let start = bytes.as_ptr() as usize - frame.as_ptr() as usize;
-    Ok(start..start + bytes.len())
+    body_range(frame, document)
 }
 
 /// A reply of the streaming protocol (server-monitoring spec: a hello sent
@@ -64,30 +48,40 @@ pub fn check_reply(frame: &[u8], request_id: i32, sent_op_code: i32) -> Result<R
 /// (validated, as in [`check_reply`]), whether more replies follow, and its
 /// own requestID, which the next reply answers.
 pub fn check_streamed_reply(frame: &[u8], response_to: i32) -> Result<(Range<usize>, bool, i32)> {
+    let header = answering(frame, OP_MSG, response_to, "streamed hello reply")?;
+    let Message::Msg(msg) = decode(frame)?.1 else {
+        return Err(Error::protocol("streamed hello reply is not an OP_MSG"));
+    };
+    let range = body_range(frame, msg.body)?;
+    Ok((range, msg.more_to_come(), header.request_id))
+}
+
+/// The header of `frame`, which must be an `op_code` message answering
+/// request `response_to` (`what` names the reply in errors).
+fn answering(frame: &[u8], op_code: i32, response_to: i32, what: &str) -> Result<Header> {
     let header = Header::parse(frame)?;
-    if header.op_code != OP_MSG {
+    if header.op_code != op_code {
         return Err(Error::protocol(format!(
-            "streamed hello reply has opCode {} but OP_MSG was expected",
+            "{what} has opCode {} but {op_code} answers the request sent",
             header.op_code
         )));
     }
     if header.response_to != response_to {
         return Err(Error::protocol(format!(
-            "streamed hello reply answers {} but {response_to} was expected",
+            "{what} answers request {} but {response_to} was sent",
             header.response_to
         )));
     }
-    let Message::Msg(msg) = decode(frame)?.1 else {
-        return Err(Error::protocol("streamed hello reply is not an OP_MSG"));
-    };
-    validate_document(msg.body)?;
-    let bytes = msg.body.as_bytes();
+    Ok(header)
+}
+
+/// Where `document`, a slice of `frame`, lies in it, once validated.
+fn body_range(frame: &[u8], document: &RawDocument) -> Result<Range<usize>> {
+    validate_document(document)?;
+    let bytes = document.as_bytes();
+    // The document borrows `frame`: its offset there.
     let start = bytes.as_ptr() as usize - frame.as_ptr() as usize;
-    Ok((
-        start..start + bytes.len(),
-        msg.more_to_come(),
-        header.request_id,
-    ))
+    Ok(start..start + bytes.len())
 }
 
 /// Checks every element of `doc`, nested documents, arrays and scopes
@@ -205,7 +199,7 @@ mod tests {
         let body = RawDocument::from_bytes(&frame[range]).unwrap();
         assert_eq!(body.get_i32("ok").unwrap(), 1);
         let e = check_streamed_reply(&frame, 6).unwrap_err();
-        assert!(e.message.contains("answers 5 but 6"), "{e}");
+        assert!(e.message.contains("answers request 5 but 6"), "{e}");
         let legacy = op_reply(5, rawdoc! {"ok": 1}.as_bytes());
         assert!(check_streamed_reply(&legacy, 5).is_err());
     }
