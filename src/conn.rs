@@ -126,6 +126,20 @@ pub struct ConnectSettings {
     pub compression: wire::Compression,
 }
 
+/// When a new connection authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthWhen {
+    /// A server check's connection: after its hello (and its speculative
+    /// start) it waits for its first checkout (`finish_handshake`).
+    AtCheckout,
+    /// A pool connection: before it is ready.
+    Now,
+    /// A pool connection opened for a read: as `Now`, unless the read may
+    /// follow the proof (`may_send_behind_proof`); it then waits, as
+    /// `AtCheckout`, for `send_behind_proof`.
+    NowOrWithRead,
+}
+
 /// What establishing a connection measured.
 pub struct Established {
     pub conn: Connection,
@@ -136,10 +150,10 @@ pub struct Established {
 
 impl Connection {
     /// Connects (TCP, and TLS if the settings say so) within `connect`, then
-    /// runs the handshake and authenticates within `handshake`. Without
-    /// `authenticate` (a server check) authentication stops after the hello
-    /// (and its speculative start), and `finish_handshake` must run before
-    /// any command.
+    /// runs the handshake and authenticates within `handshake`, when
+    /// `auth_when` says (else authentication stops after the hello and its
+    /// speculative start, and `finish_handshake` or `send_behind_proof`
+    /// must run before any command).
     #[allow(clippy::too_many_arguments)]
     pub async fn establish(
         address: &str,
@@ -149,8 +163,9 @@ impl Connection {
         id: u64,
         generation: u64,
         (connect, handshake): (Deadline, Deadline),
-        authenticate: bool,
+        auth_when: AuthWhen,
     ) -> Result<Established> {
+        let authenticate = auth_when != AuthWhen::AtCheckout;
         // A pool's connection (`authenticate`): its failures before
         // authentication are labelled overloads (CMAP backpressure).
         let label = |e: Error| match authenticate {
@@ -227,8 +242,26 @@ impl Connection {
         match (auth, hello_auth) {
             // An arbiter holds no users: nothing to authenticate (auth spec).
             _ if conn.hello.arbiter_only => {}
-            (Some(a), Some(h)) if authenticate => conn.authenticate(a, h, &reply, deadline).await?,
-            (Some(_), Some(h)) => conn.unauthenticated = Some((reply.clone(), h.suspend())),
+            (Some(a), Some(h)) => {
+                let suspended = h.suspend();
+                let waits = match auth_when {
+                    AuthWhen::AtCheckout => true,
+                    AuthWhen::Now => false,
+                    AuthWhen::NowOrWithRead => auth::command_may_follow_proof(
+                        settings.server_verified,
+                        suspended.as_ref(),
+                        &reply,
+                        true,
+                    ),
+                };
+                match waits {
+                    true => conn.unauthenticated = Some((reply.clone(), suspended)),
+                    false => {
+                        conn.authenticate(a, a.resume(suspended), &reply, deadline)
+                            .await?
+                    }
+                }
+            }
             _ => {}
         }
         Ok(Established { conn, rtt, reply })
@@ -286,6 +319,11 @@ impl Connection {
                 .map_err(|e| in_section(e, &format!("authentication with {}", self.address)))?;
             step = conversation.reply(&reply)?;
         }
+    }
+
+    /// Authentication is left for its first checkout or its first command.
+    pub fn awaits_authentication(&self) -> bool {
+        self.unauthenticated.is_some()
     }
 
     /// Whether this connection's first command may ride behind the proof

@@ -8,7 +8,7 @@ use crate::cmap::{
     self, AfterDrain, CheckOutFailedReason, CloseReason, DrainStep, PoolEvent, PoolEventKind,
     PoolEvents,
 };
-use crate::conn::{ConnectSettings, Connection, Established};
+use crate::conn::{AuthWhen, ConnectSettings, Connection, Established};
 use crate::csot::OpTimeout;
 use crate::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -513,6 +513,30 @@ impl Topology {
                 Ok(conn)
             }
             Err(e) => Err(self.handshake_failed(address, id, e, timeout)),
+        }
+    }
+
+    /// A checkout's new connection: `handshake_done`, unless it waits to
+    /// authenticate with the read it was opened for: its checkout then
+    /// stays open (`Shared::end_deferred_checkout`).
+    fn established(
+        &mut self,
+        address: &str,
+        id: u64,
+        created: crate::deadline::Instant,
+        result: Result<Connection>,
+        (timeout, selection): (&OpTimeout, Deadline),
+    ) -> Result<Connection> {
+        match result {
+            Ok(mut conn) if conn.awaits_authentication() => {
+                conn.deferred = Some(crate::conn::DeferredCheckout {
+                    checkout_started: created,
+                    created,
+                    selection,
+                });
+                Ok(conn)
+            }
+            other => self.handshake_done(address, id, created, other, timeout),
         }
     }
 
@@ -1213,7 +1237,7 @@ impl Shared {
                         id,
                         connect.min(deadline),
                         handshake.min(deadline),
-                        true,
+                        AuthWhen::Now,
                     )
                     .await;
                 let mut t = self.borrow_mut();
@@ -1247,7 +1271,9 @@ impl Shared {
         let id = self.borrow_mut().next_id();
         // The check's hello only: its connection authenticates at its first checkout.
         let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
-        let result = self.establish(address, id, connect, handshake, false).await;
+        let result = self
+            .establish(address, id, connect, handshake, AuthWhen::AtCheckout)
+            .await;
         let mut t = self.borrow_mut();
         t.state(address).permanent = match &result {
             Err(e) if e.is_permanent() => Some(e.clone()),
@@ -1506,13 +1532,22 @@ impl Shared {
             connecting.ended();
             return result;
         }
-        let establish = self.establish(address, id, connect, handshake, true);
+        // A read may follow the proof (auth::command_may_follow_proof).
+        let auth_when = match read_only {
+            true => AuthWhen::NowOrWithRead,
+            false => AuthWhen::Now,
+        };
+        let establish = self.establish(address, id, connect, handshake, auth_when);
         if !runtime::CONCURRENT {
             let result = establish.await;
             connecting.ended();
-            return self
-                .borrow_mut()
-                .handshake_done(address, id, created, result, timeout);
+            return self.borrow_mut().established(
+                address,
+                id,
+                created,
+                result,
+                (timeout, selection),
+            );
         }
         // A clear with interruptInUseConnections interrupts an establishment too.
         let interrupted = async {
@@ -1523,9 +1558,10 @@ impl Shared {
         let raced = race(established, interrupted).await;
         connecting.ended();
         match raced {
-            Ok(conn) => self
-                .borrow_mut()
-                .handshake_done(address, id, created, Ok(conn), timeout),
+            Ok(conn) => {
+                self.borrow_mut()
+                    .established(address, id, created, Ok(conn), (timeout, selection))
+            }
             Err(Some(e)) => self
                 .borrow_mut()
                 .handshake_done(address, id, created, Err(e), timeout),
@@ -1580,7 +1616,8 @@ impl Shared {
             });
             Err(e)
         };
-        let mut conn = match self.establish(address, id, connect, handshake, false).await {
+        let established = self.establish(address, id, connect, handshake, AuthWhen::AtCheckout);
+        let mut conn = match established.await {
             Ok(conn) => conn,
             Err(e) => return failed(&mut self.borrow_mut(), e),
         };
@@ -1654,18 +1691,48 @@ impl Shared {
             id: Some(id),
             counted: false,
         };
-        let result = match (command, settings.auth.as_deref()) {
-            (Some(command), Some(auth)) => conn.send_behind_proof(auth, command, deadline).await,
-            _ => conn
-                .finish_handshake(&settings, deadline)
-                .await
-                .map(|()| false),
+        // WASI 0.3: a clear with interruptInUseConnections interrupts it, as
+        // it does an establishment.
+        let pool = cmap::InUse::of(conn.lease.as_ref()).filter(|_| runtime::CONCURRENT);
+        let generation = conn.generation;
+        let exchange = async {
+            match (command, settings.auth.as_deref()) {
+                (Some(command), Some(auth)) => {
+                    conn.send_behind_proof(auth, command, deadline).await
+                }
+                _ => conn
+                    .finish_handshake(&settings, deadline)
+                    .await
+                    .map(|()| false),
+            }
+            .map_err(Some)
+        };
+        let result = match pool {
+            None => exchange.await,
+            Some(pool) => {
+                let interrupted = async {
+                    cmap::InUse::interrupted(pool, generation).await;
+                    Err(None)
+                };
+                race(exchange, interrupted).await
+            }
         };
         announcing.ended();
         checking_out.ended = true;
         let mut t = self.borrow_mut();
         let now = runtime::now();
         let event = |kind| PoolEvent::new(kind, &address, id);
+        let result = match result {
+            Ok(sent) => Ok(sent),
+            Err(Some(e)) => Err(t.handshake_failed(&address, id, e, timeout)),
+            Err(None) => {
+                // The clear already did SDAM's part: the connection is only closed.
+                t.events.emit(|| {
+                    event(PoolEventKind::ConnectionClosed).because(CloseReason::Stale.as_str())
+                });
+                Err(cmap::pool_cleared(&address, true))
+            }
+        };
         match result {
             Ok(sent) => {
                 let ready = now.since(left.created);
@@ -1677,7 +1744,6 @@ impl Shared {
                 Ok(sent)
             }
             Err(e) => {
-                let e = t.handshake_failed(&address, id, e, timeout);
                 let took = now.since(left.checkout_started);
                 t.events.emit(|| {
                     event(PoolEventKind::ConnectionCheckOutFailed)
@@ -1795,12 +1861,12 @@ impl Shared {
         id: u64,
         connect: Deadline,
         handshake: Deadline,
-        authenticate: bool,
+        auth_when: AuthWhen,
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         // A server check's new connection (not a checkout's): the monitor's
         // heartbeat, announced before its socket is opened.
-        let check = !authenticate;
+        let check = auth_when == AuthWhen::AtCheckout;
         let started = runtime::now();
         let (generation, settings) = {
             let mut t = self.borrow_mut();
@@ -1817,7 +1883,7 @@ impl Shared {
             id,
             generation,
             (connect, handshake),
-            authenticate,
+            auth_when,
         )
         .await;
         let mut t = self.borrow_mut();
@@ -1919,7 +1985,7 @@ async fn fill_in_background(me: std::rc::Weak<RefCell<Topology>>, address: Strin
         let created = runtime::now();
         let deadline = Deadline::from_ms(created, Some(connect_ms));
         let result = shared
-            .establish(&address, id, deadline, deadline, true)
+            .establish(&address, id, deadline, deadline, AuthWhen::Now)
             .await;
         connecting.ended();
         let legacy = crate::csot::LegacyTimeouts {

@@ -254,7 +254,7 @@ async fn connect(address: &str, id: u64, plan: &Plan, started: Instant) -> Resul
         id,
         0,
         (deadline, deadline),
-        false,
+        crate::conn::AuthWhen::AtCheckout,
     )
     .await
 }
