@@ -15,6 +15,13 @@
 //! (host-tests/src/bin/bench/workload.rs), with its name:
 //! `{"workload": "find_one", "total_s": t, "per_op_us": [...]}`; or
 //! `{"error": "..."}`. Times come from the monotonic clock inside the guest.
+//!
+//! `cold URI` (the distant section, `--only distant`): one cold request in a
+//! new instance, as a WASI 0.3 host's instance pays after idling out: a new
+//! client, then one findOne of `{_id: 1}` in perftest.corpus. Prints
+//! `{"t0_ns": .., "t1_ns": .., "total_s": .., "found": ..}`: the wall clock
+//! (ns since the epoch) around the request, which the harness matches with
+//! the relay's flights, and the monotonic time it took.
 
 use bson::{rawdoc, RawDocumentBuf};
 use mongo_wasi::runtime::p3 as rt;
@@ -29,7 +36,11 @@ wasip3::cli::command::export!(Bench);
 
 impl wasip3::exports::cli::run::Guest for Bench {
     async fn run() -> Result<(), ()> {
-        match bench().await {
+        let done = match std::env::args().nth(1).as_deref() {
+            Some("cold") => cold().await,
+            _ => bench().await,
+        };
+        match done {
             Ok(()) => Ok(()),
             Err(e) => {
                 println!("{{\"error\": {:?}}}", e);
@@ -120,6 +131,28 @@ async fn round(
         }
     };
     results.into_iter().collect()
+}
+
+async fn cold() -> Result<(), String> {
+    let uri = std::env::args().nth(2).ok_or("usage: p3-bench cold URI")?;
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    };
+    let (t0, started) = (wall(), rt::now());
+    let client = Client::with_options(&uri, ClientOptions::default()).map_err(|e| e.to_string())?;
+    let corpus = client.database("perftest", None).collection("corpus", None);
+    let found = corpus
+        .find_one(rawdoc! { "_id": 1 }, &FindOptions::default())
+        .await
+        .map_err(|e| format!("findOne: {e}"))?
+        .is_some();
+    let total_s = rt::now().since(started).as_secs_f64();
+    let t1 = wall();
+    client.close().await;
+    println!("{{\"t0_ns\": {t0}, \"t1_ns\": {t1}, \"total_s\": {total_s}, \"found\": {found}}}");
+    Ok(())
 }
 
 async fn bench() -> Result<(), String> {

@@ -146,7 +146,10 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
         .join("wasm32-wasip2")
         .join(profile)
         .join("p3_bench.wasm");
-    if a.runs("concurrent") {
+    // The distant section runs it too (its mongo-wasi-p3 rows), when named
+    // or in a full run.
+    let p3_guest = a.runs("concurrent") || (a.runs("distant") && (!a.quick || a.only.is_some()));
+    if p3_guest {
         let _ = run.step(
             &format!("bench: build the WASI 0.3 guest (p3-bench, {profile})"),
             || {
@@ -217,7 +220,7 @@ pub(crate) fn steps(run: &mut Run, ctx: &Ctx, a: &Args) -> Result<()> {
         if let Some(s) = &nx {
             cmd.arg("--nx").arg(s.uri());
         }
-        if a.runs("concurrent") && p3_wasm.exists() {
+        if p3_guest && p3_wasm.exists() {
             cmd.arg("--p3-bench")
                 .arg(&p3_wasm)
                 .arg("--wasmtime")

@@ -52,6 +52,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub const WASI: &str = "mongo-wasi";
+/// mongo-wasi on WASI 0.3: a new wasmtime CLI process per request
+/// (host-tests/p3-bench `cold`), as a 0.3 host's instance after idling out.
+const P3: &str = "mongo-wasi-p3";
 /// mongo-wasi in a new instance given the warm state of the one before.
 const WASI_WARM: &str = "mongo-wasi+warm";
 const NATIVE: &str = "mongodb-rust";
@@ -76,6 +79,101 @@ pub struct Setup<'a> {
     pub tweet: &'a bson::RawDocument,
     /// Cold requests per cell (contender, case, srv, RTT).
     pub runs: usize,
+    /// The wasmtime CLI and the WASI 0.3 guest (host-tests/p3-bench), for
+    /// the `mongo-wasi-p3` rows.
+    pub p3: Option<(&'a Path, &'a Path)>,
+}
+
+/// The WASI 0.3 guest, precompiled, and what each of its runs is given.
+struct P3Guest {
+    wasmtime: PathBuf,
+    cwasm: PathBuf,
+    /// The certificates' directory, preopened at the same path.
+    certs: PathBuf,
+}
+
+impl P3Guest {
+    fn new(wasmtime: &Path, guest: &Path, certs: &Path) -> anyhow::Result<P3Guest> {
+        let cwasm = guest.with_extension("cwasm");
+        let out = Command::new(wasmtime)
+            .arg("compile")
+            .arg("-o")
+            .arg(&cwasm)
+            .arg(guest)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "wasmtime compile {}: {}",
+            guest.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(P3Guest {
+            wasmtime: wasmtime.to_path_buf(),
+            cwasm,
+            certs: certs.to_path_buf(),
+        })
+    }
+
+    /// One cold request in a new process: its start and end (the guest's
+    /// wall clock), its wall ms (the guest's monotonic clock), and the
+    /// process's CPU ms (wasmtime's loading of the precompiled guest included).
+    fn cold(
+        &self,
+        d: &Distant,
+        uri: &str,
+        clock: &Clock,
+    ) -> anyhow::Result<(Instant, Instant, f64, f64)> {
+        let cpu = children_cpu();
+        let out = Command::new(&self.wasmtime)
+            .args([
+                "run",
+                "--allow-precompiled",
+                "-S",
+                "cli",
+                "-S",
+                "inherit-network",
+            ])
+            .arg("--dir")
+            .arg(format!("{0}::{0}", self.certs.display()))
+            .arg("--env")
+            .arg(format!("MONGO_WASI_DNS_SERVER={}", d.dns.addr()))
+            .arg(&self.cwasm)
+            .arg("cold")
+            .arg(uri)
+            .stdin(std::process::Stdio::null())
+            .output()?;
+        let cpu_ms = (children_cpu() - cpu).as_secs_f64() * 1e3;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().last().unwrap_or_default();
+        let v: Value = serde_json::from_str(line).map_err(|e| {
+            anyhow::anyhow!(
+                "{P3} {uri}: {e}: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        if let Some(e) = v.get("error") {
+            anyhow::bail!("{P3} {uri}: {e}");
+        }
+        anyhow::ensure!(v["found"] == true, "{P3}: the cold findOne found nothing");
+        let ns = |k: &str| v[k].as_u64().unwrap_or(0);
+        let wall = v["total_s"].as_f64().unwrap_or(0.0) * 1e3;
+        Ok((
+            clock.instant(ns("t0_ns")),
+            clock.instant(ns("t1_ns")),
+            wall,
+            cpu_ms,
+        ))
+    }
+}
+
+/// CPU time of this process's waited-for children.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a pointer to a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// The bandwidth-limited link: RTT and each direction's cap (8 Mbit/s).
@@ -256,14 +354,25 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// CLOCK_MONOTONIC (std's `Instant` clock; the children's too) as an Instant
-/// mapper: a child's nanoseconds to this process's `Instant`.
+/// CLOCK_MONOTONIC (std's `Instant` clock; the children's too), or the wall
+/// clock (a WASI guest's), as an Instant mapper: a child's nanoseconds to
+/// this process's `Instant`.
 struct Clock {
     at: Instant,
     ns: u64,
 }
 
 impl Clock {
+    /// The wall clock: nanoseconds since the epoch.
+    fn wall() -> Clock {
+        let at = Instant::now();
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        Clock {
+            at,
+            ns: since.map_or(0, |d| d.as_nanos() as u64),
+        }
+    }
+
     fn new() -> Clock {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -448,6 +557,21 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
         }
     }
     let clock = Clock::new();
+    let wall_clock = Clock::wall();
+    let p3 = match s.p3 {
+        Some((wasmtime, guest)) => {
+            let dir = ca.parent().unwrap_or(Path::new("."));
+            match P3Guest::new(wasmtime, guest, dir) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    r.errors.push(format!("distant: no {P3}: {e:#}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let local = 1 + p3.is_some() as usize;
     for rtt in RTTS {
         let d = Distant::start(&proxies, Duration::from_millis(rtt), dns_at)?;
         for i in 0..s.runs {
@@ -456,10 +580,11 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                     // The cold mongo-wasi client's warm state, for the warm row.
                     let mut blob = None;
                     // Rotate who goes first.
-                    let n = 1 + externals.len();
+                    let n = local + externals.len();
                     for k in 0..n {
                         let who = (k + i) % n;
                         d.take();
+                        let port = d.relays[case].addr().port();
                         let (name, got) = if who == 0 {
                             let got = wasi_cold(&d, &certs, case, srv, None).map(
                                 |(t0, t1, cpu, warm)| {
@@ -469,13 +594,15 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                                 },
                             );
                             (WASI, got)
+                        } else if let (Some(g), 1) = (&p3, who) {
+                            let u = uri(case, srv, port, Some((&ca, &client_pem)));
+                            (P3, g.cold(&d, &u, &wall_clock))
                         } else {
-                            let c = &mut externals[who - 1];
+                            let c = &mut externals[who - local];
                             let name = c.name_str();
                             if srv && resolv.is_none() {
                                 continue;
                             }
-                            let port = d.relays[case].addr().port();
                             let u = uri(case, srv, port, Some((&ca, &client_pem)));
                             let got = c.request(&format!("distant 1 {u}")).and_then(|v| {
                                 if let Some(e) = v.get("error") {
@@ -753,7 +880,7 @@ pub fn print(r: &Results, out: &mut String) {
                 let Some(by) = by_case[case][addr].as_object() else {
                     continue;
                 };
-                for c in [WASI, WASI_WARM, NATIVE, PYMONGO] {
+                for c in [WASI, WASI_WARM, P3, NATIVE, PYMONGO] {
                     let Some(v) = by.get(c) else { continue };
                     let _ = writeln!(
                         out,

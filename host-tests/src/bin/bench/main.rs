@@ -408,6 +408,11 @@ fn main() -> anyhow::Result<()> {
             data_dir: &a.data,
             tweet: &data.tweet,
             runs: a.rounds.unwrap_or(if a.quick { 3 } else { 5 }),
+            p3: a
+                .p3_bench
+                .as_deref()
+                .zip(a.wasmtime.as_deref())
+                .map(|(g, w)| (w, g)),
         };
         if let Err(e) = distant::run(&setup, &server, &mut r) {
             r.errors.push(format!("distant: {e:#}"));
