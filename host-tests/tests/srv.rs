@@ -467,3 +467,20 @@ fn a_warm_state_skips_the_srv_lookup_and_pbkdf2_in_a_new_instance() {
     // Its target is the same name: its fresh address is still taken.
     assert_eq!(asked(&dns, "A"), after.2, "{:?}", dns.log());
 }
+
+/// An instance asks for a host's addresses once per TTL, as a caching
+/// resolver does: a second client of the same instance (as each new
+/// connection of one client: a monitor's, a pool's) takes the fresh answer
+/// (the responder's TTL is 60 s).
+#[test]
+fn a_fresh_address_answer_is_reused_within_an_instance() {
+    let (_, server) = host_tests::test_server();
+    let dns = DnsResponder::start(records(server.port()), Mode::Answer).unwrap();
+    let mut g = Guest::with_dns(&[server], dns.addr()).unwrap();
+    let uri = format!("mongodb+srv://{SRV_HOST}/?tls=false");
+    ping(&mut g, &uri, None).expect("first client");
+    assert_eq!(asked(&dns, "A"), 1, "{:?}", dns.log());
+    ping(&mut g, &uri, None).expect("second client");
+    assert_eq!(asked(&dns, "A"), 1, "no second A query: {:?}", dns.log());
+    assert_eq!(asked(&dns, "AAAA"), 1, "{:?}", dns.log());
+}

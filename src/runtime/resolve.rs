@@ -10,9 +10,10 @@
 //! (`TcpStream::connect_ip`), never through `resolve_via`.
 //!
 //! What the DNS servers answered is kept per instance with its TTL, for a
-//! warm state (`learned_addresses`); a warm state's addresses
-//! (`adopt_addresses`) answer for their name while fresh, instead of the
-//! DNS servers. An instance's own answers are not reused by it (as before).
+//! warm state (`learned_addresses`), and answers for its name while fresh,
+//! as a caching resolver's would: each new connection to a server (a
+//! monitor's, an RTT monitor's, a pool's) asks once per TTL, not once per
+//! connection. A warm state's addresses (`adopt_addresses`) answer the same way.
 
 use super::{lookup_name, TcpStream};
 use crate::deadline::Deadline;
@@ -80,6 +81,16 @@ fn adopted(host: &str) -> Option<Vec<IpAddr>> {
     Some(ips)
 }
 
+/// A fresh answer the DNS servers gave this instance for `host`.
+fn learned(host: &str) -> Option<Vec<IpAddr>> {
+    let now = super::unix_seconds();
+    LEARNED.with(|learned| {
+        let learned = learned.borrow();
+        let entry = learned.iter().find(|e| e.fresh_for(host, now))?;
+        Some(entry.ips.clone())
+    })
+}
+
 /// `host`'s addresses: a literal is its own, `localhost` names the loopback
 /// addresses, anything else the face's ip-name-lookup.
 pub async fn resolve(host: &str, deadline: Deadline) -> Result<Vec<IpAddr>> {
@@ -120,7 +131,7 @@ pub async fn resolve_via(
     if name_servers.is_empty() || is_localhost(host) || literal.parse::<IpAddr>().is_ok() {
         return resolve(host, deadline).await;
     }
-    if let Some(ips) = adopted(host) {
+    if let Some(ips) = adopted(host).or_else(|| learned(host)) {
         return Ok(ips);
     }
     let mut unreachable = None;
