@@ -153,7 +153,8 @@ impl Connection {
     /// runs the handshake and authenticates within `handshake`, when
     /// `auth_when` says (else authentication stops after the hello and its
     /// speculative start, and `finish_handshake` or `send_behind_proof`
-    /// must run before any command).
+    /// must run before any command). `prepared`: a transport already open
+    /// to `address` (topology/prepare.rs), used instead of connecting.
     #[allow(clippy::too_many_arguments)]
     pub async fn establish(
         address: &str,
@@ -164,6 +165,7 @@ impl Connection {
         generation: u64,
         (connect, handshake): (Deadline, Deadline),
         auth_when: AuthWhen,
+        prepared: Option<Stream>,
     ) -> Result<Established> {
         let authenticate = auth_when != AuthWhen::AtCheckout;
         // A pool's connection (`authenticate`): its failures before
@@ -172,16 +174,19 @@ impl Connection {
             true => crate::cmap::label_establishment_error(e),
             false => e,
         };
-        let stream = Stream::connect(
-            address,
-            host,
-            port,
-            &settings.name_servers,
-            settings.tls.as_ref(),
-            connect,
-        )
-        .await
-        .map_err(label)?;
+        let stream = match prepared {
+            Some(stream) => stream,
+            None => Stream::connect(
+                address,
+                host,
+                port,
+                &settings.name_servers,
+                settings.tls.as_ref(),
+                connect,
+            )
+            .await
+            .map_err(label)?,
+        };
         let deadline = handshake;
         let mut conn = Connection {
             stream,

@@ -27,6 +27,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 mod monitor;
+mod prepare;
 
 /// The SDAM spec's minHeartbeatFrequencyMS: the least time between checks of one server.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(500);
@@ -143,6 +144,9 @@ pub struct Topology {
     /// Ids of monitoring connections, apart from the pools' (whose ids
     /// the CMAP events number from 1).
     next_monitor_id: u64,
+    /// WASI 0.3, a cold client: each seed's prepared transport (`prepare.rs`).
+    prepared: HashMap<String, prepare::Prepared>,
+    prepared_tokens: u64,
 }
 
 impl Topology {
@@ -175,6 +179,8 @@ impl Topology {
             srv_answers: None,
             monitors: HashMap::new(),
             next_monitor_id: MONITOR_IDS,
+            prepared: HashMap::new(),
+            prepared_tokens: 0,
         }
     }
 
@@ -217,6 +223,9 @@ impl Topology {
             if !self.monitors.contains_key(&address) {
                 let signals = Rc::new(monitor::Signals::default());
                 self.monitors.insert(address.clone(), signals.clone());
+                if self.prepares(&address) {
+                    self.start_preparing(&address, &signals);
+                }
                 runtime::detach(monitor::run(self.me.clone(), address, signals));
             }
         }
@@ -227,6 +236,7 @@ impl Topology {
         for (_, signals) in self.monitors.drain() {
             signals.stop();
         }
+        self.drop_prepared();
     }
 
     /// Asks every monitor for a check now (selection found nothing suitable).
@@ -1237,7 +1247,7 @@ impl Shared {
                         id,
                         connect.min(deadline),
                         handshake.min(deadline),
-                        AuthWhen::Now,
+                        (AuthWhen::Now, None),
                     )
                     .await;
                 let mut t = self.borrow_mut();
@@ -1272,7 +1282,13 @@ impl Shared {
         // The check's hello only: its connection authenticates at its first checkout.
         let (connect, handshake) = (connect.min(deadline), handshake.min(deadline));
         let result = self
-            .establish(address, id, connect, handshake, AuthWhen::AtCheckout)
+            .establish(
+                address,
+                id,
+                connect,
+                handshake,
+                (AuthWhen::AtCheckout, None),
+            )
             .await;
         let mut t = self.borrow_mut();
         t.state(address).permanent = match &result {
@@ -1537,7 +1553,9 @@ impl Shared {
             true => AuthWhen::NowOrWithRead,
             false => AuthWhen::Now,
         };
-        let establish = self.establish(address, id, connect, handshake, auth_when);
+        // A cold client's transport, opened beside the first check (prepare.rs).
+        let prepared = self.borrow_mut().take_prepared(address, generation);
+        let establish = self.establish(address, id, connect, handshake, (auth_when, prepared));
         if !runtime::CONCURRENT {
             let result = establish.await;
             connecting.ended();
@@ -1616,7 +1634,13 @@ impl Shared {
             });
             Err(e)
         };
-        let established = self.establish(address, id, connect, handshake, AuthWhen::AtCheckout);
+        let established = self.establish(
+            address,
+            id,
+            connect,
+            handshake,
+            (AuthWhen::AtCheckout, None),
+        );
         let mut conn = match established.await {
             Ok(conn) => conn,
             Err(e) => return failed(&mut self.borrow_mut(), e),
@@ -1861,7 +1885,7 @@ impl Shared {
         id: u64,
         connect: Deadline,
         handshake: Deadline,
-        auth_when: AuthWhen,
+        (auth_when, prepared): (AuthWhen, Option<runtime::Stream>),
     ) -> Result<Connection> {
         let (host, port) = split_address(address)?;
         // A server check's new connection (not a checkout's): the monitor's
@@ -1884,6 +1908,7 @@ impl Shared {
             generation,
             (connect, handshake),
             auth_when,
+            prepared,
         )
         .await;
         let mut t = self.borrow_mut();
@@ -1985,7 +2010,7 @@ async fn fill_in_background(me: std::rc::Weak<RefCell<Topology>>, address: Strin
         let created = runtime::now();
         let deadline = Deadline::from_ms(created, Some(connect_ms));
         let result = shared
-            .establish(&address, id, deadline, deadline, AuthWhen::Now)
+            .establish(&address, id, deadline, deadline, (AuthWhen::Now, None))
             .await;
         connecting.ended();
         let legacy = crate::csot::LegacyTimeouts {

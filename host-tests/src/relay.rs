@@ -365,8 +365,13 @@ fn tcp_pair(
                 {
                     let mut t = turn.lock().unwrap();
                     let mut l = ledger.lock().unwrap();
-                    match t.waiting {
-                        Some(i) => l[i].bytes += n,
+                    // A flight `take` already handed out is not this one.
+                    let waiting = t
+                        .waiting
+                        .and_then(|i| l.get_mut(i))
+                        .filter(|f| f.conn == conn);
+                    match waiting {
+                        Some(f) => f.bytes += n,
                         None => {
                             t.waiting = Some(l.len());
                             l.push(Flight {
@@ -399,7 +404,11 @@ fn tcp_pair(
                 bytes[1].fetch_add(n as u64, Ordering::Relaxed);
                 let due = line.send(at, Some(buf[..n].to_vec()));
                 if let Some(i) = turn.lock().unwrap().waiting.take() {
-                    ledger.lock().unwrap()[i].answered = Some(due);
+                    // Unless `take` handed the flight out meanwhile.
+                    let mut l = ledger.lock().unwrap();
+                    if let Some(f) = l.get_mut(i).filter(|f| f.conn == conn) {
+                        f.answered = Some(due);
+                    }
                 }
             }
         });
@@ -499,7 +508,11 @@ fn udp_relay(
                     if n >= 2 {
                         let id = u16::from_be_bytes([buf[0], buf[1]]);
                         if let Some(i) = pending.lock().unwrap().remove(&(peer, id)) {
-                            ledger.lock().unwrap()[i].answered = Some(due);
+                            // Unless `take` handed the flight out meanwhile.
+                            let mut l = ledger.lock().unwrap();
+                            if let Some(f) = l.get_mut(i).filter(|f| f.conn == conn) {
+                                f.answered = Some(due);
+                            }
                         }
                     }
                 }

@@ -255,6 +255,7 @@ async fn connect(address: &str, id: u64, plan: &Plan, started: Instant) -> Resul
         0,
         (deadline, deadline),
         crate::conn::AuthWhen::AtCheckout,
+        None,
     )
     .await
 }
