@@ -1554,7 +1554,10 @@ impl Shared {
             false => AuthWhen::Now,
         };
         // A cold client's transport, opened beside the first check (prepare.rs).
-        let prepared = self.borrow_mut().take_prepared(address, generation);
+        let prepared = match runtime::CONCURRENT {
+            true => self.prepared(address, generation, connect).await,
+            false => None,
+        };
         let establish = self.establish(address, id, connect, handshake, (auth_when, prepared));
         if !runtime::CONCURRENT {
             let result = establish.await;

@@ -7,12 +7,12 @@
 //!
 //! A prepared transport is not a CMAP connection: it has no id and no
 //! event, and nothing is sent on it. A checkout that must open a connection
-//! adopts it (`Topology::take_prepared`) while the pool's generation is the
-//! one it opened in; the connection is created (and announced) then. One
-//! unused for `LIFE`, or whose monitor stops (close, the server left the
-//! topology, a check cancelled), is closed.
+//! adopts it (`Shared::prepared`) while the pool's generation is the one it
+//! opened in; the connection is created (and announced) then. One unused
+//! for `LIFE`, or whose monitor stops (close, the server left the topology,
+//! a check cancelled), is closed.
 
-use super::{monitor, race, split_address, Topology};
+use super::{first, monitor, race, split_address, Shared, Topology};
 use crate::cmap::Changes;
 use crate::deadline::Deadline;
 use crate::runtime::{self, Stream};
@@ -27,9 +27,8 @@ const LIFE: Duration = Duration::from_secs(5);
 /// A server's prepared transport, or the task opening it (`token` tells
 /// one task's from a later one's).
 pub(super) enum Prepared {
-    Opening {
-        token: u64,
-    },
+    /// `opened` changes when the task ends, opened or not.
+    Opening { token: u64, opened: Rc<Changes> },
     Open {
         token: u64,
         stream: Stream,
@@ -40,7 +39,7 @@ pub(super) enum Prepared {
 impl Prepared {
     fn token(&self) -> u64 {
         match self {
-            Prepared::Opening { token } | Prepared::Open { token, .. } => *token,
+            Prepared::Opening { token, .. } | Prepared::Open { token, .. } => *token,
         }
     }
 }
@@ -66,8 +65,9 @@ impl Topology {
     pub(super) fn start_preparing(&mut self, address: &str, signals: &Rc<monitor::Signals>) {
         self.prepared_tokens += 1;
         let token = self.prepared_tokens;
+        let opened = Rc::default();
         self.prepared
-            .insert(address.to_string(), Prepared::Opening { token });
+            .insert(address.to_string(), Prepared::Opening { token, opened });
         runtime::detach(open(
             self.me.clone(),
             address.to_string(),
@@ -76,10 +76,9 @@ impl Topology {
         ));
     }
 
-    /// The prepared transport of `address` for a new connection of the
-    /// pool's `generation`, if one is open; one of an older generation is
-    /// closed.
-    pub(super) fn take_prepared(&mut self, address: &str, generation: u64) -> Option<Stream> {
+    /// The open transport of `address` for a new connection of the pool's
+    /// `generation`; one of an older generation is closed.
+    fn take_prepared(&mut self, address: &str, generation: u64) -> Option<Stream> {
         if !matches!(self.prepared.get(address), Some(Prepared::Open { .. })) {
             return None;
         }
@@ -95,13 +94,46 @@ impl Topology {
 
     /// Closes every prepared transport (close, drop).
     pub(super) fn drop_prepared(&mut self) {
-        self.prepared.clear();
+        for (_, p) in self.prepared.drain() {
+            if let Prepared::Opening { opened, .. } = p {
+                opened.notify();
+            }
+        }
     }
 
+    /// Ends task `token`'s entry (opened or not), waking its waiters.
     fn forget_prepared(&mut self, address: &str, token: u64) {
-        if self.prepared.get(address).map(Prepared::token) == Some(token) {
-            self.prepared.remove(address);
+        if self.prepared.get(address).map(Prepared::token) != Some(token) {
+            return;
         }
+        if let Some(Prepared::Opening { opened, .. }) = self.prepared.remove(address) {
+            opened.notify();
+        }
+    }
+}
+
+impl Shared {
+    /// The prepared transport of `address` for a new connection of the
+    /// pool's `generation`. One still opening is waited for, within
+    /// `connect`: it began before any new connect could.
+    pub(super) async fn prepared(
+        &self,
+        address: &str,
+        generation: u64,
+        connect: Deadline,
+    ) -> Option<Stream> {
+        let opened = match self.borrow().prepared.get(address)? {
+            Prepared::Opening { opened, .. } => Some(Changes::next(opened)),
+            Prepared::Open { .. } => None,
+        };
+        if let Some(opened) = opened {
+            let waited = runtime::within(connect, "prepared transport", async {
+                opened.await;
+                Ok(())
+            });
+            waited.await.ok()?;
+        }
+        self.borrow_mut().take_prepared(address, generation)
     }
 }
 
@@ -137,8 +169,7 @@ async fn open(
     {
         let Some(shared) = me.upgrade() else { return };
         let mut t = shared.borrow_mut();
-        let wanted =
-            matches!(t.prepared.get(&address), Some(Prepared::Opening { token: k }) if *k == token);
+        let wanted = t.prepared.get(&address).map(Prepared::token) == Some(token);
         match stream {
             Some(stream) if wanted && !t.closed && !signals.stopped.get() => {
                 let open = Prepared::Open {
@@ -146,7 +177,11 @@ async fn open(
                     stream,
                     generation,
                 };
-                t.prepared.insert(address.clone(), open);
+                if let Some(Prepared::Opening { opened, .. }) =
+                    t.prepared.insert(address.clone(), open)
+                {
+                    opened.notify();
+                }
             }
             _ => {
                 t.forget_prepared(&address, token);
@@ -155,7 +190,7 @@ async fn open(
         }
     }
     let expiry = runtime::sleep_until(Deadline::after(runtime::now(), LIFE));
-    super::first(expiry, Changes::next(&signals.cancel)).await;
+    first(expiry, Changes::next(&signals.cancel)).await;
     if let Some(shared) = me.upgrade() {
         shared.borrow_mut().forget_prepared(&address, token);
     }
