@@ -464,6 +464,27 @@ fn a_cold_scram_request_over_tls_makes_five_round_trips() {
     assert!(took >= rtt * 5, "{took:?}");
 }
 
+/// A new instance's client of `uri` (trusting the test CA, recording
+/// command events) and its collection behind_proof.c.
+fn behind_proof_collection(
+    addr: SocketAddr,
+    uri: &str,
+) -> (
+    Guest,
+    host_tests::guest::Client,
+    host_tests::guest::Collection,
+) {
+    let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
+    let opts = ClientOptions {
+        monitor_commands: true,
+        ..options(Some(&certs().ca), None)
+    };
+    let client = guest.connect_with(uri, opts).unwrap().expect("connect");
+    let db = guest.database(client, "behind_proof", None).unwrap();
+    let coll = guest.collection(db, "c", None).unwrap();
+    (guest, client, coll)
+}
+
 /// A cold read over TLS with SCRAM-SHA-256 makes four round trips: its
 /// command goes in the write of SCRAM's proof (`auth::command_may_follow_proof`):
 /// TCP, TLS 1.3, the hello (carrying saslStart), then saslContinue and the
@@ -480,14 +501,7 @@ fn a_cold_scram_read_over_tls_follows_the_proof_in_four_round_trips() {
         let uri = format!(
             "mongodb://both:both-pw@localhost:{port}/?tls=true&authMechanism=SCRAM-SHA-256{extra}"
         );
-        let mut guest = Guest::with_name_lookup(&[relay.addr()]).unwrap();
-        let opts = ClientOptions {
-            monitor_commands: true,
-            ..options(Some(&certs().ca), None)
-        };
-        let client = guest.connect_with(&uri, opts).unwrap().expect("connect");
-        let db = guest.database(client, "behind_proof", None).unwrap();
-        let coll = guest.collection(db, "c", None).unwrap();
+        let (mut guest, client, coll) = behind_proof_collection(relay.addr(), &uri);
         let started = Instant::now();
         let count = guest.count_documents(coll, &rawdoc! {}, &no_options());
         let took = started.elapsed();
@@ -565,14 +579,7 @@ fn a_refused_proof_fails_the_checkout_of_the_read_behind_it() {
             "mongodb://both:not-the-pw@localhost:{}/?tls=true&authMechanism=SCRAM-SHA-256&retryReads=false{extra}",
             addr.port()
         );
-        let mut guest = Guest::with_name_lookup(&[addr]).unwrap();
-        let opts = ClientOptions {
-            monitor_commands: true,
-            ..options(Some(&certs().ca), None)
-        };
-        let client = guest.connect_with(&uri, opts).unwrap().expect("connect");
-        let db = guest.database(client, "behind_proof", None).unwrap();
-        let coll = guest.collection(db, "c", None).unwrap();
+        let (mut guest, client, coll) = behind_proof_collection(addr, &uri);
         let e = guest
             .count_documents(coll, &rawdoc! {}, &no_options())
             .unwrap()

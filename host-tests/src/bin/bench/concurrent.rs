@@ -51,21 +51,38 @@ struct Guest {
     small_hex: String,
 }
 
+/// `wasmtime run` with what the WASI 0.3 guest needs (the CLI world,
+/// sockets), for its precompiled form.
+pub const RUN: [&str; 6] = [
+    "run",
+    "--allow-precompiled",
+    "-S",
+    "cli",
+    "-S",
+    "inherit-network",
+];
+
+/// Precompiles `guest` (`wasmtime compile`) beside it: the `.cwasm` path.
+pub fn compile(wasmtime: &Path, guest: &Path) -> anyhow::Result<PathBuf> {
+    let cwasm = guest.with_extension("cwasm");
+    let out = Command::new(wasmtime)
+        .arg("compile")
+        .arg("-o")
+        .arg(&cwasm)
+        .arg(guest)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "wasmtime compile {}: {}",
+        guest.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(cwasm)
+}
+
 impl Guest {
     fn new(s: &Setup, uri: &str, data: &Data) -> anyhow::Result<Guest> {
-        let cwasm = s.guest.with_extension("cwasm");
-        let out = Command::new(s.wasmtime)
-            .arg("compile")
-            .arg("-o")
-            .arg(&cwasm)
-            .arg(s.guest)
-            .output()?;
-        anyhow::ensure!(
-            out.status.success(),
-            "wasmtime compile {}: {}",
-            s.guest.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let cwasm = compile(s.wasmtime, s.guest)?;
         let small_hex = data
             .small
             .as_bytes()
@@ -83,14 +100,7 @@ impl Guest {
     /// One process: `rounds` timed rounds of each workload; a sample per workload.
     fn run(&self, rounds: usize) -> anyhow::Result<Vec<(String, Sample)>> {
         let mut child = Command::new(&self.wasmtime)
-            .args([
-                "run",
-                "--allow-precompiled",
-                "-S",
-                "cli",
-                "-S",
-                "inherit-network",
-            ])
+            .args(RUN)
             .arg(&self.cwasm)
             .arg(&self.uri)
             .arg(rounds.to_string())

@@ -94,22 +94,9 @@ struct P3Guest {
 
 impl P3Guest {
     fn new(wasmtime: &Path, guest: &Path, certs: &Path) -> anyhow::Result<P3Guest> {
-        let cwasm = guest.with_extension("cwasm");
-        let out = Command::new(wasmtime)
-            .arg("compile")
-            .arg("-o")
-            .arg(&cwasm)
-            .arg(guest)
-            .output()?;
-        anyhow::ensure!(
-            out.status.success(),
-            "wasmtime compile {}: {}",
-            guest.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
         Ok(P3Guest {
             wasmtime: wasmtime.to_path_buf(),
-            cwasm,
+            cwasm: crate::concurrent::compile(wasmtime, guest)?,
             certs: certs.to_path_buf(),
         })
     }
@@ -125,14 +112,7 @@ impl P3Guest {
     ) -> anyhow::Result<(Instant, Instant, f64, f64)> {
         let cpu = children_cpu();
         let out = Command::new(&self.wasmtime)
-            .args([
-                "run",
-                "--allow-precompiled",
-                "-S",
-                "cli",
-                "-S",
-                "inherit-network",
-            ])
+            .args(crate::concurrent::RUN)
             .arg("--dir")
             .arg(format!("{0}::{0}", self.certs.display()))
             .arg("--env")
