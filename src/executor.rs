@@ -340,7 +340,6 @@ async fn attempt<O: Operation>(
     );
     let Prepared {
         cmd,
-        body,
         sent_max_time,
         started,
     } = match prepared {
@@ -354,13 +353,14 @@ async fn attempt<O: Operation>(
             return Err(e);
         }
     };
+    let body = &cmd.body;
     let sequences: Vec<(&str, &[u8])> = cmd
         .sequences
         .iter()
         .map(|(id, docs)| (id.as_str(), docs.bytes()))
         .collect();
 
-    let sensitive = is_sensitive(&cmd.name, &body);
+    let sensitive = is_sensitive(&cmd.name, body);
     let kills = cmd.name == "killCursors";
     let op_id = client.next_operation_id();
     let (connection_id, server_connection_id) = (conn.id, conn.hello.connection_id);
@@ -413,7 +413,7 @@ async fn attempt<O: Operation>(
         }
     };
     if client.monitoring() {
-        let shown = with_sequences(&body, &cmd.sequences);
+        let shown = with_sequences(body, &cmd.sequences);
         event(
             EventKind::Started,
             request_id,
@@ -438,7 +438,7 @@ async fn attempt<O: Operation>(
     let round_trip = async {
         match behind {
             true => Ok(()),
-            false => conn.send(request_id, &body, &sequences, deadline).await,
+            false => conn.send(request_id, body, &sequences, deadline).await,
         }?;
         conn.receive(request_id, deadline).await
     };
@@ -498,7 +498,7 @@ async fn attempt<O: Operation>(
             give_back(conn, keep);
             if client.monitoring() {
                 // Command monitoring: an unacknowledged write's reply is shown as {ok: 1}.
-                let shown = match crate::concern::sends_unacknowledged(&body) {
+                let shown = match crate::concern::sends_unacknowledged(body) {
                     true => rawdoc! { "ok": 1 },
                     false => reply.clone(),
                 };
@@ -553,10 +553,9 @@ async fn attempt<O: Operation>(
     }
 }
 
-/// A command ready to send.
+/// A command ready to send (its body complete).
 struct Prepared {
     cmd: crate::operation::Command,
-    body: RawDocumentBuf,
     /// CSOT's maxTimeMS is on it.
     sent_max_time: bool,
     /// The clock reading of the CSOT check: the round trip's start.
@@ -575,11 +574,14 @@ fn prepare<O: Operation>(
     conn: &Connection,
     (read_preference, min_rtt): (Option<RawDocumentBuf>, std::time::Duration),
 ) -> Result<Prepared> {
-    let mut cmd = op.build(&conn.hello)?;
-    // The body moves to `body`; the rest of `cmd` stays with it.
-    let built = std::mem::replace(&mut cmd.body, RawDocumentBuf::new());
-    let mut body = crate::operation::strip_raw_data(built, conn.hello.max_wire_version)?;
-    body.append(cstr!("$db"), cmd.db.as_str());
+    let crate::operation::Command {
+        name,
+        db,
+        body,
+        sequences,
+    } = op.build(&conn.hello)?;
+    let mut body = crate::operation::strip_raw_data(body, conn.hello.max_wire_version)?;
+    body.append(cstr!("$db"), db.as_str());
     // The Stable API goes on every command, getMore and transactions included.
     crate::versioned_api::apply(client.server_api.as_ref(), &mut body);
     if let Some(pref) = read_preference {
@@ -591,7 +593,7 @@ fn prepare<O: Operation>(
         ctx.session,
         kind,
         CommandKind {
-            name: &cmd.name,
+            name: &name,
             ends_transaction: op.ends_transaction(),
             causally_consistent: op.causally_consistent(),
         },
@@ -615,9 +617,14 @@ fn prepare<O: Operation>(
             return Err(e);
         }
     }
+    let cmd = crate::operation::Command {
+        name,
+        db,
+        body,
+        sequences,
+    };
     Ok(Prepared {
         cmd,
-        body,
         sent_max_time,
         started,
     })
