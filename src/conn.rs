@@ -474,12 +474,10 @@ impl Connection {
             return Err(Error::protocol("no hello is streaming on this connection"));
         };
         let r = self.read_frame(deadline).await.and_then(|len| {
-            let rest = self.buf.split_off(len);
-            let len = self.decompress_buf(len)?;
-            let (range, more, id) = wire::check_streamed_reply(&self.buf[..len], response_to)?;
-            let reply = wire::take_document(&mut self.buf, range)?;
-            self.buf.clear();
-            self.buf.extend_from_slice(&rest);
+            let (reply, (more, id)) = self.take_frame_keeping_rest(len, |frame| {
+                let (range, more, id) = wire::check_streamed_reply(frame, response_to)?;
+                Ok((range, (more, id)))
+            })?;
             check_ok(&reply)?;
             let hello = HelloReply::parse(&reply)?;
             hello.check_wire_version(&self.address)?;
@@ -736,14 +734,29 @@ impl Connection {
     ) -> Result<RawDocumentBuf> {
         self.buf.clear();
         let len = self.read_frame(deadline).await?;
+        let (reply, ()) = self.take_frame_keeping_rest(len, |frame| {
+            Ok((wire::check_reply(frame, request_id, wire::OP_MSG)?, ()))
+        })?;
+        self.carried = true;
+        Ok(reply)
+    }
+
+    /// The document of the frame of `len` bytes at the buffer's start,
+    /// decompressed and checked by `check` (where its document lies, and
+    /// what else it says); bytes read past the frame stay in the buffer,
+    /// the start of the next reply.
+    fn take_frame_keeping_rest<T>(
+        &mut self,
+        len: usize,
+        check: impl FnOnce(&[u8]) -> Result<(std::ops::Range<usize>, T)>,
+    ) -> Result<(RawDocumentBuf, T)> {
         let rest = self.buf.split_off(len);
         let len = self.decompress_buf(len)?;
-        let range = wire::check_reply(&self.buf[..len], request_id, wire::OP_MSG)?;
+        let (range, said) = check(&self.buf[..len])?;
         let reply = wire::take_document(&mut self.buf, range)?;
         self.buf.clear();
         self.buf.extend_from_slice(&rest);
-        self.carried = true;
-        Ok(reply)
+        Ok((reply, said))
     }
 
     /// Reads one frame into the buffer, resuming after what it already holds;
