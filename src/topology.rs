@@ -550,6 +550,16 @@ impl Topology {
         }
     }
 
+    /// A clear with interruptInUseConnections ended a checkout's handshake:
+    /// the clear already did SDAM's part, the connection is only closed.
+    fn interrupted_establishment(&mut self, address: &str, id: u64) -> Error {
+        self.events.emit(|| {
+            PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
+                .because(CloseReason::Stale.as_str())
+        });
+        cmap::pool_cleared(address, true)
+    }
+
     /// A checkout's handshake failed: SDAM's part, and its connection closed.
     fn handshake_failed(&mut self, address: &str, id: u64, e: Error, timeout: &OpTimeout) -> Error {
         let expired = timeout.deadline().is_expired(runtime::now());
@@ -1559,41 +1569,14 @@ impl Shared {
             false => None,
         };
         let establish = self.establish(address, id, connect, handshake, (auth_when, prepared));
-        if !runtime::CONCURRENT {
-            let result = establish.await;
-            connecting.ended();
-            return self.borrow_mut().established(
-                address,
-                id,
-                created,
-                result,
-                (timeout, selection),
-            );
-        }
-        // A clear with interruptInUseConnections interrupts an establishment too.
-        let interrupted = async {
-            cmap::InUse::interrupted(pool, generation).await;
-            Err(None)
-        };
-        let established = async { establish.await.map_err(Some) };
-        let raced = race(established, interrupted).await;
+        // WASI 0.3: a clear with interruptInUseConnections interrupts an establishment too.
+        let raced = unless_interrupted(Some(pool), generation, establish).await;
         connecting.ended();
+        let mut t = self.borrow_mut();
         match raced {
-            Ok(conn) => {
-                self.borrow_mut()
-                    .established(address, id, created, Ok(conn), (timeout, selection))
-            }
-            Err(Some(e)) => self
-                .borrow_mut()
-                .handshake_done(address, id, created, Err(e), timeout),
-            Err(None) => {
-                // The clear already did SDAM's part: the connection is only closed.
-                self.borrow_mut().events.emit(|| {
-                    PoolEvent::new(PoolEventKind::ConnectionClosed, address, id)
-                        .because(CloseReason::Stale.as_str())
-                });
-                Err(cmap::pool_cleared(address, true))
-            }
+            Ok(conn) => t.established(address, id, created, Ok(conn), (timeout, selection)),
+            Err(Some(e)) => t.handshake_done(address, id, created, Err(e), timeout),
+            Err(None) => Err(t.interrupted_establishment(address, id)),
         }
     }
 
@@ -1720,8 +1703,7 @@ impl Shared {
         };
         // WASI 0.3: a clear with interruptInUseConnections interrupts it, as
         // it does an establishment.
-        let pool = cmap::InUse::of(conn.lease.as_ref()).filter(|_| runtime::CONCURRENT);
-        let generation = conn.generation;
+        let (pool, generation) = (cmap::InUse::of(conn.lease.as_ref()), conn.generation);
         let exchange = async {
             match (command, settings.auth.as_deref()) {
                 (Some(command), Some(auth)) => {
@@ -1732,18 +1714,8 @@ impl Shared {
                     .await
                     .map(|()| false),
             }
-            .map_err(Some)
         };
-        let result = match pool {
-            None => exchange.await,
-            Some(pool) => {
-                let interrupted = async {
-                    cmap::InUse::interrupted(pool, generation).await;
-                    Err(None)
-                };
-                race(exchange, interrupted).await
-            }
-        };
+        let result = unless_interrupted(pool, generation, exchange).await;
         announcing.ended();
         checking_out.ended = true;
         let mut t = self.borrow_mut();
@@ -1752,13 +1724,7 @@ impl Shared {
         let result = match result {
             Ok(sent) => Ok(sent),
             Err(Some(e)) => Err(t.handshake_failed(&address, id, e, timeout)),
-            Err(None) => {
-                // The clear already did SDAM's part: the connection is only closed.
-                t.events.emit(|| {
-                    event(PoolEventKind::ConnectionClosed).because(CloseReason::Stale.as_str())
-                });
-                Err(cmap::pool_cleared(&address, true))
-            }
+            Err(None) => Err(t.interrupted_establishment(&address, id)),
         };
         match result {
             Ok(sent) => {
@@ -2077,12 +2043,26 @@ pub(crate) async fn interruptible<T>(
     (address, generation): (&str, u64),
     io: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
+    unless_interrupted(pool, generation, io)
+        .await
+        .map_err(|e| e.unwrap_or_else(|| cmap::pool_cleared(address, true)))
+}
+
+/// `io`, unless a clear with interruptInUseConnections of `pool` ends its
+/// connections of `generation` first (WASI 0.3; on 0.2 `io` runs alone):
+/// then `Err(None)`, `io` dropped.
+async fn unless_interrupted<T>(
+    pool: Option<Rc<cmap::InUse>>,
+    generation: u64,
+    io: impl std::future::Future<Output = Result<T>>,
+) -> std::result::Result<T, Option<Error>> {
+    let io = async { io.await.map_err(Some) };
     let Some(pool) = pool.filter(|_| runtime::CONCURRENT) else {
         return io.await;
     };
     let interrupted = async {
         cmap::InUse::interrupted(pool, generation).await;
-        Err(cmap::pool_cleared(address, true))
+        Err(None)
     };
     race(io, interrupted).await
 }
