@@ -66,16 +66,18 @@ pub fn adopt_addresses(entries: &[HostAddresses]) -> usize {
     entries.len().min(MAX_HOSTS)
 }
 
+/// `list`'s fresh answer for `host`.
+fn fresh(list: &RefCell<Vec<HostAddresses>>, host: &str) -> Option<HostAddresses> {
+    let now = super::unix_seconds();
+    list.borrow()
+        .iter()
+        .find(|e| e.fresh_for(host, now))
+        .cloned()
+}
+
 /// A fresh adopted answer for `host`, handed on to the next warm state too.
 fn adopted(host: &str) -> Option<Vec<IpAddr>> {
-    let now = super::unix_seconds();
-    let entry = ADOPTED.with(|adopted| {
-        adopted
-            .borrow()
-            .iter()
-            .find(|e| e.fresh_for(host, now))
-            .cloned()
-    })?;
+    let entry = ADOPTED.with(|adopted| fresh(adopted, host))?;
     let ips = entry.ips.clone();
     LEARNED.with(|learned| keep(learned, entry));
     Some(ips)
@@ -83,12 +85,7 @@ fn adopted(host: &str) -> Option<Vec<IpAddr>> {
 
 /// A fresh answer the DNS servers gave this instance for `host`.
 fn learned(host: &str) -> Option<Vec<IpAddr>> {
-    let now = super::unix_seconds();
-    LEARNED.with(|learned| {
-        let learned = learned.borrow();
-        let entry = learned.iter().find(|e| e.fresh_for(host, now))?;
-        Some(entry.ips.clone())
-    })
+    LEARNED.with(|learned| fresh(learned, host)).map(|e| e.ips)
 }
 
 /// `host`'s addresses: a literal is its own, `localhost` names the loopback
