@@ -303,6 +303,12 @@ impl Line {
     }
 }
 
+/// Flight `i` of connection `conn` in the ledger, unless `Relay::take`
+/// handed it out since (the index then names another flight, or none).
+fn flight(ledger: &mut [Flight], i: usize, conn: u64) -> Option<&mut Flight> {
+    ledger.get_mut(i).filter(|f| f.conn == conn)
+}
+
 /// Per connection: whether the client's last flight still waits for an answer.
 struct Turn {
     waiting: Option<usize>,
@@ -365,12 +371,7 @@ fn tcp_pair(
                 {
                     let mut t = turn.lock().unwrap();
                     let mut l = ledger.lock().unwrap();
-                    // A flight `take` already handed out is not this one.
-                    let waiting = t
-                        .waiting
-                        .and_then(|i| l.get_mut(i))
-                        .filter(|f| f.conn == conn);
-                    match waiting {
+                    match t.waiting.and_then(|i| flight(&mut l, i, conn)) {
                         Some(f) => f.bytes += n,
                         None => {
                             t.waiting = Some(l.len());
@@ -404,9 +405,7 @@ fn tcp_pair(
                 bytes[1].fetch_add(n as u64, Ordering::Relaxed);
                 let due = line.send(at, Some(buf[..n].to_vec()));
                 if let Some(i) = turn.lock().unwrap().waiting.take() {
-                    // Unless `take` handed the flight out meanwhile.
-                    let mut l = ledger.lock().unwrap();
-                    if let Some(f) = l.get_mut(i).filter(|f| f.conn == conn) {
+                    if let Some(f) = flight(&mut ledger.lock().unwrap(), i, conn) {
                         f.answered = Some(due);
                     }
                 }
@@ -508,9 +507,7 @@ fn udp_relay(
                     if n >= 2 {
                         let id = u16::from_be_bytes([buf[0], buf[1]]);
                         if let Some(i) = pending.lock().unwrap().remove(&(peer, id)) {
-                            // Unless `take` handed the flight out meanwhile.
-                            let mut l = ledger.lock().unwrap();
-                            if let Some(f) = l.get_mut(i).filter(|f| f.conn == conn) {
+                            if let Some(f) = flight(&mut ledger.lock().unwrap(), i, conn) {
                                 f.answered = Some(due);
                             }
                         }

@@ -131,19 +131,31 @@ impl P3Guest {
                 String::from_utf8_lossy(&out.stderr)
             )
         })?;
-        if let Some(e) = v.get("error") {
-            anyhow::bail!("{P3} {uri}: {e}");
-        }
+        let times =
+            cold_reply(&v, clock, cpu_ms).map_err(|e| anyhow::anyhow!("{P3} {uri}: {e}"))?;
         anyhow::ensure!(v["found"] == true, "{P3}: the cold findOne found nothing");
-        let ns = |k: &str| v[k].as_u64().unwrap_or(0);
-        let wall = v["total_s"].as_f64().unwrap_or(0.0) * 1e3;
-        Ok((
-            clock.instant(ns("t0_ns")),
-            clock.instant(ns("t1_ns")),
-            wall,
-            cpu_ms,
-        ))
+        Ok(times)
     }
+}
+
+/// A child's answer for one cold request (`{"t0_ns", "t1_ns", "total_s"}`,
+/// or `{"error"}`): its start and end on `clock`, its wall ms, and `cpu_ms`.
+fn cold_reply(
+    v: &Value,
+    clock: &Clock,
+    cpu_ms: f64,
+) -> anyhow::Result<(Instant, Instant, f64, f64)> {
+    if let Some(e) = v.get("error") {
+        anyhow::bail!("{e}");
+    }
+    let ns = |k: &str| v[k].as_u64().unwrap_or(0);
+    let wall = v["total_s"].as_f64().unwrap_or(0.0) * 1e3;
+    Ok((
+        clock.instant(ns("t0_ns")),
+        clock.instant(ns("t1_ns")),
+        wall,
+        cpu_ms,
+    ))
 }
 
 /// CPU time of this process's waited-for children.
@@ -585,18 +597,8 @@ pub fn run(s: &Setup, server: &BenchServer, r: &mut Results) -> anyhow::Result<(
                             }
                             let u = uri(case, srv, port, Some((&ca, &client_pem)));
                             let got = c.request(&format!("distant 1 {u}")).and_then(|v| {
-                                if let Some(e) = v.get("error") {
-                                    anyhow::bail!("{e}");
-                                }
-                                let ns = |k: &str| v[k].as_u64().unwrap_or(0);
-                                let wall = v["total_s"].as_f64().unwrap_or(0.0) * 1e3;
                                 let cpu = v["cpu_s"].as_f64().unwrap_or(0.0) * 1e3;
-                                Ok((
-                                    clock.instant(ns("t0_ns")),
-                                    clock.instant(ns("t1_ns")),
-                                    wall,
-                                    cpu,
-                                ))
+                                cold_reply(&v, &clock, cpu)
                             });
                             (name, got)
                         };
