@@ -138,12 +138,10 @@ impl TcpStream {
         const SECTION: &str = "socket read";
         let max = max.max(want);
         let p = self.parts()?;
-        // Read first: a fast server's reply is usually there already (then
-        // one call brings it), and an empty read costs less than a wait.
         while buf.len() < want {
             check(deadline, SECTION)?;
             let ask = ((max - buf.len()) as u64).clamp(1, READ_CHUNK);
-            let chunk = p.input.read(ask).map_err(stream_err)?;
+            let chunk = read_or_block(&p.input, ask, deadline)?;
             if chunk.is_empty() {
                 let ready = p.input_ready.get_or_insert_with(|| p.input.subscribe());
                 wait(ready, deadline, SECTION)?;
@@ -168,7 +166,7 @@ impl TcpStream {
         let p = self.parts()?;
         loop {
             check(deadline, section)?;
-            let chunk = p.input.read(READ_CHUNK).map_err(stream_err)?;
+            let chunk = read_or_block(&p.input, READ_CHUNK, deadline)?;
             if !chunk.is_empty() {
                 buf.extend_from_slice(&chunk);
                 return Ok(());
@@ -185,6 +183,20 @@ impl TcpStream {
     pub fn send_now(&mut self, bytes: &[u8]) -> Result<()> {
         self.write_all_now(bytes, Deadline::At(super::now()), "socket write")
     }
+}
+
+/// Up to `ask` bytes. Without a deadline the host waits for them (one
+/// call, where a read that finds nothing, a block and a read again are
+/// three); with one, what has arrived, possibly nothing: the caller waits
+/// in `wait`, raced against the deadline. A timed read reads first because
+/// a fast server's reply is often there already, and an empty read costs
+/// less than a wait.
+fn read_or_block(input: &InputStream, ask: u64, deadline: Deadline) -> Result<Vec<u8>> {
+    match deadline {
+        Deadline::Infinite => input.blocking_read(ask),
+        Deadline::At(_) => input.read(ask),
+    }
+    .map_err(stream_err)
 }
 
 impl Drop for TcpStream {
