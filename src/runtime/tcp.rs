@@ -15,6 +15,8 @@ use wasi::sockets::tcp_create_socket::create_tcp_socket;
 
 /// Bytes asked of one `read`: large enough for typical replies in one call.
 const READ_CHUNK: u64 = 64 * 1024;
+/// The most `blocking-write-and-flush` takes in one call (wasi:io/streams).
+const BLOCKING_WRITE_MAX: usize = 4096;
 
 pub struct TcpStream {
     /// `None` only once `Drop` has taken it to `close`.
@@ -92,6 +94,12 @@ impl TcpStream {
     pub fn write_all_now(&mut self, bytes: &[u8], deadline: Deadline, section: &str) -> Result<()> {
         let mut permit = std::mem::take(&mut self.permit);
         let p = self.parts()?;
+        // Without a deadline a message the host takes whole is written,
+        // flushed and waited for in one call, where check-write, write and
+        // flush are three; the next message asks for its permit again.
+        if deadline == Deadline::Infinite && bytes.len() <= BLOCKING_WRITE_MAX {
+            return p.output.blocking_write_and_flush(bytes).map_err(stream_err);
+        }
         let mut off = 0;
         while off < bytes.len() {
             check(deadline, section)?;
